@@ -1,0 +1,114 @@
+#include "collector.h"
+
+#include <chrono>
+#include <ctime>
+
+#include "bpf_util.h"
+#include "errors.h"
+
+namespace qscope {
+
+uint64_t monotonic_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+Collector::Collector(Config cfg) : cfg_(std::move(cfg)) {}
+
+Collector::~Collector() { stop(); }
+
+void Collector::add_default_sources() {
+    if (cfg_.want_requests) add_source(make_sock_source());
+    if (cfg_.want_threads) {
+        add_source(make_sched_source());
+        add_source(make_jvm_source());
+    }
+}
+
+void Collector::add_source(std::unique_ptr<Source> s) { sources_.push_back(std::move(s)); }
+
+void Collector::start() {
+    target_ = Target::open(cfg_.pid);
+    check_bpf_privileges();
+    check_btf();
+    init_libbpf_logging(cfg_.verbose);
+    for (auto& s : sources_) s->start(target_, cfg_);
+    attach_ns_ = window_start_ns_ = last_tick_ns_ = monotonic_ns();
+}
+
+std::shared_ptr<const Snapshot> Collector::tick() {
+    auto snap = std::make_shared<Snapshot>();
+    Tick t;
+    t.index = tick_index_++;
+    t.now_ns = monotonic_ns();
+    t.window_reset = t.index == 0 || reset_requested_.exchange(false);
+    if (t.window_reset && t.index > 0) window_start_ns_ = t.now_ns;
+    t.window_start_ns = window_start_ns_;
+    t.dt_seconds = (t.now_ns - last_tick_ns_) / 1e9;
+    last_tick_ns_ = t.now_ns;
+
+    snap->tick = t.index;
+    snap->target = target_.info();
+    const bool alive = target_.alive();
+    if (!alive) {
+        target_alive_ = false;
+        snap->target.exited = true;
+        snap->target.exit_note = "target PID " + std::to_string(target_.pid()) +
+                                 " exited during the run; figures cover the time it was alive";
+    }
+    snap->window_seconds = (t.now_ns - window_start_ns_) / 1e9;
+    snap->attached_seconds = (t.now_ns - attach_ns_) / 1e9;
+    snap->taken_at_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+    if (jvm_dump_requested_.exchange(false)) cfg_.jvm_dump = true;
+    for (auto& s : sources_) {
+        snap->sources.push_back(s->name());
+        try {
+            s->collect(*snap, t);
+        } catch (const std::exception& e) {
+            // One source failing (say, the target vanished mid-read) must not take down
+            // the others: mark its sections partial and go on.
+            snap->partial.push_back(std::string(s->name()) + ": " + e.what());
+        }
+        snap->lost_events += s->lost_events();
+    }
+    cfg_.jvm_dump = false;
+    snap->warnings.insert(snap->warnings.end(), start_warnings_.begin(), start_warnings_.end());
+    compute_verdict(*snap);
+    std::shared_ptr<const Snapshot> out = snap;
+    {
+        std::lock_guard<std::mutex> g(latest_mu_);
+        latest_ = out;
+    }
+    return out;
+}
+
+void Collector::run_in_background(std::function<void(const std::shared_ptr<const Snapshot>&)> on_tick) {
+    stop_ = false;
+    thread_ = std::thread([this, on_tick] {
+        const auto interval = std::chrono::microseconds(static_cast<int64_t>(cfg_.interval_seconds * 1e6));
+        auto next = std::chrono::steady_clock::now();
+        while (!stop_) {
+            auto snap = tick();
+            if (on_tick) on_tick(snap);
+            next += interval;
+            std::unique_lock<std::mutex> lk(wait_mu_);
+            wait_cv_.wait_until(lk, next, [this] { return stop_.load(); });
+        }
+    });
+}
+
+void Collector::stop() {
+    stop_ = true;
+    wait_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<const Snapshot> Collector::latest() const {
+    std::lock_guard<std::mutex> g(latest_mu_);
+    return latest_;
+}
+
+}  // namespace qscope

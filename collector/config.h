@@ -1,0 +1,25 @@
+// What the user asked for, shared by every subcommand and handed to every source.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace qscope {
+
+struct Config {
+    int pid = 0;
+    double interval_seconds = 1.0;      // collector tick
+    std::string carriers_regex;         // empty: auto-detect (JVM ForkJoinPool carriers)
+    // Which probe families to attach: each costs something on every event of its kind.
+    bool want_requests = true;          // accept queue, connector, in flight, downstream
+    bool want_threads = true;           // thread groups, waits, runqueue, carriers
+    bool want_stacks = true;            // user/kernel stacks for waits
+    double stack_min_block_seconds = 0.001;  // only waits at least this long capture stacks
+    uint32_t max_connections = 65536;   // BPF map sizes
+    uint32_t max_threads = 32768;
+    uint32_t label_cap = 50;            // peers/groups/ports beyond this fold into "other"
+    bool jvm_dump = false;              // one-off jcmd Thread.dump_to_file enrichment
+    bool jvm_perfmap = false;           // run jcmd Compiler.perfmap for JIT symbols
+    int verbose = 0;
+};
+
+}  // namespace qscope

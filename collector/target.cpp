@@ -1,0 +1,130 @@
+#include "target.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "errors.h"
+
+namespace qscope {
+
+std::string errno_text(int err) {
+    if (err < 0) err = -err;
+    return std::strerror(err);
+}
+
+bool read_file(const std::string& path, std::string& out) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return false;
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    out = ss.str();
+    return true;
+}
+
+bool parse_proc_stat(const std::string& text, ProcStat& out) {
+    const auto open = text.find('(');
+    const auto close = text.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) return false;
+    out.pid = std::atoi(text.c_str());
+    out.comm = text.substr(open + 1, close - open - 1);
+    std::istringstream rest(text.substr(close + 1));
+    // fields from 3 (state) on; see proc(5)
+    std::vector<std::string> f;
+    std::string tok;
+    while (rest >> tok) f.push_back(tok);
+    if (f.size() < 20) return false;
+    out.state = f[0].empty() ? '?' : f[0][0];
+    out.flags = static_cast<unsigned>(std::stoul(f[6]));
+    out.utime = std::stoull(f[11]);
+    out.stime = std::stoull(f[12]);
+    out.num_threads = std::stoi(f[17]);
+    out.start_time = std::stoull(f[19]);
+    return true;
+}
+
+std::string thread_group_name(const std::string& comm) {
+    size_t end = comm.size();
+    while (end > 0 && std::isdigit(static_cast<unsigned char>(comm[end - 1]))) --end;
+    // strip the separator the digits hung from, but never the whole name
+    while (end > 0 && end < comm.size() && (comm[end - 1] == '-' || comm[end - 1] == '_' ||
+                                            comm[end - 1] == '#' || comm[end - 1] == ' ' ||
+                                            comm[end - 1] == '.'))
+        --end;
+    if (end == 0) return comm;
+    return comm.substr(0, end);
+}
+
+static constexpr unsigned PF_KTHREAD_FLAG = 0x00200000;
+
+Target Target::open(int pid) {
+    if (pid <= 0)
+        throw Error(Exit::no_target, "invalid PID " + std::to_string(pid) + ": give the PID of a running process (see `pgrep NAME`)");
+    std::string text;
+    if (!read_file("/proc/" + std::to_string(pid) + "/stat", text))
+        throw Error(Exit::no_target, "no process with PID " + std::to_string(pid) + " (it may have exited; see `pgrep NAME`)");
+    ProcStat st;
+    if (!parse_proc_stat(text, st))
+        throw Error(Exit::no_target, "cannot parse /proc/" + std::to_string(pid) + "/stat");
+    if (st.flags & PF_KTHREAD_FLAG)
+        throw Error(Exit::no_target, "PID " + std::to_string(pid) + " (" + st.comm + ") is a kernel thread: qscope observes user-space server processes");
+    if (st.state == 'Z')
+        throw Error(Exit::no_target, "PID " + std::to_string(pid) + " (" + st.comm + ") is a zombie: it has exited");
+    // A thread id is not a process: /proc/TID exists but names the thread's group.
+    std::string status;
+    if (read_file("/proc/" + std::to_string(pid) + "/status", status)) {
+        auto p = status.find("\nTgid:");
+        if (p != std::string::npos) {
+            int tgid = std::atoi(status.c_str() + p + 6);
+            if (tgid != pid)
+                throw Error(Exit::no_target, "PID " + std::to_string(pid) + " is a thread of process " + std::to_string(tgid) + ": attach to " + std::to_string(tgid));
+        }
+    }
+    Target t;
+    t.pid_ = pid;
+    t.comm_ = st.comm;
+    t.start_ticks_ = st.start_time;
+    std::string cmd;
+    if (read_file("/proc/" + std::to_string(pid) + "/cmdline", cmd)) {
+        for (auto& c : cmd)
+            if (c == '\0') c = ' ';
+        while (!cmd.empty() && cmd.back() == ' ') cmd.pop_back();
+        t.cmdline_ = cmd;
+    }
+    return t;
+}
+
+bool Target::alive() const {
+    std::string text;
+    if (!read_file("/proc/" + std::to_string(pid_) + "/stat", text)) return false;
+    ProcStat st;
+    if (!parse_proc_stat(text, st)) return false;
+    return st.start_time == start_ticks_ && st.state != 'Z' && st.state != 'X';
+}
+
+std::vector<int> Target::tids() const {
+    std::vector<int> out;
+    DIR* d = opendir(("/proc/" + std::to_string(pid_) + "/task").c_str());
+    if (!d) return out;
+    while (auto* e = readdir(d)) {
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9') out.push_back(std::atoi(e->d_name));
+    }
+    closedir(d);
+    return out;
+}
+
+TargetInfo Target::info() const {
+    TargetInfo i;
+    i.pid = pid_;
+    i.comm = comm_;
+    i.cmdline = cmdline_;
+    i.start_time_ticks = start_ticks_;
+    i.threads = static_cast<int>(tids().size());
+    return i;
+}
+
+}  // namespace qscope

@@ -1,0 +1,2 @@
+// PLACEHOLDER: replaced by the request-path owner.
+#pragma once

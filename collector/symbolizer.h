@@ -1,0 +1,55 @@
+// Stack symbolization for one target process: ELF symbols (.symtab/.dynsym/debuglink via
+// libdw), JIT frames from /tmp/perf-PID.map, kernel frames from /proc/kallsyms, and DWARF
+// unwinding of a copied user stack (bpf/ustack.h). Owned by the symbolizer; used by the
+// sched and carrier sources.
+#pragma once
+#include <linux/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "ustack.h"
+}
+
+namespace qscope {
+
+class Symbolizer {
+public:
+    explicit Symbolizer(int pid);
+    ~Symbolizer();
+    Symbolizer(const Symbolizer&) = delete;
+    Symbolizer& operator=(const Symbolizer&) = delete;
+
+    // "func+0xoff (module)" per frame, innermost first; unknown frames as "0xADDR (module)"
+    // or "0xADDR". Results are cached per address.
+    std::vector<std::string> symbolize_user(const std::vector<uint64_t>& ips);
+    std::vector<std::string> symbolize_kernel(const std::vector<uint64_t>& ips);
+    // Unwind a copied stack into return addresses (innermost first): DWARF CFI where the
+    // module has it, frame pointers where it does not (e.g. libjvm, JIT code).
+    std::vector<uint64_t> unwind(const qs_ustack& sample, size_t max_frames = 64);
+    // Re-read /proc/PID/maps (new libraries, JIT map updates). Cheap to call per tick.
+    void refresh();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// One line of /tmp/perf-PID.map: "START SIZE name" (hex, optional 0x).
+struct PerfMapEntry {
+    uint64_t start = 0, size = 0;
+    std::string name;
+};
+std::vector<PerfMapEntry> parse_perf_map(const std::string& text);
+
+struct KallsymsEntry {
+    uint64_t addr = 0;
+    std::string name;
+};
+// Sorted by address; drops __start_*/__stop_* markers (they alias real functions).
+std::vector<KallsymsEntry> parse_kallsyms(const std::string& text);
+
+}  // namespace qscope

@@ -1,1 +1,341 @@
 #include "harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace qs_test {
+
+std::string source_dir() { return QSCOPE_SOURCE_DIR; }
+std::string qscope_bin() { return std::string(QSCOPE_BINARY_DIR) + "/qscope"; }
+std::string target_bin(const std::string& name) { return std::string(QSCOPE_BINARY_DIR) + "/targets/" + name; }
+
+void skip(const std::string& reason) {
+    std::printf("SKIP: %s\n", reason.c_str());
+    std::fflush(stdout);
+    const char* f = std::getenv("QSCOPE_FAIL_ON_SKIP");
+    if (f && std::string(f) == "1") FAIL("skipped in CI, which counts as a failure: " << reason);
+}
+
+bool require_root() {
+    if (geteuid() == 0) return true;
+    skip("integration tests load BPF programs and need root");
+    return false;
+}
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+std::string temp_dir(const std::string& prefix) {
+    std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+    char* p = mkdtemp(tmpl.data());
+    if (!p) throw std::runtime_error("mkdtemp failed");
+    return p;
+}
+
+static std::string slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// ---- Proc ----------------------------------------------------------------------------
+Proc::Proc(Proc&& o) noexcept { *this = std::move(o); }
+Proc& Proc::operator=(Proc&& o) noexcept {
+    if (this != &o) {
+        if (pid_ > 0 && !reaped_) kill_and_wait();
+        pid_ = o.pid_;
+        status_ = o.status_;
+        reaped_ = o.reaped_;
+        out_path_ = std::move(o.out_path_);
+        err_path_ = std::move(o.err_path_);
+        o.pid_ = -1;
+        o.reaped_ = true;
+    }
+    return *this;
+}
+Proc::~Proc() {
+    if (pid_ > 0 && !reaped_) kill_and_wait();
+    if (!out_path_.empty()) unlink(out_path_.c_str());
+    if (!err_path_.empty()) unlink(err_path_.c_str());
+}
+
+bool Proc::running() {
+    if (pid_ <= 0 || reaped_) return false;
+    int st = 0;
+    pid_t r = waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+        reaped_ = true;
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return false;
+    }
+    return true;
+}
+
+int Proc::wait(double timeout) {
+    const double end = now_s() + timeout;
+    while (running()) {
+        if (now_s() > end) return -1;
+        sleep_s(0.01);
+    }
+    return status_;
+}
+
+void Proc::signal(int sig) {
+    if (pid_ > 0 && !reaped_) ::kill(pid_, sig);
+}
+
+void Proc::kill_and_wait() {
+    if (pid_ <= 0 || reaped_) return;
+    ::kill(pid_, SIGTERM);
+    if (wait(2.0) < 0 && running()) {
+        ::kill(pid_, SIGKILL);
+        wait(5.0);
+    }
+}
+
+std::string Proc::out() const { return out_path_.empty() ? "" : slurp(out_path_); }
+std::string Proc::err() const { return err_path_.empty() ? "" : slurp(err_path_); }
+
+std::string Proc::wait_for_output(const std::string& needle, double timeout) {
+    const double end = now_s() + timeout;
+    while (now_s() < end) {
+        const std::string o = out();
+        auto p = o.find(needle);
+        if (p != std::string::npos) {
+            auto s = o.rfind('\n', p);
+            auto e = o.find('\n', p);
+            s = s == std::string::npos ? 0 : s + 1;
+            return o.substr(s, e == std::string::npos ? std::string::npos : e - s);
+        }
+        if (!running()) return "";
+        sleep_s(0.02);
+    }
+    return "";
+}
+
+Proc spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, bool new_session) {
+    Proc p;
+    char out_t[] = "/tmp/qs-out-XXXXXX", err_t[] = "/tmp/qs-err-XXXXXX";
+    int ofd = mkstemp(out_t), efd = mkstemp(err_t);
+    p.out_path_ = out_t;
+    p.err_path_ = err_t;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (new_session) setsid();
+        dup2(ofd, 1);
+        dup2(efd, 2);
+        int nul = open("/dev/null", O_RDONLY);
+        dup2(nul, 0);
+        for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execvp(args[0], args.data());
+        std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+        _exit(127);
+    }
+    close(ofd);
+    close(efd);
+    p.pid_ = pid;
+    return p;
+}
+
+RunResult run(const std::vector<std::string>& argv, double timeout, const std::map<std::string, std::string>& env) {
+    Proc p = spawn(argv, env);
+    RunResult r;
+    r.rc = p.wait(timeout);
+    if (r.rc < 0) p.kill_and_wait();
+    r.out = p.out();
+    r.err = p.err();
+    if (!r.out.empty() && (r.out[0] == '{' || r.out[0] == '[')) {
+        try {
+            r.json = nlohmann::json::parse(r.out);
+        } catch (...) {
+        }
+    }
+    return r;
+}
+
+RunResult run_qscope(const std::vector<std::string>& args, double timeout) {
+    std::vector<std::string> argv{qscope_bin()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, timeout);
+}
+
+std::string sh(const std::string& cmd, int* rc) {
+    std::string out;
+    FILE* f = popen(cmd.c_str(), "r");
+    if (!f) {
+        if (rc) *rc = -1;
+        return out;
+    }
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    int st = pclose(f);
+    if (rc) *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+Server start_target(const std::string& name, const std::vector<std::string>& args, double timeout) {
+    std::vector<std::string> argv{target_bin(name)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Server s;
+    s.proc = spawn(argv);
+    const std::string line = s.proc.wait_for_output("READY port=", timeout);
+    if (line.empty())
+        throw std::runtime_error(name + " did not become ready: " + s.proc.err());
+    s.port = static_cast<uint16_t>(std::atoi(line.c_str() + line.find("port=") + 5));
+    return s;
+}
+
+bool wait_for_port(uint16_t port, double timeout, const char* host) {
+    const double end = now_s() + timeout;
+    while (now_s() < end) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(port);
+        inet_pton(AF_INET, host, &a.sin_addr);
+        const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+        close(fd);
+        if (ok) return true;
+        sleep_s(0.05);
+    }
+    return false;
+}
+
+// ---- oracles ---------------------------------------------------------------------------
+static uint16_t port_of(const std::string& addr) {
+    auto p = addr.rfind(':');
+    return p == std::string::npos ? 0 : static_cast<uint16_t>(std::atoi(addr.c_str() + p + 1));
+}
+
+std::vector<SsSocket> ss(const std::string& filter, bool listening) {
+    std::string cmd = std::string("ss -Hn -p ") + (listening ? "-lt" : "-ta") + " " + filter + " 2>/dev/null";
+    std::istringstream in(sh(cmd));
+    std::vector<SsSocket> out;
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream ls(line);
+        SsSocket s;
+        if (!listening) {
+            ls >> s.state >> s.recvq >> s.sendq >> s.local >> s.peer;
+        } else {
+            s.state = "LISTEN";
+            std::string st;
+            ls >> st >> s.recvq >> s.sendq >> s.local >> s.peer;
+        }
+        s.local_port = port_of(s.local);
+        s.peer_port = port_of(s.peer);
+        for (size_t p = line.find("pid="); p != std::string::npos; p = line.find("pid=", p + 4))
+            s.pids.push_back(std::atoi(line.c_str() + p + 4));
+        out.push_back(s);
+    }
+    return out;
+}
+
+int64_t ss_listen_recvq(uint16_t port) {
+    for (const auto& s : ss("sport = :" + std::to_string(port), true))
+        if (s.local_port == port) return static_cast<int64_t>(s.recvq);
+    return -1;
+}
+
+uint64_t netstat_counter(const std::string& name) {
+    std::ifstream f("/proc/net/netstat");
+    std::string header, values;
+    while (std::getline(f, header) && std::getline(f, values)) {
+        if (header.rfind("TcpExt:", 0) != 0) continue;
+        std::istringstream hs(header), vs(values);
+        std::string h, v;
+        while (hs >> h && vs >> v)
+            if (h == name) return std::stoull(v);
+    }
+    return 0;
+}
+
+std::vector<TaskState> proc_tasks(pid_t pid) {
+    std::vector<TaskState> out;
+    const std::string dir = "/proc/" + std::to_string(pid) + "/task/";
+    std::istringstream ls(sh("ls " + dir + " 2>/dev/null"));
+    std::string tid;
+    while (ls >> tid) {
+        TaskState t;
+        t.tid = std::atoi(tid.c_str());
+        const std::string stat = slurp(dir + tid + "/stat");
+        auto o = stat.find('('), c = stat.rfind(')');
+        if (o == std::string::npos || c == std::string::npos) continue;
+        t.comm = stat.substr(o + 1, c - o - 1);
+        t.state = c + 2 < stat.size() ? stat[c + 2] : '?';
+        const std::string sc = slurp(dir + tid + "/syscall");
+        if (sc.rfind("running", 0) == 0)
+            t.syscall = -1;
+        else if (!sc.empty())
+            t.syscall = std::atol(sc.c_str());
+        out.push_back(t);
+    }
+    return out;
+}
+
+uint64_t proc_rss_kib(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+    return 0;
+}
+
+nlohmann::json read_counters(const std::string& path) {
+    const std::string text = slurp(path);
+    if (text.empty()) return nullptr;
+    try {
+        return nlohmann::json::parse(text);
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+std::string http_get(const std::string& host, uint16_t port, const std::string& path, double timeout) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{static_cast<time_t>(timeout), static_cast<suseconds_t>((timeout - static_cast<int>(timeout)) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+    std::string resp;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+        if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+            char buf[4096];
+            ssize_t n;
+            while ((n = read(fd, buf, sizeof buf)) > 0) resp.append(buf, static_cast<size_t>(n));
+        }
+    }
+    close(fd);
+    auto p = resp.find("\r\n\r\n");
+    return p == std::string::npos ? "" : resp.substr(p + 4);
+}
+
+}  // namespace qs_test

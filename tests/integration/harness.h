@@ -1,2 +1,114 @@
-// PLACEHOLDER: replaced by the request-path owner.
+// Helpers for integration tests: spawn real processes, run the real qscope binary, read
+// the oracles (ss, /proc, netstat). Everything here talks to the live system.
 #pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace qs_test {
+
+// Absolute paths into the build tree.
+std::string qscope_bin();                          // build/qscope
+std::string target_bin(const std::string& name);   // build/targets/<name>
+std::string source_dir();
+
+// Prints "SKIP: reason" and returns; fails the current test when QSCOPE_FAIL_ON_SKIP=1
+// (CI), since a skipped integration test proves nothing.
+void skip(const std::string& reason);
+// True when we may load BPF (root); otherwise calls skip() and returns false.
+bool require_root();
+
+// A child process, killed (SIGTERM, then SIGKILL after 2 s) when destroyed.
+class Proc {
+public:
+    Proc() = default;
+    Proc(Proc&& o) noexcept;
+    Proc& operator=(Proc&& o) noexcept;
+    Proc(const Proc&) = delete;
+    ~Proc();
+
+    pid_t pid() const { return pid_; }
+    bool running();
+    // Waits up to timeout; returns the exit status (WEXITSTATUS, or 128+signal), or -1.
+    int wait(double timeout_seconds);
+    void signal(int sig);
+    void kill_and_wait();
+    // Captured stdout/stderr so far (when spawned with capture).
+    std::string out() const;
+    std::string err() const;
+    // Waits until stdout contains `needle`; returns the matching line or "".
+    std::string wait_for_output(const std::string& needle, double timeout_seconds);
+
+    friend Proc spawn(const std::vector<std::string>&, const std::map<std::string, std::string>&, bool);
+
+private:
+    pid_t pid_ = -1;
+    int status_ = -1;
+    bool reaped_ = false;
+    std::string out_path_, err_path_;
+};
+
+// Starts argv[0] (absolute path, or searched in PATH) with extra environment; stdout and
+// stderr go to temp files readable through out()/err().
+Proc spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+           bool new_session = false);
+
+struct RunResult {
+    int rc = -1;                 // exit status, 128+signal, or -1 on timeout (then killed)
+    std::string out, err;
+    nlohmann::json json;         // parsed stdout when it is JSON (else null)
+};
+// Runs a command to completion with a timeout.
+RunResult run(const std::vector<std::string>& argv, double timeout_seconds,
+              const std::map<std::string, std::string>& env = {});
+// Runs `qscope args...`; json parsed when stdout is JSON.
+RunResult run_qscope(const std::vector<std::string>& args, double timeout_seconds);
+// `sh -c cmd`, stdout returned; rc optional.
+std::string sh(const std::string& cmd, int* rc = nullptr);
+
+// Starts one of our test targets and waits for its "READY port=N" line.
+struct Server {
+    Proc proc;
+    uint16_t port = 0;
+};
+Server start_target(const std::string& name, const std::vector<std::string>& args, double timeout_seconds = 10);
+
+bool wait_for_port(uint16_t port, double timeout_seconds, const char* host = "127.0.0.1");
+void sleep_s(double seconds);
+double now_s();  // monotonic seconds
+
+// ---- oracles ----------------------------------------------------------------------------
+struct SsSocket {
+    std::string state;           // LISTEN, ESTAB, ...
+    uint64_t recvq = 0, sendq = 0;
+    std::string local, peer;     // "ip:port"
+    uint16_t local_port = 0, peer_port = 0;
+    std::vector<int> pids;       // from users:(...) when -p was used
+};
+// `ss -Htan -p [filter]`, parsed. filter e.g. "sport = :8080".
+std::vector<SsSocket> ss(const std::string& filter = "", bool listening = false);
+// Recv-Q of the listening socket on `port` (current accept-queue depth), or -1.
+int64_t ss_listen_recvq(uint16_t port);
+// TcpExt counter from /proc/net/netstat, e.g. "ListenOverflows".
+uint64_t netstat_counter(const std::string& name);
+// /proc/PID/task/*: per-thread comm, state letter and syscall number (-1 running).
+struct TaskState {
+    int tid = 0;
+    std::string comm;
+    char state = '?';
+    long syscall = -2;           // -1 running in user space, -2 unknown
+};
+std::vector<TaskState> proc_tasks(pid_t pid);
+uint64_t proc_rss_kib(pid_t pid);
+// Reads a one-line JSON counters file written by our targets; null if absent/partial.
+nlohmann::json read_counters(const std::string& path);
+std::string temp_dir(const std::string& prefix);  // fresh directory under /tmp
+// Minimal blocking HTTP/1.0 GET; returns the body ("" on failure). For stub_status etc.
+std::string http_get(const std::string& host, uint16_t port, const std::string& path, double timeout_seconds = 5);
+
+}  // namespace qs_test

@@ -1,0 +1,173 @@
+// The verdict on snapshots of each shape an operator meets.
+#include <catch2/catch.hpp>
+
+#include "collector.h"
+
+using namespace qscope;
+
+static Listener listener(uint16_t port, uint32_t q, uint32_t backlog, uint64_t overflows = 0) {
+    Listener l;
+    l.port = port;
+    l.accept_queue = q;
+    l.accept_queue_max = q;
+    l.backlog = backlog;
+    l.overflows = overflows;
+    return l;
+}
+
+static Wait futex_wait(const std::string& group, int threads, std::vector<std::string> stack) {
+    Wait w;
+    w.group = group;
+    w.syscall = "futex";
+    w.kind = "futex";
+    w.resource = "futex:0x7f00";
+    w.threads_now = threads;
+    w.waiters_now = threads;
+    w.stack = std::move(stack);
+    return w;
+}
+
+static DownstreamPeer peer(const std::string& name, uint64_t conns, uint64_t busy, double oldest = 0.05) {
+    DownstreamPeer d;
+    d.peer = name;
+    d.connections = conns;
+    d.busy = busy;
+    d.busy_max = busy;
+    d.oldest_busy_seconds = oldest;
+    return d;
+}
+
+TEST_CASE("idle server: no queue", "[verdict]") {
+    Snapshot s;
+    s.listeners.push_back(listener(8080, 0, 128));
+    compute_verdict(s);
+    CHECK(s.verdict.stage == "none");
+    CHECK(s.verdict.severity == "ok");
+    CHECK(s.verdict.summary == "no queue: nothing is waiting");
+}
+
+TEST_CASE("platform threads at a saturated pool: the pool is the limit, the connector a consequence", "[verdict]") {
+    Snapshot s;
+    s.listeners.push_back(listener(8080, 3, 100));
+    s.requests.in_flight = 200;
+    s.requests.waiting_unread = 6800;
+    s.downstream.push_back(peer("127.0.0.1:5432", 10, 10));
+    s.downstream.push_back(peer("127.0.0.1:6379", 4, 0));
+    s.waits.push_back(futex_wait("http-nio-8080-exec", 190,
+                                 {"__futex_abstimed_wait_common+0x7c (libc.so.6)", "Parker::park+0x1a (libjvm.so)",
+                                  "HikariPool.getConnection (perf-map)"}));
+    // GC threads park too; they must not count as requests.
+    s.waits.push_back(futex_wait("GC Thread", 2, {"__futex_abstimed_wait_common (libc.so.6)"}));
+    compute_verdict(s);
+    CHECK(s.verdict.stage == "gate");
+    CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
+    CHECK(s.verdict.summary ==
+          "requests queue at the pool to 127.0.0.1:5432: 10 of 10 connections busy, 190 threads waiting; "
+          "6,800 requests unread in the connector; 3 connections in the accept queue of :8080 (backlog 100)");
+    CHECK(s.verdict.severity == "critical");
+    REQUIRE(!s.verdict.ranking.empty());
+    CHECK(s.verdict.ranking.front().stage == "connector");  // most waiters, yet not the limit
+}
+
+TEST_CASE("futex waiters are capped by what is in flight", "[verdict]") {
+    Snapshot s;
+    s.listeners.push_back(listener(8080, 0, 128));
+    s.requests.in_flight = 3;
+    s.waits.push_back(futex_wait("worker", 50, {"queue_pop+0x10 (server)"}));
+    compute_verdict(s);
+    CHECK(s.verdict.stage == "gate");
+    CHECK(s.verdict.waiting == 3);
+    CHECK(s.verdict.where == "queue_pop");
+}
+
+TEST_CASE("silent partner: every worker waits on one peer", "[verdict]") {
+    Snapshot s;
+    s.listeners.push_back(listener(8080, 0, 128));
+    s.requests.in_flight = 200;
+    s.requests.waiting_unread = 40;
+    s.downstream.push_back(peer("10.0.0.7:443", 200, 200, 31.5));
+    compute_verdict(s);
+    CHECK(s.verdict.stage == "downstream");
+    CHECK(s.verdict.where == "10.0.0.7:443");
+    CHECK(s.verdict.summary ==
+          "requests wait on 10.0.0.7:443: 200 calls awaiting a reply, oldest 31.5s; 40 requests unread in the connector");
+}
+
+TEST_CASE("slow acceptor: the accept queue is the limit and overflows are named", "[verdict]") {
+    Snapshot s;
+    s.listeners.push_back(listener(9000, 129, 128, 57));
+    compute_verdict(s);
+    CHECK(s.verdict.stage == "accept_queue");
+    CHECK(s.verdict.where == ":9000");
+    CHECK(s.verdict.summary ==
+          "129 connections in the accept queue of :9000 (backlog 128); 57 connections overflowed the accept queue");
+    CHECK(s.verdict.severity == "critical");
+}
+
+TEST_CASE("too few workers: requests unread in the connector", "[verdict]") {
+    Snapshot s;
+    s.listeners.push_back(listener(8080, 0, 128));
+    s.requests.in_flight = 8;
+    s.requests.waiting_unread = 120;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == "connector");
+    CHECK(s.verdict.waiting == 120);
+}
+
+TEST_CASE("CPU starvation shows as cpu", "[verdict]") {
+    Snapshot s;
+    s.requests.in_flight = 16;
+    ThreadGroup g;
+    g.name = "qs-worker";
+    g.threads = 16;
+    g.running = 2;
+    g.runnable = 14;
+    s.thread_groups.push_back(g);
+    compute_verdict(s);
+    CHECK(s.verdict.stage == "cpu");
+    CHECK(s.verdict.where == "qs-worker");
+    CHECK(s.verdict.waiting == 14);
+}
+
+TEST_CASE("stalled carriers", "[verdict]") {
+    Snapshot s;
+    s.requests.in_flight = 4;
+    s.carriers.detected = true;
+    s.carriers.pattern = "ForkJoinPool-1-worker";
+    s.carriers.threads = 2;
+    s.carriers.stalled = 2;
+    CarrierStall st;
+    st.reason = "native call";
+    st.syscall = "clock_nanosleep";
+    s.carriers.stalls.push_back(st);
+    compute_verdict(s);
+    CHECK(s.verdict.stage == "carriers");
+    CHECK(s.verdict.summary == "2 of 2 carrier threads stalled (native call in clock_nanosleep)");
+}
+
+TEST_CASE("virtual threads: hidden gate in front of a saturated pool", "[verdict]") {
+    Snapshot s;
+    s.listeners.push_back(listener(8080, 0, 100));
+    s.requests.in_flight = 1500;
+    s.carriers.detected = true;
+    s.carriers.threads = 2;
+    s.carriers.running = 1;
+    CarrierThread c1{101, "ForkJoinPool-1-worker-1", "idle"};
+    s.carriers.per_carrier.push_back(c1);
+    s.downstream.push_back(peer("127.0.0.1:5432", 10, 10));
+    // an idle carrier's futex park is not a gate
+    s.waits.push_back(futex_wait("ForkJoinPool-1-worker", 1, {"ForkJoinPool.awaitWork"}));
+    compute_verdict(s);
+    CHECK(s.parked_in_runtime == 1500 - 10 - 1);
+    CHECK(s.verdict.stage == "gate");
+    CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
+    CHECK(s.verdict.summary ==
+          "requests queue at the pool to 127.0.0.1:5432: 10 of 10 connections busy, 1,489 requests parked in the runtime");
+}
+
+TEST_CASE("an exited target is marked in the summary", "[verdict]") {
+    Snapshot s;
+    s.target.exited = true;
+    compute_verdict(s);
+    CHECK(s.verdict.summary.rfind("(target exited)", 0) == 0);
+}

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# qscope's cost, measured side by side in one run: interleaved rounds of the same load with
+# and without qscope attached, reported as ratios with their spread (never absolute times
+# compared across runs). Needs root. Loopback only; bounded.
+#
+#   sudo bench/overhead.sh [--rounds N=5] [--seconds S=5] [--out FILE]
+#
+# (a) wrk → nginx serving a static 2-byte response (~4 us/request, the worst case):
+#     baseline | qscope attached to another process | qscope attached to nginx
+# (b) the bundled qs_server with a realistic 2 ms service time under qs_load
+# (c) syscall micro-benchmarks: getppid, futex wake, loopback ping-pong; baseline |
+#     qscope attached elsewhere (filtered-out cost) | qscope attached to the benchmark
+# plus, from the kernel's own accounting (kernel.bpf_stats_enabled), each qscope program's
+# average ns per invocation and invocations/s, and the collector's CPU % and RSS.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+ROUNDS=5 SECS=5 OUT=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --rounds) ROUNDS=$2; shift 2;;
+    --seconds) SECS=$2; shift 2;;
+    --out) OUT=$2; shift 2;;
+    *) echo "usage: $0 [--rounds N] [--seconds S] [--out FILE]" >&2; exit 2;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "bench: needs root (BPF)" >&2; exit 1; }
+B=${QSCOPE_BUILD_DIR:-build}
+cmake --build "$B" -j2 --target qscope qs_server qs_load qs_syscall_bench >/dev/null
+Q=$B/qscope T=$B/targets
+work=$(mktemp -d /tmp/qscope-bench-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [[ -f $work/nginx.pid ]] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  sysctl -qw kernel.bpf_stats_enabled="${old_stats:-0}" || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+sysctl -qw kernel.bpf_stats_enabled=1
+results=$work/results.tsv
+: >"$results"
+
+ready_port() { for _ in $(seq 200); do grep -q 'READY port=' "$1" 2>/dev/null && { sed -n 's/.*READY port=\([0-9]*\).*/\1/p' "$1" | head -1; return; }; sleep 0.05; done; echo "not ready: $1" >&2; exit 1; }
+
+# --- peers -------------------------------------------------------------------------------
+mkdir -p "$work/nginx/logs"
+cat >"$work/nginx.conf" <<NGX
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/nginx/logs/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  server { listen 127.0.0.1:25080 backlog=1024; location / { return 200 "ok"; } }
+}
+NGX
+nginx -c "$work/nginx.conf" -p "$work/nginx"
+sleep 0.5
+nginx_worker=$(pgrep -P "$(cat "$work/nginx.pid")" | head -1)
+$T/qs_server --port 0 --workers 2 >"$work/idle.log" 2>&1 & pids+=($!); idle_pid=$!
+ready_port "$work/idle.log" >/dev/null
+
+# Starts qscope attached to $1 and waits until its probes are loaded; echoes its pid.
+attach() {
+  local log=$work/qscope-$RANDOM.log
+  $Q snapshot --pid "$1" --duration 3600 >"$log" 2>&1 &
+  local qp=$!
+  for _ in $(seq 200); do grep -q 'observing PID' "$log" 2>/dev/null && break; kill -0 $qp 2>/dev/null || { cat "$log" >&2; exit 1; }; sleep 0.05; done
+  sleep 0.5   # first tick: seeding of existing sockets/threads is done
+  echo $qp
+}
+detach() { kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+# Per-program stats of qscope's programs (names are set by our .bpf.c files).
+prog_stats() { bpftool prog show -j 2>/dev/null | python3 -c '
+import json,sys
+for p in json.load(sys.stdin):
+    if p.get("run_cnt"): print(p.get("name","?"), p["run_cnt"], p["run_time_ns"])'; }
+
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }  # bench condition round value
+
+# --- (a) wrk → nginx ----------------------------------------------------------------------
+echo "bench: (a) wrk -> nginx static, $ROUNDS rounds x 3 conditions x ${SECS}s" >&2
+for r in $(seq "$ROUNDS"); do
+  for cond in $(printf 'base\nother\ntarget\n' | shuf); do
+    qp=""
+    case $cond in other) qp=$(attach "$idle_pid");; target) qp=$(attach "$nginx_worker");; esac
+    [[ -n $qp ]] && { c0=$(cpu_ticks "$qp"); prog_stats >"$work/ps0"; }
+    rps=$(wrk -t1 -c32 -d"${SECS}s" http://127.0.0.1:25080/ 2>/dev/null | awk '/Requests\/sec/{print $2}')
+    record nginx "$cond" "$r" "$rps"
+    if [[ -n $qp ]]; then
+      c1=$(cpu_ticks "$qp")
+      record collector_cpu_pct "$cond" "$r" "$(python3 -c "print(($c1-$c0)/$(getconf CLK_TCK)/$SECS*100)")"
+      record collector_rss_kib "$cond" "$r" "$(rss_kib "$qp")"
+      prog_stats >"$work/ps1"
+      python3 - "$work/ps0" "$work/ps1" "$SECS" "$cond" "$r" >>"$results" <<'PY'
+import sys
+def load(p):
+    d={}
+    for l in open(p):
+        n,c,t=l.split(); d[n]=(int(c),int(t))
+    return d
+a,b=load(sys.argv[1]),load(sys.argv[2]); secs=float(sys.argv[3])
+for n,(c,t) in b.items():
+    c0,t0=a.get(n,(0,0))
+    if c>c0: print(f"prog:{n}\t{sys.argv[4]}\t{sys.argv[5]}\t{(t-t0)/(c-c0):.1f}|{(c-c0)/secs:.0f}")
+PY
+      detach "$qp"
+    fi
+  done
+done
+
+# --- (b) realistic service time --------------------------------------------------------------
+echo "bench: (b) qs_server 2 ms service time under qs_load" >&2
+$T/qs_server --port 0 --workers 16 --service-ms 2 >"$work/real.log" 2>&1 & pids+=($!); real_pid=$!
+real_port=$(ready_port "$work/real.log")
+for r in $(seq "$ROUNDS"); do
+  for cond in $(printf 'base\ntarget\n' | shuf); do
+    qp=""; [[ $cond == target ]] && qp=$(attach "$real_pid")
+    rps=$($T/qs_load --host 127.0.0.1 --port "$real_port" --connections 16 --duration "$SECS" 2>/dev/null |
+          python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["rps"])')
+    record realistic "$cond" "$r" "$rps"
+    [[ -n $qp ]] && detach "$qp"
+  done
+done
+
+# --- (c) syscall micro-benchmarks ---------------------------------------------------------------
+echo "bench: (c) syscall micro-benchmarks" >&2
+micro() {  # mode iterations condition round
+  local f=$work/go-$RANDOM
+  $B/bench/qs_syscall_bench "$1" "$2" --wait-file "$f" >"$work/micro.log" 2>&1 &
+  local bp=$! qp=""
+  for _ in $(seq 100); do grep -q READY "$work/micro.log" && break; sleep 0.02; done
+  case $3 in other) qp=$(attach "$idle_pid");; target) qp=$(attach "$bp");; esac
+  touch "$f"; wait "$bp" || true
+  record "micro_$1" "$3" "$4" "$(sed -n 's/.*ns_per_op=\([0-9.]*\).*/\1/p' "$work/micro.log")"
+  [[ -n $qp ]] && detach "$qp"
+  rm -f "$f"
+}
+for r in $(seq "$ROUNDS"); do
+  for cond in $(printf 'base\nother\ntarget\n' | shuf); do
+    micro getppid 3000000 "$cond" "$r"
+    micro futex 3000000 "$cond" "$r"
+    micro pingpong 100000 "$cond" "$r"
+  done
+done
+
+# --- report --------------------------------------------------------------------------------------
+python3 - "$results" <<'PY' | tee "${OUT:-/dev/null}"
+import sys, statistics as st, collections
+rows=[l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+by=collections.defaultdict(dict)
+for bench,cond,rnd,val in rows:
+    by[bench].setdefault(cond,{})[rnd]=val
+def ratios(bench, cond, base="base"):
+    d=by[bench]; out=[]
+    for rnd,v in d.get(cond,{}).items():
+        b=d.get(base,{}).get(rnd)
+        if b and v and float(b)>0: out.append(float(v)/float(b))
+    return out
+def fmt(rs, invert=False):
+    if not rs: return "n/a"
+    med=st.median(rs); lo,hi=min(rs),max(rs)
+    return f"{(med-1)*100:+.1f}% (range {(lo-1)*100:+.1f}%..{(hi-1)*100:+.1f}%, n={len(rs)})"
+print("| benchmark | condition | change vs. baseline, median of paired rounds |")
+print("|---|---|---|")
+for cond,label in (("other","qscope attached to another process"),("target","qscope attached to nginx")):
+    print(f"| (a) wrk → nginx static, req/s | {label} | {fmt(ratios('nginx',cond))} |")
+print(f"| (b) qs_server 2 ms service, req/s | qscope attached | {fmt(ratios('realistic','target'))} |")
+for m in ("getppid","futex","pingpong"):
+    b=f"micro_{m}"
+    for cond,label in (("other","filtered out (attached elsewhere)"),("target","targeted")):
+        d=by[b]; diffs=[]
+        for rnd,v in d.get(cond,{}).items():
+            base=d.get("base",{}).get(rnd)
+            if base: diffs.append(float(v)-float(base))
+        if diffs: print(f"| (c) {m}, ns/op | {label} | {st.median(diffs):+.1f} ns (range {min(diffs):+.1f}..{max(diffs):+.1f}) |")
+for cond in ("other","target"):
+    cpu=[float(v) for v in by["collector_cpu_pct"].get(cond,{}).values()]
+    rss=[float(v) for v in by["collector_rss_kib"].get(cond,{}).values()]
+    if cpu: print(f"| collector during (a) | {cond} | CPU {st.median(cpu):.2f}% of a core, RSS {st.median(rss)/1024:.1f} MiB |")
+print()
+print("| BPF program (during (a), qscope on nginx) | avg ns per run | runs/s |")
+print("|---|---|---|")
+progs=collections.defaultdict(list)
+for bench,cond,rnd,val in rows:
+    if bench.startswith("prog:") and cond=="target":
+        ns,rate=val.split("|"); progs[bench[5:]].append((float(ns),float(rate)))
+for n,v in sorted(progs.items()):
+    print(f"| {n} | {st.median([a for a,_ in v]):.0f} | {st.median([b for _,b in v]):.0f} |")
+PY

@@ -1,0 +1,158 @@
+// qs_downstream: the peer behind qs_server — a stand-in for a database or partner API.
+// Thread per connection; each "\n"-terminated line gets "y\n" after --delay-ms. --silent
+// reads forever and never answers, like a partner whose client has no read timeout.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+int g_port = -1;
+std::string g_addr = "127.0.0.1";
+long g_delay_ms = 0;
+bool g_silent = false;
+
+[[noreturn]] void usage(const char* why) {
+    std::fprintf(stderr, "qs_downstream: %s\nusage: qs_downstream --port P [--addr A] [--delay-ms D] [--silent]\n",
+                 why);
+    std::exit(2);
+}
+
+long parse_num(const char* flag, const std::string& v, long lo, long hi) {
+    char* end = nullptr;
+    errno = 0;
+    long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno != 0 || n < lo || n > hi) {
+        std::fprintf(stderr, "qs_downstream: bad value '%s' for %s\n", v.c_str(), flag);
+        std::exit(2);
+    }
+    return n;
+}
+
+void sleep_ms(long ms) {
+    if (ms <= 0) return;
+    timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+bool write_all(int fd, const char* p, size_t n) {
+    while (n > 0) {
+        ssize_t w = ::write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        p += w;
+        n -= static_cast<size_t>(w);
+    }
+    return true;
+}
+
+void* conn_main(void* arg) {
+    pthread_setname_np(pthread_self(), "ds-conn");
+    int fd = static_cast<int>(reinterpret_cast<long>(arg));
+    char buf[4096];
+    for (;;) {
+        ssize_t r = ::read(fd, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        if (g_silent) continue;
+        // One reply per line, each after the full delay (requests on one connection are
+        // serial, as on a real DB connection).
+        bool ok = true;
+        for (ssize_t i = 0; i < r && ok; ++i) {
+            if (buf[i] != '\n') continue;
+            sleep_ms(g_delay_ms);
+            ok = write_all(fd, "y\n", 2);
+        }
+        if (!ok) break;
+    }
+    ::close(fd);
+    return nullptr;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i], val;
+        bool has_eq = false;
+        if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+            val = a.substr(eq + 1);
+            a = a.substr(0, eq);
+            has_eq = true;
+        }
+        auto next = [&]() -> std::string {
+            if (has_eq) return val;
+            if (i + 1 >= argc) usage(("missing value for " + a).c_str());
+            return argv[++i];
+        };
+        if (a == "--port") g_port = static_cast<int>(parse_num("--port", next(), 0, 65535));
+        else if (a == "--addr") g_addr = next();
+        else if (a == "--delay-ms") g_delay_ms = parse_num("--delay-ms", next(), 0, 86400000);
+        else if (a == "--silent") g_silent = true;
+        else usage(("unknown flag " + a).c_str());
+    }
+    if (g_port < 0) usage("--port is required");
+    signal(SIGPIPE, SIG_IGN);
+
+    sockaddr_storage ss{};
+    socklen_t len;
+    int family;
+    if (inet_pton(AF_INET, g_addr.c_str(), &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr) == 1) {
+        auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+        sin->sin_family = family = AF_INET;
+        sin->sin_port = htons(static_cast<uint16_t>(g_port));
+        len = sizeof *sin;
+    } else if (inet_pton(AF_INET6, g_addr.c_str(), &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr) == 1) {
+        auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+        sin6->sin6_family = family = AF_INET6;
+        sin6->sin6_port = htons(static_cast<uint16_t>(g_port));
+        len = sizeof *sin6;
+    } else {
+        usage("bad --addr (want a numeric IPv4 or IPv6 address)");
+    }
+    int lfd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(lfd, 1024) != 0) {
+        std::fprintf(stderr, "qs_downstream: cannot listen on %s:%d: %s\n", g_addr.c_str(), g_port,
+                     std::strerror(errno));
+        return 1;
+    }
+    sockaddr_storage bound{};
+    socklen_t blen = sizeof bound;
+    getsockname(lfd, reinterpret_cast<sockaddr*>(&bound), &blen);
+    int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                           : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    std::printf("READY port=%d\n", port);
+    std::fflush(stdout);
+
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 128 * 1024);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    for (;;) {
+        int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) sleep_ms(10);
+            continue;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        pthread_t t;
+        if (pthread_create(&t, &attr, conn_main, reinterpret_cast<void*>(static_cast<long>(fd))) != 0)
+            ::close(fd);
+    }
+}

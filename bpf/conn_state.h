@@ -1,0 +1,287 @@
+/* Per-connection state machine of the sock probe family: ONE implementation, included by
+ * sock.bpf.c and unit-tested from C++ (tests/unit/sock_state_test.cpp) without root.
+ *
+ * Pure functions over a plain struct: each event (app read, app write, data arrival, accept,
+ * handshake, close) updates the connection and reports what changed in a struct
+ * qs_effects; the BPF side applies the effects to the shared per-port / per-peer gauges and
+ * histograms. Nothing here touches a map or a helper.
+ *
+ * Inbound (accepted from a target listener):
+ *   IDLE --read--> REQUEST --write--> RESPONSE --read--> REQUEST ...  (keep-alive)
+ *   A request is in flight from its first byte read to the first byte of its response
+ *   written. Latency is recorded at the FIRST response write, not the last: the last write
+ *   before the next read is only known when that read comes (or never, on close), which would
+ *   need a second timestamp per connection and a deferred record; the first write is what a
+ *   client waits for ("time to first byte") and is exact for the small responses this tool is
+ *   meant for. Pipelined requests read in one go count as one request (a documented limit).
+ * Outbound (connected by a target thread):
+ *   CONNECTING --established--> IDLE --write--> BUSY --read--> IDLE ...
+ *   A call is busy from its first request byte written to its first reply byte read.
+ *
+ * The connector queue ("bytes arrived, nobody read them") is tracked with one word of atomic
+ * bits, because arrivals run in softirq on any CPU while the app reads on another: a
+ * connection contributes 1 to waiting_unread exactly while its COUNTED bit is set, and every
+ * +1/-1 comes from the compare-and-swap that flipped that bit, so the gauge cannot drift.
+ */
+#ifndef QSCOPE_CONN_STATE_H
+#define QSCOPE_CONN_STATE_H
+
+#define QS_DIR_IN  1
+#define QS_DIR_OUT 2
+
+#define QS_ST_IDLE       0
+#define QS_ST_REQUEST    1   /* inbound: request being read / processed */
+#define QS_ST_RESPONSE   2   /* inbound: response started */
+#define QS_ST_CONNECTING 3   /* outbound: SYN_SENT */
+#define QS_ST_BUSY       4   /* outbound: request written, reply not yet read */
+
+/* qs_conn.flags (plain: written only by the thread that owns the transition) */
+#define QS_F_SEEDED 1        /* existed before attach */
+
+/* qs_conn.aflags (atomic: arrivals race with reads) */
+#define QS_A_UNREAD   1      /* receive queue holds request bytes the app has not read */
+#define QS_A_ACCEPTED 2      /* the app owns it (accept returned it, or it read from it) */
+#define QS_A_COUNTED  4      /* counted in waiting_unread: UNREAD && ACCEPTED */
+#define QS_A_RACED    (~(__u64)0)  /* qs_aflags_update lost every compare-and-swap */
+
+#define QS_MSG_PEEK 2        /* MSG_PEEK: reading without consuming starts nothing */
+
+/* Status classes, the index of per-class counters and histograms. */
+#define QS_STATUS_2XX 0
+#define QS_STATUS_3XX 1
+#define QS_STATUS_4XX 2
+#define QS_STATUS_5XX 3
+#define QS_STATUS_UNKNOWN 4
+#define QS_STATUS_CLASSES 5
+
+struct qs_conn {
+	__u64 t_start;   /* inbound: handshake done (accept wait starts); outbound: SYN_SENT */
+	__u64 t_req;     /* inbound: first request byte read; outbound: first request byte written */
+	__u64 t_unread;  /* inbound: request bytes waiting unread since */
+	__u64 aflags;    /* QS_A_*; 64-bit because BPF atomics on 32-bit words need -mcpu=v3 */
+	__u16 idx;       /* port index (inbound) or peer index (outbound) */
+	__u8 dir;        /* QS_DIR_* */
+	__u8 state;      /* QS_ST_* */
+	__u8 flags;      /* QS_F_* */
+	__u8 pad[3];
+};
+
+struct qs_effects {
+	__s32 d_in_flight;
+	__s32 d_unread;
+	__s32 d_busy;
+	__s32 d_conns;
+	__u64 latency_ns;     /* valid when record_latency */
+	__u64 call_ns;        /* valid when record_call */
+	__u64 accept_wait_ns; /* valid when record_accept_wait */
+	__u64 connect_ns;     /* valid when connect_ok */
+	__u8 record_latency;
+	__u8 record_call;
+	__u8 record_accept_wait;
+	__u8 accepted;        /* count an accept (with or without a wait) */
+	__u8 connect_ok;
+	__u8 connect_fail;
+	__u8 pad[2];
+};
+
+static __always_inline __u64 qs_age(__u64 now, __u64 since)
+{
+	return now > since ? now - since : 0;
+}
+
+/* Set/clear aflags bits and keep COUNTED == (UNREAD && ACCEPTED), reporting the gauge
+ * change. Returns the flags before the change (QS_A_RACED if every attempt lost a race,
+ * which leaves the gauge consistent with the bits, just not updated this time). */
+static __always_inline __u64 qs_aflags_update(struct qs_conn *c, __u64 set, __u64 clear,
+					      struct qs_effects *e)
+{
+	int i;
+	for (i = 0; i < 4; i++) {
+		__u64 old = c->aflags;
+		__u64 nw = (old | set) & ~clear;
+		int want = (nw & QS_A_UNREAD) && (nw & QS_A_ACCEPTED);
+		nw = want ? (nw | QS_A_COUNTED) : (nw & ~(__u64)QS_A_COUNTED);
+		if (nw == old)
+			return old;
+		if (__sync_val_compare_and_swap(&c->aflags, old, nw) == old) {
+			e->d_unread += ((nw & QS_A_COUNTED) ? 1 : 0) - ((old & QS_A_COUNTED) ? 1 : 0);
+			return old;
+		}
+	}
+	return QS_A_RACED;
+}
+
+static __always_inline void qs_conn_init_inbound(struct qs_conn *c, __u64 t_established, __u16 idx)
+{
+	__builtin_memset(c, 0, sizeof(*c));
+	c->dir = QS_DIR_IN;
+	c->state = QS_ST_IDLE;
+	c->idx = idx;
+	c->t_start = t_established;
+}
+
+static __always_inline void qs_conn_init_outbound(struct qs_conn *c, __u64 now, __u16 idx)
+{
+	__builtin_memset(c, 0, sizeof(*c));
+	c->dir = QS_DIR_OUT;
+	c->state = QS_ST_CONNECTING;
+	c->idx = idx;
+	c->t_start = now;
+}
+
+/* A connection that existed before attach, found in the target's fd table (or returned by
+ * accept with no handshake seen). Inbound: owned by the app, idle, so its first read starts a
+ * request; unread_bytes > 0 puts it in the connector queue now. Outbound: established, idle. */
+static __always_inline void qs_conn_seed(struct qs_conn *c, __u8 dir, __u16 idx, __u64 now,
+					 __u32 unread_bytes, struct qs_effects *e)
+{
+	__builtin_memset(c, 0, sizeof(*c));
+	c->dir = dir;
+	c->idx = idx;
+	c->state = QS_ST_IDLE;
+	c->flags = QS_F_SEEDED;
+	e->d_conns += 1;
+	if (dir == QS_DIR_IN) {
+		c->t_unread = now;
+		qs_aflags_update(c, QS_A_ACCEPTED | (unread_bytes ? QS_A_UNREAD : 0), 0, e);
+	}
+}
+
+/* accept()/accept4() returned this connection to the app. */
+static __always_inline void qs_on_accept(struct qs_conn *c, __u64 now, struct qs_effects *e)
+{
+	__u64 old;
+	if (c->dir != QS_DIR_IN)
+		return;
+	old = qs_aflags_update(c, QS_A_ACCEPTED, 0, e);
+	if (old == QS_A_RACED || (old & QS_A_ACCEPTED))
+		return;
+	e->accepted = 1;
+	e->d_conns += 1;
+	if (c->t_start && !(c->flags & QS_F_SEEDED)) {
+		e->record_accept_wait = 1;
+		e->accept_wait_ns = qs_age(now, c->t_start);
+	}
+}
+
+/* Bytes arrived (softirq). unread_bytes: receive queue now (rcv_nxt - copied_seq, no FIN). */
+static __always_inline void qs_on_arrival(struct qs_conn *c, __u64 now, __u32 unread_bytes,
+					  struct qs_effects *e)
+{
+	__u64 old;
+	if (c->dir != QS_DIR_IN || unread_bytes == 0 || (c->aflags & QS_A_UNREAD))
+		return;
+	old = qs_aflags_update(c, QS_A_UNREAD, 0, e);
+	if (old != QS_A_RACED && !(old & QS_A_UNREAD))
+		c->t_unread = now;
+}
+
+/* The app read `ret` bytes (sock_recv_length); unread_after: bytes still queued after it. */
+static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, int flags,
+				       __u32 unread_after, struct qs_effects *e)
+{
+	if (ret <= 0 || (flags & QS_MSG_PEEK))
+		return;
+	if (c->dir == QS_DIR_OUT) {
+		if (c->state == QS_ST_BUSY) {
+			c->state = QS_ST_IDLE;
+			e->d_busy -= 1;
+			e->record_call = 1;
+			e->call_ns = qs_age(now, c->t_req);
+		}
+		return;
+	}
+	/* Reading proves ownership even when accept was not seen (io_uring, pre-attach). */
+	if (!(c->aflags & QS_A_ACCEPTED)) {
+		__u64 old = qs_aflags_update(c, QS_A_ACCEPTED, 0, e);
+		if (old != QS_A_RACED && !(old & QS_A_ACCEPTED)) {
+			e->accepted = 1;
+			e->d_conns += 1;
+		}
+	}
+	if (!unread_after)
+		qs_aflags_update(c, 0, QS_A_UNREAD, e);
+	if (c->state != QS_ST_REQUEST) {
+		c->state = QS_ST_REQUEST;
+		c->t_req = now;
+		e->d_in_flight += 1;
+	}
+}
+
+/* The app wrote `ret` bytes (sock_send_length). Returns 1 when this write is the first of a
+ * response: the caller then classifies its status line. */
+static __always_inline int qs_on_write(struct qs_conn *c, __u64 now, int ret, struct qs_effects *e)
+{
+	if (ret <= 0)
+		return 0;
+	if (c->dir == QS_DIR_OUT) {
+		if (c->state == QS_ST_IDLE) {
+			c->state = QS_ST_BUSY;
+			c->t_req = now;
+			e->d_busy += 1;
+		}
+		return 0;
+	}
+	if (c->state != QS_ST_REQUEST)
+		return 0;
+	c->state = QS_ST_RESPONSE;
+	e->d_in_flight -= 1;
+	e->record_latency = 1;
+	e->latency_ns = qs_age(now, c->t_req);
+	return 1;
+}
+
+/* Outbound SYN_SENT -> ESTABLISHED. */
+static __always_inline void qs_on_established(struct qs_conn *c, __u64 now, struct qs_effects *e)
+{
+	if (c->dir != QS_DIR_OUT || c->state != QS_ST_CONNECTING)
+		return;
+	c->state = QS_ST_IDLE;
+	e->connect_ok = 1;
+	e->connect_ns = qs_age(now, c->t_start);
+	e->d_conns += 1;
+}
+
+/* -> TCP_CLOSE: undo every gauge this connection holds. The entry is deleted after. */
+static __always_inline void qs_on_close(struct qs_conn *c, struct qs_effects *e)
+{
+	if (c->dir == QS_DIR_OUT) {
+		if (c->state == QS_ST_CONNECTING) {
+			e->connect_fail = 1;
+		} else {
+			e->d_conns -= 1;
+			if (c->state == QS_ST_BUSY)
+				e->d_busy -= 1;
+		}
+		c->state = QS_ST_IDLE;
+		return;
+	}
+	if (c->state == QS_ST_REQUEST)
+		e->d_in_flight -= 1;
+	if (c->aflags & QS_A_ACCEPTED)
+		e->d_conns -= 1;
+	qs_aflags_update(c, 0, QS_A_UNREAD | QS_A_ACCEPTED, e);
+	c->state = QS_ST_IDLE;
+}
+
+/* "HTTP/1.x NNN" at the start of a response -> QS_STATUS_*. Only these 12 bytes are ever
+ * looked at; anything else (HTTP/2 frames, TLS records, a short first write) is unknown. */
+static __always_inline int qs_http_status_class(const unsigned char *b, int n)
+{
+	if (n < 12)
+		return QS_STATUS_UNKNOWN;
+	if (b[0] != 'H' || b[1] != 'T' || b[2] != 'T' || b[3] != 'P' || b[4] != '/' ||
+	    b[5] != '1' || b[6] != '.' || b[8] != ' ')
+		return QS_STATUS_UNKNOWN;
+	if (b[10] < '0' || b[10] > '9' || b[11] < '0' || b[11] > '9')
+		return QS_STATUS_UNKNOWN;
+	switch (b[9]) {
+	case '2': return QS_STATUS_2XX;
+	case '3': return QS_STATUS_3XX;
+	case '4': return QS_STATUS_4XX;
+	case '5': return QS_STATUS_5XX;
+	default: return QS_STATUS_UNKNOWN;
+	}
+}
+
+#endif

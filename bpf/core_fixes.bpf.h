@@ -1,0 +1,51 @@
+/* Kernel-version drift for the sock probes, in one place. Each shim cites the change. */
+#ifndef QSCOPE_CORE_FIXES_BPF_H
+#define QSCOPE_CORE_FIXES_BPF_H
+
+#include <bpf/bpf_core_read.h>
+
+/* include/net/sock.h: enum sock_flags. SOCK_DONE (a FIN was received) has been bit 1 since
+ * 2.6; the macros around it (sock_flag()) are not in vmlinux.h. */
+#define QS_SOCK_DONE 1
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+#ifndef IPPROTO_TCP
+#define IPPROTO_TCP 6
+#endif
+
+/* include/net/tcp_states.h */
+#define QS_TCP_ESTABLISHED 1
+#define QS_TCP_SYN_SENT 2
+#define QS_TCP_SYN_RECV 3
+#define QS_TCP_CLOSE 7
+#define QS_TCP_CLOSE_WAIT 8
+#define QS_TCP_LISTEN 10
+
+/* Hooks and where they came from (the collector feature-probes each before load):
+ *  - tp_btf/sock_recv_length, sock_send_length: include/trace/events/sock.h, v6.3.
+ *  - tp_btf/sk_data_ready: include/trace/events/sock.h, v6.6.
+ *  - tp_btf/kfree_skb with rx_sk (4th argument): v6.12 or later. Before it the listener of a dropped ACK is not in the event; this object is
+ *    built for the 4-argument form and the collector disables the program on older kernels
+ *    (overflows then come from sk_drops alone, including SYN-stage ones).
+ *  - skb_drop_reason TCP_LISTEN_OVERFLOW: v5.19; its value is taken via CO-RE below. */
+static __always_inline int qs_reason_listen_overflow(void)
+{
+	return bpf_core_enum_value(enum skb_drop_reason, SKB_DROP_REASON_TCP_LISTEN_OVERFLOW);
+}
+
+/* ss's Recv-Q for an established socket is rcv_nxt - copied_seq, which counts a received FIN
+ * as one byte; a FIN is not a request, so it is taken off. */
+static __always_inline __u32 qs_unread_bytes(__u32 rcv_nxt, __u32 copied_seq, unsigned long skc_flags)
+{
+	__s32 d = (__s32)(rcv_nxt - copied_seq);
+	if (d > 0 && (skc_flags & (1UL << QS_SOCK_DONE)))
+		d -= 1;
+	return d > 0 ? (__u32)d : 0;
+}
+
+#endif

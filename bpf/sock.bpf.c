@@ -1,0 +1,664 @@
+// SPDX-License-Identifier: GPL-2.0
+/* The sock probe family: accept queue, connector queue, in flight (server side) and
+ * downstream peers (client side) of one target process. See KERNEL-NOTES.md for how each hook
+ * was verified on the development kernel, and conn_state.h for the per-connection machine.
+ *
+ * Cost: every program that runs in the target's own threads filters on targ_tgid first.
+ * Programs that run in softirq (sk_data_ready, inet_sock_set_state for accepted children,
+ * kfree_skb) cannot; they filter on a cheap field first (state, reason) and then do one hash
+ * lookup.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#include "core_fixes.bpf.h"
+#include "sock.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile __u32 targ_tgid = 0;
+
+/* Aggregates (see sock.h): mmapped by the skeleton, read in place by the collector. */
+struct qs_port_stats port_stats[QS_MAX_PORTS];
+struct qs_hist port_hists[QS_MAX_PORTS * QS_PORT_HISTS];
+struct qs_peer_stats peer_stats[QS_MAX_PEERS];
+struct qs_hist peer_hists[QS_MAX_PEERS * QS_PEER_HISTS];
+__u64 next_port_idx = 0;   /* allocator shared with user space (atomic adds on both sides) */
+__u64 next_peer_idx = 0;
+__u64 lost_conn_full = 0;  /* connections not tracked: conns map full */
+__u64 lost_peer_full = 0;  /* peer index map full (folded into "other", not lost) */
+__u64 lost_port_full = 0;  /* listening ports beyond QS_MAX_PORTS */
+
+/* The connection table: struct sock * -> state. Sized from Config before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct qs_conn);
+} conns SEC(".maps");
+
+/* Listening port (host order) -> port index. Filled by user space (listeners found via
+ * /proc/PID/fd + sock_diag) and by listen() in the target. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QS_MAX_PORTS * 2);
+	__type(key, __u32);
+	__type(value, __u32);
+} port_idx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QS_MAX_PEERS * 8);
+	__type(key, struct qs_peer_key);
+	__type(value, __u32);
+} peer_idx SEC(".maps");
+
+/* First ACK-stage overflow drop per client (address, port): the true start of its accept
+ * wait. LRU: entries of clients that gave up are evicted, never leaked. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct qs_client_key);
+	__type(value, __u64);
+} overflow_first SEC(".maps");
+
+static __always_inline int is_target(void)
+{
+	return (bpf_get_current_pid_tgid() >> 32) == targ_tgid;
+}
+
+/* max = max(max, v) without losing a concurrent larger value. */
+static __always_inline void atomic_max(__s64 *max, __s64 v)
+{
+	int i;
+	for (i = 0; i < 4; i++) {
+		__s64 cur = *max;
+		if (v <= cur)
+			return;
+		if (__sync_val_compare_and_swap(max, cur, v) == cur)
+			return;
+	}
+}
+
+static __always_inline void gauge_add(__s64 *g, __s64 *max, __s32 d)
+{
+	__s64 now;
+	if (!d)
+		return;
+	now = __sync_fetch_and_add(g, (__s64)d) + d;
+	if (d > 0 && max)
+		atomic_max(max, now);
+}
+
+static __always_inline struct qs_port_stats *port_at(__u32 idx)
+{
+	if (idx >= QS_MAX_PORTS)
+		return 0;
+	return &port_stats[idx];
+}
+
+static __always_inline struct qs_hist *port_hist(__u32 idx, __u32 kind)
+{
+	__u32 i = idx * QS_PORT_HISTS + kind;
+	if (idx >= QS_MAX_PORTS || kind >= QS_PORT_HISTS || i >= QS_MAX_PORTS * QS_PORT_HISTS)
+		return 0;
+	return &port_hists[i];
+}
+
+static __always_inline struct qs_peer_stats *peer_at(__u32 idx)
+{
+	if (idx >= QS_MAX_PEERS)
+		return 0;
+	return &peer_stats[idx];
+}
+
+static __always_inline struct qs_hist *peer_hist(__u32 idx, __u32 kind)
+{
+	__u32 i = idx * QS_PEER_HISTS + kind;
+	if (idx >= QS_MAX_PEERS || kind >= QS_PEER_HISTS || i >= QS_MAX_PEERS * QS_PEER_HISTS)
+		return 0;
+	return &peer_hists[i];
+}
+
+static __always_inline void hist_add(struct qs_hist *h, __u64 v)
+{
+	if (h)
+		qs_hist_add(h, v);
+}
+
+/* Apply a transition's effects to the shared aggregates. status: class of a completed request. */
+static __always_inline void apply(const struct qs_conn *c, const struct qs_effects *e, int status)
+{
+	if (c->dir == QS_DIR_IN) {
+		struct qs_port_stats *p = port_at(c->idx);
+		if (!p)
+			return;
+		gauge_add(&p->in_flight, &p->in_flight_max, e->d_in_flight);
+		gauge_add(&p->waiting_unread, &p->waiting_unread_max, e->d_unread);
+		gauge_add(&p->connections, 0, e->d_conns);
+		if (e->accepted)
+			__sync_fetch_and_add(&p->accepted, 1);
+		if (e->record_accept_wait)
+			hist_add(port_hist(c->idx, QS_PH_ACCEPT_WAIT), e->accept_wait_ns);
+		if (e->record_latency) {
+			if (status < 0 || status >= QS_STATUS_CLASSES)
+				status = QS_STATUS_UNKNOWN;
+			__sync_fetch_and_add(&p->status[status & 7], 1);
+			hist_add(port_hist(c->idx, QS_PH_LATENCY + status), e->latency_ns);
+		}
+	} else {
+		struct qs_peer_stats *p = peer_at(c->idx);
+		if (!p)
+			return;
+		gauge_add(&p->busy, &p->busy_max, e->d_busy);
+		gauge_add(&p->connections, 0, e->d_conns);
+		if (e->record_call) {
+			__sync_fetch_and_add(&p->calls, 1);
+			hist_add(peer_hist(c->idx, QS_PEER_H_CALL), e->call_ns);
+		}
+		if (e->connect_ok) {
+			__sync_fetch_and_add(&p->connects, 1);
+			hist_add(peer_hist(c->idx, QS_PEER_H_CONNECT), e->connect_ns);
+		}
+		if (e->connect_fail)
+			__sync_fetch_and_add(&p->connect_failures, 1);
+	}
+}
+
+static __always_inline int lookup_port(__u16 port, __u32 *idx)
+{
+	__u32 key = port;
+	__u32 *v = bpf_map_lookup_elem(&port_idx, &key);
+	if (!v)
+		return 0;
+	*idx = *v;
+	return 1;
+}
+
+static __always_inline void fill_peer_key(struct qs_peer_key *k, const struct sock *sk)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->family = sk->__sk_common.skc_family;
+	k->port = bpf_ntohs(sk->__sk_common.skc_dport);
+	if (k->family == AF_INET6)
+		BPF_CORE_READ_INTO(&k->addr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	else
+		BPF_CORE_READ_INTO(&k->addr[0], sk, __sk_common.skc_daddr);
+}
+
+/* Peer key -> index, allocating one on first sight; past the cap, "other". */
+static __always_inline __u32 peer_index(const struct qs_peer_key *k)
+{
+	__u32 *v = bpf_map_lookup_elem(&peer_idx, k);
+	__u32 idx;
+	__u64 n;
+	struct qs_peer_stats *p;
+	if (v)
+		return *v;
+	n = __sync_fetch_and_add(&next_peer_idx, 1);
+	idx = n >= QS_PEER_OTHER ? QS_PEER_OTHER : (__u32)n;
+	p = peer_at(idx);
+	if (p && !p->used) {
+		p->key = *k;
+		p->used = 1;
+	}
+	if (bpf_map_update_elem(&peer_idx, k, &idx, BPF_NOEXIST)) {
+		/* Lost a race with another CPU for the same key: use its index. */
+		v = bpf_map_lookup_elem(&peer_idx, k);
+		if (v)
+			return *v;
+		__sync_fetch_and_add(&lost_peer_full, 1);
+		return QS_PEER_OTHER;
+	}
+	return idx;
+}
+
+static __always_inline __u32 sk_unread(struct sock *sk)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	return qs_unread_bytes(tp->rcv_nxt, tp->copied_seq, sk->__sk_common.skc_flags);
+}
+
+static __always_inline void conn_insert(__u64 key, const struct qs_conn *c)
+{
+	long err = bpf_map_update_elem(&conns, &key, c, BPF_ANY);
+	if (err)
+		__sync_fetch_and_add(&lost_conn_full, 1);
+}
+
+/* Insert unless present; 1 when inserted. A full map is counted, an existing entry is not. */
+static __always_inline int conn_insert_new(__u64 key, const struct qs_conn *c)
+{
+	long err = bpf_map_update_elem(&conns, &key, c, BPF_NOEXIST);
+	if (err == -17 /* EEXIST */)
+		return 0;
+	if (err) {
+		__sync_fetch_and_add(&lost_conn_full, 1);
+		return 0;
+	}
+	return 1;
+}
+
+/* ---- handshakes, connects, closes, listens ----------------------------------------------- */
+
+static __always_inline void on_listen(const struct sock *sk)
+{
+	__u32 port = sk->__sk_common.skc_num, idx;
+	__u64 n;
+	struct qs_port_stats *p;
+	if (lookup_port(port, &idx))
+		return;
+	n = __sync_fetch_and_add(&next_port_idx, 1);
+	idx = n >= QS_MAX_PORTS ? QS_MAX_PORTS : (__u32)n;
+	p = port_at(idx);
+	if (!p) {
+		__sync_fetch_and_add(&lost_port_full, 1);
+		return;
+	}
+	p->port = port;
+	bpf_map_update_elem(&port_idx, &port, &idx, BPF_NOEXIST);
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int newstate)
+{
+	__u64 key = (__u64)sk, now;
+	struct qs_conn *c, nc;
+	struct qs_effects e = {};
+	__u32 idx;
+
+	if (sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+
+	if (newstate == QS_TCP_ESTABLISHED && oldstate == QS_TCP_SYN_RECV) {
+		/* An accepted child (softirq): is its listener one of the target's? */
+		struct qs_client_key ck = {};
+		__u64 *first;
+		if (!lookup_port(sk->__sk_common.skc_num, &idx))
+			return 0;
+		now = bpf_ktime_get_ns();
+		ck.family = sk->__sk_common.skc_family;
+		ck.port = sk->__sk_common.skc_dport;
+		if (ck.family == AF_INET6)
+			BPF_CORE_READ_INTO(&ck.addr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+		else
+			BPF_CORE_READ_INTO(&ck.addr[0], sk, __sk_common.skc_daddr);
+		first = bpf_map_lookup_elem(&overflow_first, &ck);
+		if (first) {
+			/* The client finished its handshake at the first dropped ACK. */
+			if (*first < now)
+				now = *first;
+			bpf_map_delete_elem(&overflow_first, &ck);
+		}
+		qs_conn_init_inbound(&nc, now, idx);
+		conn_insert(key, &nc);
+		return 0;
+	}
+
+	if (newstate == QS_TCP_SYN_SENT) {
+		struct qs_peer_key pk;
+		if (!is_target())
+			return 0;
+		fill_peer_key(&pk, sk);
+		qs_conn_init_outbound(&nc, bpf_ktime_get_ns(), peer_index(&pk));
+		conn_insert(key, &nc);
+		return 0;
+	}
+
+	if (newstate == QS_TCP_ESTABLISHED && oldstate == QS_TCP_SYN_SENT) {
+		c = bpf_map_lookup_elem(&conns, &key);
+		if (!c)
+			return 0;
+		qs_on_established(c, bpf_ktime_get_ns(), &e);
+		apply(c, &e, 0);
+		return 0;
+	}
+
+	if (newstate == QS_TCP_CLOSE) {
+		c = bpf_map_lookup_elem(&conns, &key);
+		if (!c)
+			return 0;
+		qs_on_close(c, &e);
+		apply(c, &e, 0);
+		bpf_map_delete_elem(&conns, &key);
+		return 0;
+	}
+
+	if (newstate == QS_TCP_LISTEN && is_target())
+		on_listen(sk);
+	return 0;
+}
+
+/* ---- the app's reads and writes (current is the target thread) --------------------------- */
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(qs_recv, struct sock *sk, int ret, int flags)
+{
+	__u64 key = (__u64)sk;
+	struct qs_conn *c;
+	struct qs_effects e = {};
+
+	if (!is_target())
+		return 0;
+	if (ret <= 0)
+		return 0;
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (!c)
+		return 0;
+	qs_on_read(c, bpf_ktime_get_ns(), ret, flags, c->dir == QS_DIR_IN ? sk_unread(sk) : 0, &e);
+	apply(c, &e, 0);
+	return 0;
+}
+
+#define NR_write 1
+#define NR_sendto 44
+#define NR_sendmsg 46
+#define NR_writev 20
+#define NR_sendmmsg 307
+
+/* Status class of the response whose first bytes this write carries. Only the 12 bytes of
+ * the status line are copied. At sock_send_length the current thread is inside the syscall:
+ * its registers give the buffer (write/sendto), the iovec (writev), the msghdr (sendmsg). */
+static __always_inline int response_status(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	unsigned char buf[12];
+	const void *base = 0;
+	__u64 len = 0;
+	long nr;
+	unsigned long si, dx;
+	struct iovec iov;
+
+	if (!regs)
+		return QS_STATUS_UNKNOWN;
+	/* All three registers read up front: otherwise clang merges the dx load with the iovec
+	 * length load below and the verifier rejects one instruction on two pointer types. */
+	nr = regs->orig_ax;
+	si = regs->si;
+	dx = regs->dx;
+	barrier_var(dx);
+	if (nr == NR_write || nr == NR_sendto) {
+		base = (const void *)si;
+		len = dx;
+	} else if (nr == NR_writev || nr == NR_sendmsg || nr == NR_sendmmsg) {
+		const struct iovec *iovp = (const struct iovec *)si;
+		if (nr != NR_writev) {
+			/* struct mmsghdr begins with its struct msghdr */
+			struct user_msghdr mh;
+			if (bpf_probe_read_user(&mh, sizeof(mh), (const void *)si))
+				return QS_STATUS_UNKNOWN;
+			iovp = (const struct iovec *)mh.msg_iov;
+		}
+		if (bpf_probe_read_user(&iov, sizeof(iov), iovp))
+			return QS_STATUS_UNKNOWN;
+		base = iov.iov_base;
+		len = iov.iov_len;
+	} else {
+		return QS_STATUS_UNKNOWN;   /* sendfile, splice, io_uring: no user buffer here */
+	}
+	if (!base || len < sizeof(buf))
+		return QS_STATUS_UNKNOWN;
+	if (bpf_probe_read_user(buf, sizeof(buf), base))
+		return QS_STATUS_UNKNOWN;
+	return qs_http_status_class(buf, sizeof(buf));
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
+{
+	__u64 key = (__u64)sk;
+	struct qs_conn *c;
+	struct qs_effects e = {};
+	int status = 0;
+
+	if (!is_target())
+		return 0;
+	if (ret <= 0)
+		return 0;
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (!c)
+		return 0;
+	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e))
+		status = response_status();
+	apply(c, &e, status);
+	return 0;
+}
+
+/* ---- arrivals (softirq: current is not the target) ---------------------------------------- */
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(qs_data_ready, const struct sock *csk)
+{
+	struct sock *sk = (struct sock *)csk;
+	__u64 key = (__u64)sk;
+	struct qs_conn *c;
+	struct qs_effects e = {};
+
+	if (sk->__sk_common.skc_state == QS_TCP_LISTEN) {
+		/* A child joined a listener's accept queue: exact peak depth. */
+		__u32 idx;
+		struct qs_port_stats *p;
+		if (sk->sk_protocol != IPPROTO_TCP || !lookup_port(sk->__sk_common.skc_num, &idx))
+			return 0;
+		p = port_at(idx);
+		if (p)
+			atomic_max(&p->accept_queue_max, (__s64)sk->sk_ack_backlog);
+		return 0;
+	}
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (!c || c->dir != QS_DIR_IN)
+		return 0;
+	qs_on_arrival(c, bpf_ktime_get_ns(), sk_unread(sk), &e);
+	apply(c, &e, 0);
+	return 0;
+}
+
+/* ---- accept ------------------------------------------------------------------------------- */
+
+/* fd of the current task -> struct sock *, or 0. files->fdt->fd[fd] is read with
+ * bpf_probe_read_kernel (a direct load of the slot is rejected), and the file must be a
+ * socket's: socket->file points back at it. */
+static __always_inline struct sock *sock_of_fd(int fd)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+	struct file **fds;
+	struct file *f = 0;
+	struct socket *so;
+	unsigned int max;
+
+	if (!fdt || fd < 0)
+		return 0;
+	max = BPF_CORE_READ(fdt, max_fds);
+	if ((unsigned int)fd >= max)
+		return 0;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	so = BPF_CORE_READ(f, private_data);
+	if (!so || BPF_CORE_READ(so, file) != f)
+		return 0;
+	return BPF_CORE_READ(so, sk);
+}
+
+static __always_inline void on_accept_ret(long ret)
+{
+	struct sock *sk;
+	__u64 key;
+	struct qs_conn *c, nc;
+	struct qs_effects e = {};
+	__u32 idx;
+
+	if (ret < 0)
+		return;
+	sk = sock_of_fd((int)ret);
+	if (!sk)
+		return;
+	key = (__u64)sk;
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (c) {
+		qs_on_accept(c, bpf_ktime_get_ns(), &e);
+		apply(c, &e, 0);
+		return;
+	}
+	/* Queued before attach (no handshake seen): track it from now, without a wait. */
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP ||
+	    !lookup_port(BPF_CORE_READ(sk, __sk_common.skc_num), &idx))
+		return;
+	{
+		struct tcp_sock *tp = (struct tcp_sock *)sk;
+		__u32 unread = qs_unread_bytes(BPF_CORE_READ(tp, rcv_nxt), BPF_CORE_READ(tp, copied_seq),
+					       BPF_CORE_READ(sk, __sk_common.skc_flags));
+		qs_conn_seed(&nc, QS_DIR_IN, idx, bpf_ktime_get_ns(), unread, &e);
+		e.accepted = 1;
+	}
+	if (!conn_insert_new(key, &nc))
+		return;
+	apply(&nc, &e, 0);
+}
+
+SEC("tracepoint/syscalls/sys_exit_accept4")
+int qs_accept4_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	if (!is_target())
+		return 0;
+	on_accept_ret(ctx->ret);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_accept")
+int qs_accept_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	if (!is_target())
+		return 0;
+	on_accept_ret(ctx->ret);
+	return 0;
+}
+
+/* ---- listen overflows (ACK stage) and resets --------------------------------------------- */
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(qs_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
+	     struct sock *rx_sk)
+{
+	struct qs_client_key ck = {};
+	struct qs_port_stats *p;
+	unsigned char *head;
+	__u16 nh, th;
+	__u8 ver = 0;
+	__u64 now;
+	__u32 idx;
+
+	if ((int)reason != qs_reason_listen_overflow() || !rx_sk)
+		return 0;
+	if (!lookup_port(rx_sk->__sk_common.skc_num, &idx))
+		return 0;
+	p = port_at(idx);
+	if (p)
+		__sync_fetch_and_add(&p->overflow_skb_drops, 1);
+
+	head = skb->head;
+	nh = skb->network_header;
+	th = skb->transport_header;
+	if (bpf_probe_read_kernel(&ver, 1, head + nh))
+		return 0;
+	ver >>= 4;
+	if (ver == 4) {
+		ck.family = AF_INET;
+		bpf_probe_read_kernel(&ck.addr[0], 4, head + nh + 12);
+	} else if (ver == 6) {
+		ck.family = AF_INET6;
+		bpf_probe_read_kernel(&ck.addr, 16, head + nh + 8);
+	} else {
+		return 0;
+	}
+	bpf_probe_read_kernel(&ck.port, 2, head + th);
+	now = bpf_ktime_get_ns();
+	/* Only the first drop per client: later ones are its retransmitted ACKs. */
+	bpf_map_update_elem(&overflow_first, &ck, &now, BPF_NOEXIST);
+	return 0;
+}
+
+static __always_inline void on_reset(const struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	struct qs_conn *c;
+	struct qs_peer_stats *p;
+	if (!sk)
+		return;
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (!c || c->dir != QS_DIR_OUT)
+		return;
+	p = peer_at(c->idx);
+	if (p)
+		__sync_fetch_and_add(&p->resets, 1);
+}
+
+SEC("tp_btf/tcp_receive_reset")
+int BPF_PROG(qs_rst_in, struct sock *sk)
+{
+	on_reset(sk);
+	return 0;
+}
+
+SEC("tp_btf/tcp_send_reset")
+int BPF_PROG(qs_rst_out, const struct sock *sk, const struct sk_buff *skb)
+{
+	on_reset(sk);
+	return 0;
+}
+
+/* ---- connections that predate the attach ------------------------------------------------- */
+
+SEC("iter/task_file")
+int qs_seed(struct bpf_iter__task_file *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct file *file = ctx->file;
+	struct socket *so;
+	struct sock *sk;
+	struct qs_conn nc;
+	struct qs_effects e = {};
+	__u64 key;
+	__u32 idx;
+	__u8 state;
+
+	if (!task || !file || task->tgid != targ_tgid)
+		return 0;
+	so = bpf_sock_from_file(file);
+	if (!so)
+		return 0;
+	sk = BPF_CORE_READ(so, sk);
+	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	if (state != QS_TCP_ESTABLISHED && state != QS_TCP_CLOSE_WAIT)
+		return 0;
+	key = (__u64)sk;
+	if (lookup_port(BPF_CORE_READ(sk, __sk_common.skc_num), &idx)) {
+		struct tcp_sock *tp = (struct tcp_sock *)sk;
+		__u32 unread = qs_unread_bytes(BPF_CORE_READ(tp, rcv_nxt), BPF_CORE_READ(tp, copied_seq),
+					       BPF_CORE_READ(sk, __sk_common.skc_flags));
+		qs_conn_seed(&nc, QS_DIR_IN, idx, bpf_ktime_get_ns(), unread, &e);
+	} else {
+		struct qs_peer_key pk = {};
+		pk.family = BPF_CORE_READ(sk, __sk_common.skc_family);
+		pk.port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+		if (pk.family == AF_INET6)
+			BPF_CORE_READ_INTO(&pk.addr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+		else
+			BPF_CORE_READ_INTO(&pk.addr[0], sk, __sk_common.skc_daddr);
+		qs_conn_seed(&nc, QS_DIR_OUT, peer_index(&pk), bpf_ktime_get_ns(), 0, &e);
+	}
+	/* NOEXIST: a connection the live hooks already track keeps its state and gauges. */
+	if (!conn_insert_new(key, &nc))
+		return 0;
+	apply(&nc, &e, 0);
+	return 0;
+}

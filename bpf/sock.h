@@ -1,0 +1,69 @@
+/* Types shared by sock.bpf.c and collector/sock_source.cpp. Fixed-width only; the C++ side
+ * static_asserts the sizes.
+ *
+ * Aggregates live in .bss arrays (mmapped by the skeleton): the kernel adds atomically, user
+ * space reads them in place each tick and diffs cumulative values for the window; gauges are
+ * exact (atomic adds) and maxima are kept in the kernel with a compare-and-swap loop, so a
+ * peak between two ticks is not missed. User space rebases a maximum at a window reset with
+ * an atomic store of the current gauge.
+ */
+#ifndef QSCOPE_SOCK_H
+#define QSCOPE_SOCK_H
+
+#include "hist.h"
+#include "conn_state.h"
+
+#define QS_MAX_PORTS 32          /* listening ports of the target */
+#define QS_MAX_PEERS 128         /* downstream peers; the last index collects the rest */
+#define QS_PEER_OTHER (QS_MAX_PEERS - 1)
+
+/* Histograms per port: accept wait, then request duration per status class. */
+#define QS_PH_ACCEPT_WAIT 0
+#define QS_PH_LATENCY 1          /* + QS_STATUS_* */
+#define QS_PORT_HISTS (QS_PH_LATENCY + QS_STATUS_CLASSES)
+/* Histograms per peer. */
+#define QS_PEER_H_CALL 0
+#define QS_PEER_H_CONNECT 1
+#define QS_PEER_HISTS 2
+
+struct qs_port_stats {
+	__s64 in_flight;
+	__s64 in_flight_max;
+	__s64 waiting_unread;
+	__s64 waiting_unread_max;
+	__s64 connections;            /* accepted and open */
+	__s64 accept_queue_max;       /* sk_ack_backlog peak seen at sk_data_ready */
+	__u64 accepted;
+	__u64 overflow_skb_drops;     /* kfree_skb reason TCP_LISTEN_OVERFLOW (ACK-stage) */
+	__u64 status[QS_STATUS_CLASSES];
+	__u32 port;                   /* host order; 0 = slot unused */
+	__u32 pad;
+};
+
+struct qs_peer_key {
+	__u16 family;                 /* AF_INET / AF_INET6 */
+	__u16 port;                   /* host order */
+	__u8 addr[16];                /* IPv4 in the first 4 bytes */
+};
+
+struct qs_peer_stats {
+	__s64 connections;
+	__s64 busy;
+	__s64 busy_max;
+	__u64 calls;
+	__u64 connects;
+	__u64 connect_failures;
+	__u64 resets;
+	struct qs_peer_key key;
+	__u32 used;
+};
+
+/* ACK-stage listen overflow: the client's handshake-completing ACK was dropped; the child is
+ * created when a retransmitted ACK finally fits. Keyed by the client's address. */
+struct qs_client_key {
+	__u16 family;
+	__u16 port;                   /* network order, as in the packet */
+	__u8 addr[16];
+};
+
+#endif

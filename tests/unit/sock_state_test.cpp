@@ -1,0 +1,295 @@
+// The per-connection state machine of bpf/conn_state.h — the very code sock.bpf.c runs —
+// driven event by event, with the gauges its effects imply kept as the kernel keeps them.
+#include <linux/types.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+
+#ifndef __always_inline
+#define __always_inline inline
+#endif
+extern "C" {
+#include "conn_state.h"
+}
+
+namespace {
+
+// What the kernel's per-port / per-peer aggregates would hold after applying effects.
+struct Gauges {
+    long in_flight = 0, unread = 0, busy = 0, conns = 0;
+    int latencies = 0, calls = 0, accept_waits = 0, accepted = 0, connects = 0, connect_failures = 0;
+    unsigned long long last_latency = 0, last_call = 0, last_accept_wait = 0, last_connect = 0;
+    void apply(const qs_effects& e) {
+        in_flight += e.d_in_flight;
+        unread += e.d_unread;
+        busy += e.d_busy;
+        conns += e.d_conns;
+        if (e.record_latency) ++latencies, last_latency = e.latency_ns;
+        if (e.record_call) ++calls, last_call = e.call_ns;
+        if (e.record_accept_wait) ++accept_waits, last_accept_wait = e.accept_wait_ns;
+        if (e.accepted) ++accepted;
+        if (e.connect_ok) ++connects, last_connect = e.connect_ns;
+        if (e.connect_fail) ++connect_failures;
+    }
+};
+
+struct Conn {
+    qs_conn c{};
+    Gauges g;
+    qs_effects e() { return qs_effects{}; }
+    void arrive(unsigned long long t, unsigned bytes) {
+        auto x = e();
+        qs_on_arrival(&c, t, bytes, &x);
+        g.apply(x);
+    }
+    void accept(unsigned long long t) {
+        auto x = e();
+        qs_on_accept(&c, t, &x);
+        g.apply(x);
+    }
+    void read(unsigned long long t, int ret, unsigned left = 0, int flags = 0) {
+        auto x = e();
+        qs_on_read(&c, t, ret, flags, left, &x);
+        g.apply(x);
+    }
+    int write(unsigned long long t, int ret) {
+        auto x = e();
+        int first = qs_on_write(&c, t, ret, &x);
+        g.apply(x);
+        return first;
+    }
+    void established(unsigned long long t) {
+        auto x = e();
+        qs_on_established(&c, t, &x);
+        g.apply(x);
+    }
+    void close() {
+        auto x = e();
+        qs_on_close(&c, &x);
+        g.apply(x);
+    }
+};
+
+Conn inbound(unsigned long long t_established) {
+    Conn k;
+    qs_conn_init_inbound(&k.c, t_established, 3);
+    return k;
+}
+
+}  // namespace
+
+TEST_CASE("inbound keep-alive: request, response, next request", "[sock]") {
+    Conn k = inbound(1000);
+    k.arrive(1500, 100);            // request bytes arrive before accept: not yet the app's
+    CHECK(k.g.unread == 0);
+    k.accept(2000);                 // accept: waited 1000 ns, and now it waits unread
+    CHECK(k.g.accepted == 1);
+    CHECK(k.g.accept_waits == 1);
+    CHECK(k.g.last_accept_wait == 1000);
+    CHECK(k.g.conns == 1);
+    CHECK(k.g.unread == 1);
+    CHECK(k.c.t_unread == 1500);
+
+    k.read(3000, 100);              // whole request read
+    CHECK(k.g.unread == 0);
+    CHECK(k.g.in_flight == 1);
+    CHECK(k.c.state == QS_ST_REQUEST);
+    CHECK(k.write(8000, 50) == 1);  // first response bytes: latency 5000
+    CHECK(k.g.in_flight == 0);
+    CHECK(k.g.latencies == 1);
+    CHECK(k.g.last_latency == 5000);
+    CHECK(k.write(8100, 50) == 0);  // the rest of the response: nothing new
+    CHECK(k.g.latencies == 1);
+
+    k.arrive(9000, 80);             // next request on the same connection
+    CHECK(k.g.unread == 1);
+    k.read(9500, 80);
+    CHECK(k.g.in_flight == 1);
+    CHECK(k.g.unread == 0);
+    CHECK(k.write(9700, 10) == 1);
+    CHECK(k.g.last_latency == 200);
+    CHECK(k.g.latencies == 2);
+    k.close();
+    CHECK(k.g.conns == 0);
+    CHECK(k.g.in_flight == 0);
+    CHECK(k.g.unread == 0);
+}
+
+TEST_CASE("a request read in several pieces is one request", "[sock]") {
+    Conn k = inbound(0);
+    k.accept(10);
+    k.arrive(20, 300);
+    k.read(30, 100, 200);           // 200 bytes still queued: still waiting unread
+    CHECK(k.g.unread == 1);
+    CHECK(k.g.in_flight == 1);
+    k.read(40, 200, 0);
+    CHECK(k.g.unread == 0);
+    CHECK(k.g.in_flight == 1);
+    CHECK(k.write(100, 5) == 1);
+    CHECK(k.g.last_latency == 70);  // from the FIRST byte read
+}
+
+TEST_CASE("pipelining: two requests in one read count as one", "[sock]") {
+    // Documented limit: the state machine sees reads and writes, not request boundaries.
+    Conn k = inbound(0);
+    k.accept(1);
+    k.read(10, 200);                // two pipelined requests in one read
+    CHECK(k.write(20, 10) == 1);
+    CHECK(k.write(30, 10) == 0);    // second response: same state, no second request
+    CHECK(k.g.latencies == 1);
+    CHECK(k.g.in_flight == 0);
+}
+
+TEST_CASE("close mid-request releases the in-flight slot without a latency", "[sock]") {
+    Conn k = inbound(0);
+    k.accept(1);
+    k.read(10, 50);
+    CHECK(k.g.in_flight == 1);
+    k.close();
+    CHECK(k.g.in_flight == 0);
+    CHECK(k.g.latencies == 0);
+    CHECK(k.g.conns == 0);
+}
+
+TEST_CASE("close while bytes wait unread leaves the connector gauge at zero", "[sock]") {
+    Conn k = inbound(0);
+    k.accept(1);
+    k.arrive(5, 10);
+    CHECK(k.g.unread == 1);
+    k.close();
+    CHECK(k.g.unread == 0);
+    k.arrive(6, 10);                // a late arrival on a closed entry
+    CHECK(k.g.unread == 0);
+}
+
+TEST_CASE("MSG_PEEK, EOF and errors start nothing", "[sock]") {
+    Conn k = inbound(0);
+    k.accept(1);
+    k.arrive(2, 10);
+    k.read(3, 10, 10, QS_MSG_PEEK);
+    CHECK(k.g.in_flight == 0);
+    CHECK(k.g.unread == 1);         // peeked bytes are still unread
+    k.read(4, 0);                   // EOF
+    k.read(5, -11);                 // EAGAIN
+    CHECK(k.g.in_flight == 0);
+    CHECK(k.write(6, 10) == 0);     // a write with no request (a greeting): not a response
+    CHECK(k.g.latencies == 0);
+    k.read(7, 10);
+    CHECK(k.g.in_flight == 1);
+}
+
+TEST_CASE("a read without a seen accept makes the connection the app's", "[sock]") {
+    // accept via io_uring, or a connection queued before the attach.
+    Conn k = inbound(0);
+    k.arrive(5, 10);
+    CHECK(k.g.unread == 0);
+    k.read(10, 10);
+    CHECK(k.g.accepted == 1);
+    CHECK(k.g.conns == 1);
+    CHECK(k.g.accept_waits == 0);
+    CHECK(k.g.unread == 0);
+    k.accept(11);                   // a late accept event changes nothing
+    CHECK(k.g.accepted == 1);
+    CHECK(k.g.conns == 1);
+}
+
+TEST_CASE("seeded connections: counted, their first read starts a request", "[sock]") {
+    Conn k;
+    auto x = qs_effects{};
+    qs_conn_seed(&k.c, QS_DIR_IN, 1, 100, 42, &x);
+    k.g.apply(x);
+    CHECK(k.g.conns == 1);
+    CHECK(k.g.unread == 1);         // its request bytes were already waiting
+    CHECK((k.c.flags & QS_F_SEEDED));
+    k.accept(120);                  // already the app's: no wait recorded
+    CHECK(k.g.accept_waits == 0);
+    k.read(200, 42);
+    CHECK(k.g.in_flight == 1);
+    CHECK(k.g.unread == 0);
+    CHECK(k.write(300, 1) == 1);
+    CHECK(k.g.last_latency == 100);
+
+    Conn o;
+    x = qs_effects{};
+    qs_conn_seed(&o.c, QS_DIR_OUT, 7, 100, 0, &x);
+    o.g.apply(x);
+    CHECK(o.g.conns == 1);
+    o.write(110, 10);
+    CHECK(o.g.busy == 1);
+}
+
+TEST_CASE("outbound: connect latency, busy calls, close while busy", "[sock]") {
+    Conn k;
+    qs_conn_init_outbound(&k.c, 1000, 9);
+    k.established(1300);
+    CHECK(k.g.connects == 1);
+    CHECK(k.g.last_connect == 300);
+    CHECK(k.g.conns == 1);
+    k.read(1400, 10);               // unsolicited bytes (a server greeting): no call
+    CHECK(k.g.calls == 0);
+    k.write(2000, 10);
+    k.write(2001, 10);              // a request in two writes is one call
+    CHECK(k.g.busy == 1);
+    k.read(2500, 3);
+    CHECK(k.g.busy == 0);
+    CHECK(k.g.calls == 1);
+    CHECK(k.g.last_call == 500);
+    k.read(2600, 3);                // rest of the reply
+    CHECK(k.g.calls == 1);
+    k.write(3000, 1);
+    CHECK(k.g.busy == 1);
+    k.close();
+    CHECK(k.g.busy == 0);
+    CHECK(k.g.conns == 0);
+    CHECK(k.g.connect_failures == 0);
+}
+
+TEST_CASE("outbound: SYN_SENT then close is a connect failure", "[sock]") {
+    Conn k;
+    qs_conn_init_outbound(&k.c, 1000, 9);
+    k.close();
+    CHECK(k.g.connect_failures == 1);
+    CHECK(k.g.conns == 0);
+    CHECK(k.g.connects == 0);
+}
+
+TEST_CASE("the connector gauge follows the COUNTED bit exactly", "[sock]") {
+    // Whatever the order of arrival, accept and read, +1/-1 pair up.
+    for (int order = 0; order < 6; ++order) {
+        Conn k = inbound(0);
+        const int perm[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+        for (int step : perm[order]) {
+            if (step == 0) k.arrive(10, 5);
+            if (step == 1) k.accept(20);
+            if (step == 2) k.read(30, 5);
+            const bool counted = k.c.aflags & QS_A_COUNTED;
+            CHECK(k.g.unread == (counted ? 1 : 0));
+            CHECK(counted == ((k.c.aflags & QS_A_UNREAD) && (k.c.aflags & QS_A_ACCEPTED)));
+        }
+        k.close();
+        CHECK(k.g.unread == 0);
+        CHECK(k.g.conns == 0);
+        CHECK(k.g.in_flight == 0);
+    }
+}
+
+static int status_of(const std::string& s) {
+    return qs_http_status_class(reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
+}
+
+TEST_CASE("HTTP status class from the status line only", "[sock]") {
+    CHECK(status_of("HTTP/1.1 200 OK\r\n") == QS_STATUS_2XX);
+    CHECK(status_of("HTTP/1.0 204 ") == QS_STATUS_2XX);
+    CHECK(status_of("HTTP/1.1 301 Moved") == QS_STATUS_3XX);
+    CHECK(status_of("HTTP/1.1 404 Not Found") == QS_STATUS_4XX);
+    CHECK(status_of("HTTP/1.1 503 Service Unavailable") == QS_STATUS_5XX);
+    CHECK(status_of("HTTP/1.1 599") == QS_STATUS_5XX);           // exactly 12 bytes
+    CHECK(status_of("HTTP/1.1 100 Continue") == QS_STATUS_UNKNOWN);
+    CHECK(status_of("HTTP/1.1 20") == QS_STATUS_UNKNOWN);        // short write
+    CHECK(status_of("HTTP/2 200 xx") == QS_STATUS_UNKNOWN);
+    CHECK(status_of("http/1.1 200 OK") == QS_STATUS_UNKNOWN);
+    CHECK(status_of("HTTP/1.1 2x0 OK") == QS_STATUS_UNKNOWN);
+    CHECK(status_of(std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\x00", 12)) == QS_STATUS_UNKNOWN);
+    CHECK(status_of("") == QS_STATUS_UNKNOWN);
+}

@@ -43,13 +43,20 @@ struct PerfMapEntry {
     uint64_t start = 0, size = 0;
     std::string name;
 };
+// Tolerant of garbage lines. Sorted by start; for duplicate starts the later line wins
+// (the file is append-only, so it describes the code that replaced the earlier one).
 std::vector<PerfMapEntry> parse_perf_map(const std::string& text);
+// Binary search in a parse_perf_map() result; nullptr when no entry covers addr.
+const PerfMapEntry* find_perf_map_entry(const std::vector<PerfMapEntry>& map, uint64_t addr);
 
 struct KallsymsEntry {
     uint64_t addr = 0;
     std::string name;
+    std::string module;  // "" for vmlinux, else the loadable module's name
 };
-// Sorted by address; drops __start_*/__stop_* markers (they alias real functions).
+// Only text symbols (t/T/w/W). Sorted by address; drops __start_*/__stop_* markers (they alias real functions).
 std::vector<KallsymsEntry> parse_kallsyms(const std::string& text);
+// "func+0xoff (kernel|module)" or "0xADDR" when no symbol covers addr.
+std::string symbolize_kernel_addr(const std::vector<KallsymsEntry>& syms, uint64_t addr);
 
 }  // namespace qscope

@@ -1,0 +1,175 @@
+// Symbolizer against live fixture processes built at test time. Oracle: `nm` of the
+// fixture (or of its separate debug file) and of glibc's debug file from libc6-dbg.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include "fixtures/blocker_fixture.h"
+#include "proc_maps.h"
+#include "symbolizer.h"
+
+using qscope::Symbolizer;
+
+namespace {
+
+std::string basename_of(const std::string& p) { return p.substr(p.rfind('/') + 1); }
+
+// Resolves every fixture function at +0 and +5 and compares with nm.
+void check_fixture_names(const std::string& exe, const std::string& nm_file) {
+    const auto& v = blocker::variants();
+    REQUIRE(v.error.empty());
+    blocker::Process proc(exe);
+    REQUIRE(proc.wait_parked());
+    auto syms = blocker::nm(nm_file);
+    uint64_t base = blocker::load_base(proc.pid(), exe);
+    REQUIRE(base != 0);
+
+    Symbolizer sym(proc.pid());
+    for (const char* fn : {"inner_fn", "middle_fn", "outer_fn", "cv_inner_fn", "jit_outer_fn", "main"}) {
+        INFO(fn);
+        REQUIRE(syms.count(fn) == 1);
+        uint64_t addr = base + syms[fn];
+        // Index 0 is an exact address (the sample's RIP): no return-address adjustment.
+        auto out = sym.symbolize_user({addr + 5});
+        REQUIRE(out.size() == 1);
+        CHECK(out[0] == std::string(fn) + "+0x5 (" + basename_of(exe) + ")");
+        // As a caller frame (return address), fn+0 belongs to whatever precedes fn: it must
+        // NOT be reported as fn+0.
+        auto pair = sym.symbolize_user({addr + 5, addr});
+        CHECK(pair[1].rfind(std::string(fn) + "+0x0 ", 0) != 0);
+        // Cached second lookup gives the same text.
+        CHECK(sym.symbolize_user({addr + 5})[0] == out[0]);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("symbolizer names functions of a frame-pointer build", "[symbolizer]") {
+    check_fixture_names(blocker::variants().fp, blocker::variants().fp);
+}
+
+TEST_CASE("symbolizer names functions of a no-frame-pointer build", "[symbolizer]") {
+    check_fixture_names(blocker::variants().nofp, blocker::variants().nofp);
+}
+
+TEST_CASE("symbolizer finds names in a .gnu_debuglink debug file of a stripped binary", "[symbolizer]") {
+    const auto& v = blocker::variants();
+    REQUIRE(v.error.empty());
+    // Precondition of the test itself: the stripped binary really has no symbols left.
+    CHECK(blocker::nm(v.stripped).empty());
+    check_fixture_names(v.stripped, v.debug);
+}
+
+TEST_CASE("symbolizer names glibc internals through the build-id debug file", "[symbolizer]") {
+    const auto& v = blocker::variants();
+    REQUIRE(v.error.empty());
+    blocker::Process proc(v.fp);
+    REQUIRE(proc.wait_parked());
+    std::string libc;
+    for (const auto& m : qscope::parse_proc_maps(blocker::slurp("/proc/" + std::to_string(proc.pid()) + "/maps")))
+        if (m.executable() && basename_of(m.path).rfind("libc.so", 0) == 0) libc = m.path;
+    REQUIRE(!libc.empty());
+    // Locate glibc's debug file by its build-id, as libc6-dbg installs it.
+    std::string id;
+    {
+        FILE* p = popen(("readelf -n '" + libc + "' 2>/dev/null").c_str(), "r");
+        REQUIRE(p);
+        char line[512];
+        while (std::fgets(line, sizeof line, p)) {
+            const char* k = std::strstr(line, "Build ID: ");
+            if (k) id = std::string(k + 10);
+        }
+        pclose(p);
+        while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+    }
+    REQUIRE(id.size() > 2);
+    std::string dbg = "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
+    struct stat st;
+    INFO("needs libc6-dbg (.ci/setup installs it): " << dbg);
+    REQUIRE(::stat(dbg.c_str(), &st) == 0);
+
+    // A static function: absent from .dynsym, so only the debug file can name it.
+    auto dsyms = blocker::nm(dbg);
+    const char* fn = "__libc_start_call_main";
+    REQUIRE(dsyms.count(fn) == 1);
+    uint64_t base = blocker::load_base(proc.pid(), libc);
+    REQUIRE(base != 0);
+    Symbolizer sym(proc.pid());
+    auto out = sym.symbolize_user({base + dsyms[fn] + 3});
+    CHECK(out[0] == std::string(fn) + "+0x3 (" + basename_of(libc) + ")");
+}
+
+TEST_CASE("symbolizer reports unknown addresses as hex, JIT code from the perf map", "[symbolizer][perfmap]") {
+    const auto& v = blocker::variants();
+    REQUIRE(v.error.empty());
+    blocker::Process proc(v.fp);
+    REQUIRE(proc.wait_parked());
+    const int pid = proc.pid();
+    // The fixture's "JIT" page: the only anonymous executable mapping.
+    uint64_t jit = 0;
+    for (const auto& m : qscope::parse_proc_maps(blocker::slurp("/proc/" + std::to_string(pid) + "/maps")))
+        if (m.executable() && m.path.empty()) jit = m.start;
+    REQUIRE(jit != 0);
+
+    const std::string map_path = "/tmp/perf-" + std::to_string(pid) + ".map";
+    struct Cleanup {
+        std::string p;
+        ~Cleanup() { ::unlink(p.c_str()); }
+    } cleanup{map_path};
+    ::unlink(map_path.c_str());
+
+    Symbolizer sym(pid);
+    CHECK(sym.symbolize_user({jit + 4})[0] == "0x" + [&] {
+        char b[32];
+        std::snprintf(b, sizeof b, "%llx", (unsigned long long)(jit + 4));
+        return std::string(b);
+    }());
+    CHECK(sym.symbolize_user({0x10})[0] == "0x10");
+
+    // Appears after the Symbolizer was created: picked up without refresh().
+    {
+        std::ofstream f(map_path);
+        f << std::hex << jit << " 8 LFoo;::bar (compiled)\n";
+    }
+    CHECK(sym.symbolize_user({jit + 4})[0] == "LFoo;::bar (compiled)+0x4 (jit)");
+    // Outside the entry's size: not attributed to it.
+    CHECK(sym.symbolize_user({jit + 8})[0].find("LFoo") == std::string::npos);
+
+    // Rewritten (code replaced at the same address): the new name wins.
+    {
+        std::ofstream f(map_path, std::ios::app);
+        f << "0x" << std::hex << jit << " 0x10 Interpreter\n";
+    }
+    CHECK(sym.symbolize_user({jit + 8})[0] == "Interpreter+0x8 (jit)");
+}
+
+TEST_CASE("symbolizer survives a vanished target", "[symbolizer]") {
+    // A pid that cannot exist (above pid_max): every address is unknown, nothing throws.
+    Symbolizer sym(1 << 30);
+    CHECK(sym.symbolize_user({0x401000, 0x401234})[1] == "0x401234");
+    qs_ustack s{};
+    s.regs[QS_REG_RIP] = 0x401000;
+    auto frames = sym.unwind(s);
+    REQUIRE(frames.size() == 1);
+    CHECK(frames[0] == 0x401000);
+    sym.refresh();
+}
+
+TEST_CASE("kernel frames resolve through /proc/kallsyms", "[symbolizer][kallsyms]") {
+    auto syms = qscope::parse_kallsyms(blocker::slurp("/proc/kallsyms"));
+    if (syms.empty()) {
+        WARN("kallsyms addresses hidden (kptr_restrict, not root): only the unknown path is checked");
+        Symbolizer sym(getpid());
+        CHECK(sym.symbolize_kernel({0xffffffff81000000ull})[0] == "0xffffffff81000000");
+        return;
+    }
+    // Oracle: the raw file, looked up independently with grep-like scanning.
+    std::string raw = blocker::slurp("/proc/kallsyms");
+    size_t p = raw.find(" T schedule\n");
+    REQUIRE(p != std::string::npos);
+    uint64_t addr = std::stoull(raw.substr(p - 16, 16), nullptr, 16);
+    Symbolizer sym(getpid());
+    auto out = sym.symbolize_kernel({addr + 0x10, addr});
+    CHECK(out[0] == "schedule+0x10 (kernel)");
+    CHECK(out[1] == "schedule+0x0 (kernel)");
+}

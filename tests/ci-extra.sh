@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# CI extras: libFuzzer on every parser of foreign input, and the tests under ASan+UBSan.
+#   tests/ci-extra.sh            both (needs root for the integration subset)
+#   tests/ci-extra.sh fuzz       only the fuzzers
+#   tests/ci-extra.sh asan       only the sanitizer build and tests
+# Env: FUZZ_SECONDS (default 20 per fuzzer), QSCOPE_FUZZ_DIR (build-fuzz),
+#      QSCOPE_ASAN_DIR (build-asan), JOBS (nproc), ASAN_IT_TESTS (integration subset regex).
+# Budget: ~6 minutes on 2 cores, most of it compiling qscope_core twice.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+what=${1:-all}
+jobs=${JOBS:-$(nproc)}
+fuzz_seconds=${FUZZ_SECONDS:-20}
+fuzz_dir=${QSCOPE_FUZZ_DIR:-build-fuzz}
+asan_dir=${QSCOPE_ASAN_DIR:-build-asan}
+fail=0
+
+cxx=$(command -v clang++ || command -v clang++-14 || true)
+cc=$(command -v clang || command -v clang-14 || true)
+
+# Seeds from the live system: real-shaped input lets 20 s of fuzzing reach deep paths.
+make_seeds() {
+  local c=$1
+  mkdir -p "$c"/fuzz_proc_stat "$c"/fuzz_perf_map "$c"/fuzz_kallsyms "$c"/fuzz_proc_maps \
+           "$c"/fuzz_sock_diag "$c"/fuzz_proc_fds "$c"/fuzz_prom_escape
+  cat /proc/self/stat > "$c/fuzz_proc_stat/self"
+  cat /proc/1/stat > "$c/fuzz_proc_stat/init"
+  printf '123 (a b) c) (d) S 1 123 123 0 -1 4194560 1 0 0 0 5 6 0 0 20 0 7 0 1234 1 1 1\n' \
+    > "$c/fuzz_proc_stat/paren"
+  printf '7f0000001000 40 Interpreter\n0x7f0000002000 0x80 LFoo;::bar (compiled)\n7f0000001000 20 replaced\n' \
+    > "$c/fuzz_perf_map/jit"
+  { grep -m 200 ' [tT] ' /proc/kallsyms; grep -m 50 '\[' /proc/kallsyms || true; } > "$c/fuzz_kallsyms/real"
+  printf 'ffffffff81000000 T _stext\nffffffff81000100 t foo\t[mod]\n0000000000000000 T zeroed\n' \
+    > "$c/fuzz_kallsyms/small"
+  cat /proc/self/maps > "$c/fuzz_proc_maps/self"
+  printf '7f00-7f10 r-xp 00000000 fd:01 42 /usr/lib/a b.so (deleted)\n7f10-7f20 rwxp 00000000 00:00 0 \n' \
+    > "$c/fuzz_proc_maps/odd"
+  printf 'socket:[12345]' > "$c/fuzz_proc_fds/sock"
+  printf 'pipe:[1]' > "$c/fuzz_proc_fds/pipe"
+  printf 'worker "a"\\b\nc\xff\xfe' > "$c/fuzz_prom_escape/mixed"
+  printf 'http-nio-8080-exec-17' > "$c/fuzz_prom_escape/name"
+  # A sock_diag seed: a 16-byte NLMSG_DONE header (len 20, type 3) plus a 4-byte payload.
+  printf '\x14\x00\x00\x00\x03\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' \
+    > "$c/fuzz_sock_diag/done"
+}
+
+run_fuzz() {
+  if [[ -z "$cxx" || -z "$cc" ]]; then
+    echo "ci-extra: clang not found: fuzzers need clang (libFuzzer)" >&2
+    return 1
+  fi
+  # Every object (qscope_core included) carries coverage instrumentation, or the fuzzer
+  # would be blind inside the very parsers it is meant to explore.
+  cmake -S . -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQSCOPE_FUZZ=ON \
+    -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
+    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+  local names=()
+  for f in tests/fuzz/*.cpp; do names+=("$(basename "$f" .cpp)"); done
+  cmake --build "$fuzz_dir" -j"$jobs" --target "${names[@]}"
+  local corpus="$fuzz_dir/corpus"
+  make_seeds "$corpus"
+  # One fuzzer per core at a time: the wall time is what the CI budget counts.
+  local pids=() batch=()
+  check_batch() {
+    local i
+    for i in "${!pids[@]}"; do
+      local n=${batch[$i]}
+      if ! wait "${pids[$i]}"; then
+        echo "ci-extra: FUZZ FAILURE in $n; reproducer in $fuzz_dir/crashes/$n/:" >&2
+        grep -E 'ERROR|SUMMARY|runtime error|#[0-9]+ 0x.* in (qscope|LLVMFuzzer)' "$fuzz_dir/$n.log" | head -20 >&2 || true
+        fail=1
+      else
+        echo "== $n: $(grep -E 'stat::number_of_executed_units|stat::peak_rss_mb' "$fuzz_dir/$n.log" | tr -s ' \n' ' ')"
+      fi
+    done
+    pids=() batch=()
+  }
+  for n in "${names[@]}"; do
+    mkdir -p "$corpus/$n" "$fuzz_dir/crashes/$n"
+    echo "== fuzz $n (${fuzz_seconds}s)"
+    # -timeout: one input taking >10 s is a hang, reported like a crash.
+    "$fuzz_dir/tests/$n" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="$fuzz_dir/crashes/$n/" "$corpus/$n" \
+      >"$fuzz_dir/$n.log" 2>&1 &
+    pids+=($!) batch+=("$n")
+    if (( ${#pids[@]} >= jobs )); then check_batch; fi
+  done
+  check_batch
+}
+
+run_asan() {
+  cmake -S . -B "$asan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQSCOPE_SANITIZE=ON >/dev/null
+  local subset=${ASAN_IT_TESTS:-cli_test|errors_test|detach_test}
+  local its=()
+  for f in tests/integration/*_test.cpp; do
+    local n; n=$(basename "$f" .cpp)
+    [[ "$n" =~ ^($subset)$ ]] && its+=("it_$n")
+  done
+  cmake --build "$asan_dir" -j"$jobs" --target qscope qscope_unit_tests "${its[@]}"
+  # Leaks are errors too; UB halts with a stack.
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  if ! (cd "$asan_dir" && ctest --output-on-failure -L unit); then fail=1; fi
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "ci-extra: not root: skipping the integration subset under ASan" >&2
+    [[ "${CI:-}" == "true" ]] && fail=1
+    return 0
+  fi
+  if [[ "${CI:-}" == "true" ]]; then export QSCOPE_FAIL_ON_SKIP=1; fi
+  if ! (cd "$asan_dir" && ctest --output-on-failure -R "integration\.($subset)\$"); then fail=1; fi
+}
+
+start=$SECONDS
+case "$what" in
+  fuzz) run_fuzz || fail=1 ;;
+  asan) run_asan || fail=1 ;;
+  all) run_fuzz || fail=1; run_asan || fail=1 ;;
+  *) echo "usage: tests/ci-extra.sh [fuzz|asan|all]" >&2; exit 2 ;;
+esac
+echo "ci-extra: $what done in $((SECONDS - start)) s: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
+exit $fail

@@ -256,8 +256,10 @@ struct Symbolizer::Impl {
     std::string modules_sig;  // identity of the executable file mappings `dwfl` reflects
     std::vector<MapEntry> exec_maps;  // every executable mapping, sorted by start
 
-    // addr (bit 63 set = "return address") → frame text
-    std::unordered_map<uint64_t, std::string> cache;
+    // addr (bit 63 set = "return address") → frame text. Module frames live in `cache`
+    // until the modules change; frames outside modules (JIT) in `jit_cache`, dropped
+    // whenever the perf map is reloaded.
+    std::unordered_map<uint64_t, std::string> cache, jit_cache;
 
     std::string perf_map_path;
     std::vector<PerfMapEntry> perf_map;
@@ -399,12 +401,19 @@ struct Symbolizer::Impl {
         if (dwfl) dwfl_end(dwfl);
         attached = false;
         cache.clear();
+        jit_cache.clear();
         dwfl = dwfl_begin(&callbacks);
         if (!dwfl) return;
         dwfl_report_begin(dwfl);
+        // One module per file even when it has several executable mappings: reporting it
+        // twice makes libdwfl flag the overlap and drop the module.
+        std::vector<std::string> seen;
         for (const auto& m : maps) {
-            if (!m.executable()) continue;
-            if (m.file_backed() || m.path == "[vdso]") report(m);
+            if (!m.executable() || !(m.file_backed() || m.path == "[vdso]")) continue;
+            std::string id = m.dev + ':' + std::to_string(m.inode) + ':' + m.path;
+            if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+            seen.push_back(std::move(id));
+            report(m);
         }
         dwfl_report_end(dwfl, nullptr, nullptr);
     }
@@ -430,6 +439,7 @@ struct Symbolizer::Impl {
     void reload_perf_map() {
         struct stat st;
         if (::stat(perf_map_path.c_str(), &st) != 0) {
+            if (perf_size >= 0) jit_cache.clear();
             perf_map.clear();
             perf_size = -1;
             return;
@@ -438,6 +448,7 @@ struct Symbolizer::Impl {
             st.st_mtim.tv_sec == perf_mtime.tv_sec && st.st_mtim.tv_nsec == perf_mtime.tv_nsec)
             return;
         perf_map = parse_perf_map(read_file(perf_map_path));
+        jit_cache.clear();
         perf_size = st.st_size;
         perf_ino = st.st_ino;
         perf_mtime = st.st_mtim;
@@ -451,9 +462,10 @@ struct Symbolizer::Impl {
         return addr < it->end ? &*it : nullptr;
     }
 
-    // Module-backed frames are cached; JIT frames are not (code moves and gets replaced).
-    std::string symbolize_one(uint64_t addr, bool is_return, bool& cacheable) {
-        cacheable = true;
+    // in_module=false: resolved from the perf map or not at all (JIT code moves and gets
+    // replaced, so such results are cached only until the perf map changes).
+    std::string symbolize_one(uint64_t addr, bool is_return, bool& in_module) {
+        in_module = true;
         // A return address points after the call, possibly into the next function when
         // the call was the last instruction (noreturn callee); look up the call itself.
         uint64_t lookup = is_return && addr > 0 ? addr - 1 : addr;
@@ -472,7 +484,7 @@ struct Symbolizer::Impl {
         }
         const MapEntry* m = exec_map_of(lookup);
         if (!m || !m->file_backed()) {
-            cacheable = false;
+            in_module = false;
             if (const PerfMapEntry* e = find_perf_map_entry(perf_map, lookup))
                 return frame_text(e->name, addr - e->start, "jit");
         }
@@ -506,15 +518,20 @@ std::vector<std::string> Symbolizer::symbolize_user(const std::vector<uint64_t>&
         const MapEntry* m = impl_->exec_map_of(addr);
         if (!perf_checked && (!m || !m->file_backed())) {
             // Unknown or anonymous code: JIT output may be new since the last refresh.
+            // Checked before the JIT cache so a rewritten perf map is seen at once.
             impl_->reload_perf_map();
             perf_checked = true;
         }
-        bool cacheable = true;
-        std::string s = impl_->symbolize_one(addr, is_return, cacheable);
-        if (cacheable) {
-            if (impl_->cache.size() >= kMaxCachedAddrs) impl_->cache.clear();
-            impl_->cache.emplace(key, s);
+        it = impl_->jit_cache.find(key);
+        if (it != impl_->jit_cache.end()) {
+            out.push_back(it->second);
+            continue;
         }
+        bool in_module = true;
+        std::string s = impl_->symbolize_one(addr, is_return, in_module);
+        auto& cache = in_module ? impl_->cache : impl_->jit_cache;
+        if (cache.size() >= kMaxCachedAddrs) cache.clear();
+        cache.emplace(key, s);
         out.push_back(std::move(s));
     }
     return out;

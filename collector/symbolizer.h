@@ -16,6 +16,8 @@ extern "C" {
 
 namespace qscope {
 
+// Not thread-safe: owned and called by one collector thread. Never throws for a target
+// that is gone or unreadable; its frames just come out as hex.
 class Symbolizer {
 public:
     explicit Symbolizer(int pid);

@@ -2,6 +2,7 @@
 // fixture (or of its separate debug file) and of glibc's debug file from libc6-dbg.
 #include <catch2/catch.hpp>
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 
 #include "fixtures/blocker_fixture.h"
@@ -141,6 +142,43 @@ TEST_CASE("symbolizer reports unknown addresses as hex, JIT code from the perf m
         f << "0x" << std::hex << jit << " 0x10 Interpreter\n";
     }
     CHECK(sym.symbolize_user({jit + 8})[0] == "Interpreter+0x8 (jit)");
+}
+
+TEST_CASE("symbolizer reads a running binary that was deleted from disk", "[symbolizer]") {
+    const auto& v = blocker::variants();
+    REQUIRE(v.error.empty());
+    const std::string exe = v.dir + "/blocker_deleted";
+    REQUIRE(blocker::sh("cp '" + v.fp + "' '" + exe + "'") == 0);
+    auto syms = blocker::nm(exe);  // oracle taken before the file goes away
+    blocker::Process proc(exe);
+    REQUIRE(proc.wait_parked());
+    uint64_t base = blocker::load_base(proc.pid(), exe);
+    REQUIRE(base != 0);
+    REQUIRE(::unlink(exe.c_str()) == 0);
+    Symbolizer sym(proc.pid());
+    auto out = sym.symbolize_user({base + syms["middle_fn"] + 2});
+    if (geteuid() != 0) {
+        // /proc/PID/map_files needs CAP_SYS_ADMIN: unprivileged, the module stays unnamed.
+        WARN("not root: deleted-file symbolization not checked; got " << out[0]);
+        return;
+    }
+    CHECK(out[0] == "middle_fn+0x2 (blocker_deleted)");
+}
+
+TEST_CASE("symbolizer names vDSO functions", "[symbolizer]") {
+    // Oracle: the dynamic linker's own view of the vDSO.
+    void* h = dlopen("linux-vdso.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) {
+        WARN("no vDSO link map in this process; not checked");
+        return;
+    }
+    void* fn = dlsym(h, "__vdso_clock_gettime");
+    dlclose(h);
+    REQUIRE(fn);
+    Symbolizer sym(getpid());
+    auto out = sym.symbolize_user({reinterpret_cast<uint64_t>(fn) + 1});
+    // The vDSO exports the function under both names at one address.
+    CHECK((out[0] == "__vdso_clock_gettime+0x1 ([vdso])" || out[0] == "clock_gettime+0x1 ([vdso])"));
 }
 
 TEST_CASE("symbolizer survives a vanished target", "[symbolizer]") {

@@ -1,0 +1,35 @@
+// Carrier-state classification and stall labels: pure functions over what the BPF side
+// and /proc report, so the rules are unit-tested without a kernel.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace qscope::carrier {
+
+// What is known about one carrier at a tick.
+struct Observation {
+    uint32_t bpf_state = 0;     // enum qs_carrier_run_state (0: no event since registration)
+    char proc_state = 0;        // /proc/PID/task/TID/stat state, 0 if unread
+    int mounted_now = -1;       // JVM: JavaThread mount fields read now; -1 unknown
+    int64_t proc_syscall = -2;  // /proc/.../syscall: nr, -1 running, -2 unknown
+    bool generic = false;       // not a JVM: "mounted" = blocked in a non-idle syscall
+};
+
+// "running" | "runnable" | "idle" | "stalled". The BPF state (exact, event-driven) wins;
+// /proc (which cannot tell running from runnable) only covers carriers that have not
+// switched since qscope attached.
+std::string classify(const Observation& o);
+
+// Generic runtimes park idle workers in futex or epoll waits (tokio, libuv, Go-like pools);
+// anything else they block in is a stall.
+bool generic_idle_syscall(int64_t nr);
+
+// x86-64 syscall name for the ones carriers block in; "syscall_N" otherwise, "-" for none.
+std::string syscall_label(int64_t nr);
+
+// Why a carrier stalled: "pinned park" (the JVM reported a pinned park right after),
+// "native call" (sleep), "blocking io", "futex wait" (class init, VM lock, a park the JVM
+// did not report), "blocked syscall".
+std::string stall_reason(int64_t syscall_nr, bool jvm_reported_pinned);
+
+}  // namespace qscope::carrier

@@ -37,6 +37,7 @@
 
 /* qs_conn.flags (plain: written only by the thread that owns the transition) */
 #define QS_F_SEEDED 1        /* existed before attach */
+#define QS_F_START_UNKNOWN 2 /* request/call already in progress at attach: start unknown */
 
 /* qs_conn.aflags (atomic: arrivals race with reads) */
 #define QS_A_UNREAD   1      /* receive queue holds request bytes the app has not read */
@@ -129,11 +130,38 @@ static __always_inline void qs_conn_init_outbound(struct qs_conn *c, __u64 now, 
 	c->t_start = now;
 }
 
+/* Is a connection found at attach mid-request (inbound) or mid-call (outbound)? Decided from
+ * sequence numbers, exact where jiffies timestamps (lrcvtime/lsndtime, 4 ms at HZ=250) are
+ * not: snd_wl1 is the sequence number of the last peer segment that went through tcp_ack's
+ * window update. A peer's pure ACK sets it to rcv_nxt; a data segment leaves it below
+ * rcv_nxt (its start, or an older value when the fast path skipped tcp_ack). So
+ * snd_wl1 == rcv_nxt means "the peer's last word was an ACK of ours".
+ * Inbound in flight: request consumed (no unread), everything we sent is acked (a response
+ * written and unacked means the request was answered), and the peer's last segment carried
+ * data (the request) rather than an ACK of a response. */
+static __always_inline int qs_seed_is_in_flight(__u32 unread, __u32 snd_una, __u32 snd_nxt,
+					     __u32 snd_wl1, __u32 rcv_nxt)
+{
+	return unread == 0 && snd_una == snd_nxt && (__s32)(rcv_nxt - snd_wl1) > 0;
+}
+
+/* Outbound busy: a reply waits unread, or our request is unacked, or the peer's last word was
+ * a pure ACK of our request (a silent partner). An idle pool connection's last peer segment
+ * is the reply data (or the SYN-ACK of a never-used one): snd_wl1 below rcv_nxt. */
+static __always_inline int qs_seed_is_busy(__u32 unread, __u32 snd_una, __u32 snd_nxt,
+					__u32 snd_wl1, __u32 rcv_nxt)
+{
+	return unread > 0 || snd_una != snd_nxt || snd_wl1 == rcv_nxt;
+}
+
 /* A connection that existed before attach, found in the target's fd table (or returned by
- * accept with no handshake seen). Inbound: owned by the app, idle, so its first read starts a
- * request; unread_bytes > 0 puts it in the connector queue now. Outbound: established, idle. */
+ * accept with no handshake seen). Inbound: owned by the app; unread_bytes > 0 puts it in the
+ * connector queue now; `in_progress` (qs_seed_is_in_flight) makes it in flight. Outbound:
+ * established; `in_progress` (qs_seed_is_busy) makes it busy. Either way the start
+ * is unknown: ages count from the attach (a lower bound) and the first completion is not put
+ * in a histogram. Idle otherwise: its first read (inbound) or write (outbound) starts one. */
 static __always_inline void qs_conn_seed(struct qs_conn *c, __u8 dir, __u16 idx, __u64 now,
-					 __u32 unread_bytes, struct qs_effects *e)
+					 __u32 unread_bytes, int in_progress, struct qs_effects *e)
 {
 	__builtin_memset(c, 0, sizeof(*c));
 	c->dir = dir;
@@ -144,7 +172,31 @@ static __always_inline void qs_conn_seed(struct qs_conn *c, __u8 dir, __u16 idx,
 	if (dir == QS_DIR_IN) {
 		c->t_unread = now;
 		qs_aflags_update(c, QS_A_ACCEPTED | (unread_bytes ? QS_A_UNREAD : 0), 0, e);
+		if (in_progress && !unread_bytes) {
+			c->state = QS_ST_REQUEST;
+			c->t_req = now;
+			c->flags |= QS_F_START_UNKNOWN;
+			e->d_in_flight += 1;
+		}
+	} else if (in_progress) {
+		c->state = QS_ST_BUSY;
+		c->t_req = now;
+		c->flags |= QS_F_START_UNKNOWN;
+		e->d_busy += 1;
 	}
+}
+
+/* At attach, a target thread is blocked reading this connection: for an outbound one that is
+ * a call in progress (the request went out before the attach; a silent partner holding a
+ * worker is exactly this). Busy from `now`, a lower bound of its age. */
+static __always_inline void qs_seed_blocked_read(struct qs_conn *c, __u64 now, struct qs_effects *e)
+{
+	if (c->dir != QS_DIR_OUT || c->state != QS_ST_IDLE)
+		return;
+	c->state = QS_ST_BUSY;
+	c->t_req = now;
+	c->flags |= QS_F_START_UNKNOWN;
+	e->d_busy += 1;
 }
 
 /* accept()/accept4() returned this connection to the app. */
@@ -186,8 +238,13 @@ static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, in
 		if (c->state == QS_ST_BUSY) {
 			c->state = QS_ST_IDLE;
 			e->d_busy -= 1;
-			e->record_call = 1;
-			e->call_ns = qs_age(now, c->t_req);
+			/* A call found in progress at attach has no known start: its duration would
+			 * only be a lower bound, so it is not put in the histogram. */
+			if (!(c->flags & QS_F_START_UNKNOWN)) {
+				e->record_call = 1;
+				e->call_ns = qs_age(now, c->t_req);
+			}
+			c->flags &= ~QS_F_START_UNKNOWN;
 		}
 		return;
 	}
@@ -226,6 +283,11 @@ static __always_inline int qs_on_write(struct qs_conn *c, __u64 now, int ret, st
 		return 0;
 	c->state = QS_ST_RESPONSE;
 	e->d_in_flight -= 1;
+	if (c->flags & QS_F_START_UNKNOWN) {
+		/* begun before the attach: neither a latency nor a completion of this window */
+		c->flags &= ~QS_F_START_UNKNOWN;
+		return 0;
+	}
 	e->record_latency = 1;
 	e->latency_ns = qs_age(now, c->t_req);
 	return 1;

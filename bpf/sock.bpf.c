@@ -178,6 +178,13 @@ static __always_inline int lookup_port(__u16 port, __u32 *idx)
 	return 1;
 }
 
+/* BPF_CORE_READ_INTO copies sizeof(*dst): into a byte array it must get a 4-byte lvalue. */
+static __always_inline void read_daddr4(__u8 *dst, const struct sock *sk)
+{
+	__be32 a = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+	__builtin_memcpy(dst, &a, sizeof(a));
+}
+
 static __always_inline void fill_peer_key(struct qs_peer_key *k, const struct sock *sk)
 {
 	__builtin_memset(k, 0, sizeof(*k));
@@ -186,7 +193,7 @@ static __always_inline void fill_peer_key(struct qs_peer_key *k, const struct so
 	if (k->family == AF_INET6)
 		BPF_CORE_READ_INTO(&k->addr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
 	else
-		BPF_CORE_READ_INTO(&k->addr[0], sk, __sk_common.skc_daddr);
+		read_daddr4(k->addr, sk);
 }
 
 /* Peer key -> index, allocating one on first sight; past the cap, "other". */
@@ -287,7 +294,7 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 		if (ck.family == AF_INET6)
 			BPF_CORE_READ_INTO(&ck.addr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
 		else
-			BPF_CORE_READ_INTO(&ck.addr[0], sk, __sk_common.skc_daddr);
+			read_daddr4(ck.addr, sk);
 		first = bpf_map_lookup_elem(&overflow_first, &ck);
 		if (first) {
 			/* The client finished its handshake at the first dropped ACK. */
@@ -461,12 +468,11 @@ int BPF_PROG(qs_data_ready, const struct sock *csk)
 
 /* ---- accept ------------------------------------------------------------------------------- */
 
-/* fd of the current task -> struct sock *, or 0. files->fdt->fd[fd] is read with
+/* fd of a task -> struct sock *, or 0. files->fdt->fd[fd] is read with
  * bpf_probe_read_kernel (a direct load of the slot is rejected), and the file must be a
  * socket's: socket->file points back at it. */
-static __always_inline struct sock *sock_of_fd(int fd)
+static __always_inline struct sock *sock_of_fd(struct task_struct *t, int fd)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
 	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
 	struct file **fds;
 	struct file *f = 0;
@@ -497,7 +503,7 @@ static __always_inline void on_accept_ret(long ret)
 
 	if (ret < 0)
 		return;
-	sk = sock_of_fd((int)ret);
+	sk = sock_of_fd(bpf_get_current_task_btf(), (int)ret);
 	if (!sk)
 		return;
 	key = (__u64)sk;
@@ -515,7 +521,7 @@ static __always_inline void on_accept_ret(long ret)
 		struct tcp_sock *tp = (struct tcp_sock *)sk;
 		__u32 unread = qs_unread_bytes(BPF_CORE_READ(tp, rcv_nxt), BPF_CORE_READ(tp, copied_seq),
 					       BPF_CORE_READ(sk, __sk_common.skc_flags));
-		qs_conn_seed(&nc, QS_DIR_IN, idx, bpf_ktime_get_ns(), unread, &e);
+		qs_conn_seed(&nc, QS_DIR_IN, idx, bpf_ktime_get_ns(), unread, 0, &e);
 		e.accepted = 1;
 	}
 	if (!conn_insert_new(key, &nc))
@@ -593,7 +599,8 @@ static __always_inline void on_reset(const struct sock *sk)
 	if (!sk)
 		return;
 	c = bpf_map_lookup_elem(&conns, &key);
-	if (!c || c->dir != QS_DIR_OUT)
+	/* A RST answering a SYN is a refused connect, counted as a connect failure instead. */
+	if (!c || c->dir != QS_DIR_OUT || c->state == QS_ST_CONNECTING)
 		return;
 	p = peer_at(c->idx);
 	if (p)
@@ -625,8 +632,9 @@ int qs_seed(struct bpf_iter__task_file *ctx)
 	struct sock *sk;
 	struct qs_conn nc;
 	struct qs_effects e = {};
+	struct tcp_sock *tp;
 	__u64 key;
-	__u32 idx;
+	__u32 idx, unread, rcv_nxt, snd_una, snd_nxt, snd_wl1;
 	__u8 state;
 
 	if (!task || !file || task->tgid != targ_tgid)
@@ -635,17 +643,21 @@ int qs_seed(struct bpf_iter__task_file *ctx)
 	if (!so)
 		return 0;
 	sk = BPF_CORE_READ(so, sk);
-	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP || BPF_CORE_READ(sk, sk_type) != 1 /* SOCK_STREAM */)
 		return 0;
 	state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	if (state != QS_TCP_ESTABLISHED && state != QS_TCP_CLOSE_WAIT)
 		return 0;
 	key = (__u64)sk;
+	tp = (struct tcp_sock *)sk;   /* TCP and stream checked above */
+	rcv_nxt = BPF_CORE_READ(tp, rcv_nxt);
+	unread = qs_unread_bytes(rcv_nxt, BPF_CORE_READ(tp, copied_seq), BPF_CORE_READ(sk, __sk_common.skc_flags));
+	snd_una = BPF_CORE_READ(tp, snd_una);
+	snd_nxt = BPF_CORE_READ(tp, snd_nxt);
+	snd_wl1 = BPF_CORE_READ(tp, snd_wl1);
 	if (lookup_port(BPF_CORE_READ(sk, __sk_common.skc_num), &idx)) {
-		struct tcp_sock *tp = (struct tcp_sock *)sk;
-		__u32 unread = qs_unread_bytes(BPF_CORE_READ(tp, rcv_nxt), BPF_CORE_READ(tp, copied_seq),
-					       BPF_CORE_READ(sk, __sk_common.skc_flags));
-		qs_conn_seed(&nc, QS_DIR_IN, idx, bpf_ktime_get_ns(), unread, &e);
+		qs_conn_seed(&nc, QS_DIR_IN, idx, bpf_ktime_get_ns(), unread,
+			     qs_seed_is_in_flight(unread, snd_una, snd_nxt, snd_wl1, rcv_nxt), &e);
 	} else {
 		struct qs_peer_key pk = {};
 		pk.family = BPF_CORE_READ(sk, __sk_common.skc_family);
@@ -653,12 +665,51 @@ int qs_seed(struct bpf_iter__task_file *ctx)
 		if (pk.family == AF_INET6)
 			BPF_CORE_READ_INTO(&pk.addr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
 		else
-			BPF_CORE_READ_INTO(&pk.addr[0], sk, __sk_common.skc_daddr);
-		qs_conn_seed(&nc, QS_DIR_OUT, peer_index(&pk), bpf_ktime_get_ns(), 0, &e);
+			read_daddr4(pk.addr, sk);
+		qs_conn_seed(&nc, QS_DIR_OUT, peer_index(&pk), bpf_ktime_get_ns(), 0,
+			     qs_seed_is_busy(unread, snd_una, snd_nxt, snd_wl1, rcv_nxt), &e);
 	}
 	/* NOEXIST: a connection the live hooks already track keeps its state and gauges. */
 	if (!conn_insert_new(key, &nc))
 		return 0;
 	apply(&nc, &e, 0);
+	return 0;
+}
+
+#define NR_read 0
+#define NR_readv 19
+#define NR_recvfrom 45
+#define NR_recvmsg 47
+
+/* After qs_seed: threads of the target blocked reading an outbound connection at attach are
+ * calls in progress (see qs_seed_blocked_read). */
+SEC("iter/task")
+int qs_seed_busy(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct pt_regs *regs;
+	struct qs_conn *c;
+	struct qs_effects e = {};
+	struct sock *sk;
+	__u64 key;
+	long nr;
+
+	if (!task || task->tgid != targ_tgid || task->__state == 0 /* TASK_RUNNING */)
+		return 0;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	nr = regs->orig_ax;
+	if (nr != NR_read && nr != NR_readv && nr != NR_recvfrom && nr != NR_recvmsg)
+		return 0;
+	sk = sock_of_fd(task, (int)regs->di);
+	if (!sk)
+		return 0;
+	key = (__u64)sk;
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (!c)
+		return 0;
+	qs_seed_blocked_read(c, bpf_ktime_get_ns(), &e);
+	apply(c, &e, 0);
 	return 0;
 }

@@ -274,27 +274,31 @@ private:
     // Connections opened before the attach: walk the target's fd table once (iter/task_file,
     // where bpf_sock_from_file works) and insert each TCP connection it holds.
     void seed_existing() {
+        run_iter(skel_->progs.qs_seed, "connections opened before the attach are not counted");
+        run_iter(skel_->progs.qs_seed_busy, "downstream calls in progress at the attach are not counted as busy");
+    }
+
+    void run_iter(bpf_program* prog, const std::string& consequence) {
         DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, opts);
         union bpf_iter_link_info linfo;
         std::memset(&linfo, 0, sizeof(linfo));
         linfo.task.pid = static_cast<__u32>(pid_);
         opts.link_info = &linfo;
         opts.link_info_len = sizeof(linfo);
-        LinkPtr link(bpf_program__attach_iter(skel_->progs.qs_seed, &opts));
+        LinkPtr link(bpf_program__attach_iter(prog, &opts));
         if (!link) {
             // Kernels before 6.1 cannot filter the walk by pid: walk every task (the
             // program filters on tgid itself).
-            link.reset(bpf_program__attach_iter(skel_->progs.qs_seed, nullptr));
+            link.reset(bpf_program__attach_iter(prog, nullptr));
         }
+        const std::string what = std::string("sock: ") + bpf_program__section_name(prog);
         if (!link) {
-            warnings_.push_back("sock: iter/task_file unavailable (" + errno_text(errno) +
-                                "): connections opened before the attach are not counted");
+            warnings_.push_back(what + " unavailable (" + errno_text(errno) + "): " + consequence);
             return;
         }
         const int fd = bpf_iter_create(bpf_link__fd(link.get()));
         if (fd < 0) {
-            warnings_.push_back("sock: iter/task_file: " + errno_text(errno) +
-                                ": connections opened before the attach are not counted");
+            warnings_.push_back(what + ": " + errno_text(errno) + ": " + consequence);
             return;
         }
         char buf[256];

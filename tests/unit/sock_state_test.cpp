@@ -197,10 +197,11 @@ TEST_CASE("a read without a seen accept makes the connection the app's", "[sock]
 TEST_CASE("seeded connections: counted, their first read starts a request", "[sock]") {
     Conn k;
     auto x = qs_effects{};
-    qs_conn_seed(&k.c, QS_DIR_IN, 1, 100, 42, &x);
+    qs_conn_seed(&k.c, QS_DIR_IN, 1, 100, 42, 1, &x);
     k.g.apply(x);
     CHECK(k.g.conns == 1);
     CHECK(k.g.unread == 1);         // its request bytes were already waiting
+    CHECK(k.g.in_flight == 0);      // unread: waiting in the connector, not in flight
     CHECK((k.c.flags & QS_F_SEEDED));
     k.accept(120);                  // already the app's: no wait recorded
     CHECK(k.g.accept_waits == 0);
@@ -212,11 +213,52 @@ TEST_CASE("seeded connections: counted, their first read starts a request", "[so
 
     Conn o;
     x = qs_effects{};
-    qs_conn_seed(&o.c, QS_DIR_OUT, 7, 100, 0, &x);
+    qs_conn_seed(&o.c, QS_DIR_OUT, 7, 100, 0, 0, &x);
     o.g.apply(x);
     CHECK(o.g.conns == 1);
     o.write(110, 10);
     CHECK(o.g.busy == 1);
+}
+
+TEST_CASE("seeded mid-request / mid-call: counted now, no histogram sample", "[sock]") {
+    Conn k;
+    auto x = qs_effects{};
+    qs_conn_seed(&k.c, QS_DIR_IN, 1, 100, 0, 1, &x);   // request read before the attach
+    k.g.apply(x);
+    CHECK(k.g.in_flight == 1);
+    CHECK(k.c.t_req == 100);
+    CHECK(k.write(500, 10) == 0);   // its response: no latency (start unknown), no completion
+    CHECK(k.g.in_flight == 0);
+    CHECK(k.g.latencies == 0);
+    k.read(600, 10);                // the next request is measured normally
+    CHECK(k.write(700, 10) == 1);
+    CHECK(k.g.last_latency == 100);
+
+    Conn o;
+    x = qs_effects{};
+    qs_conn_seed(&o.c, QS_DIR_OUT, 7, 100, 0, 1, &x);  // request sent before the attach
+    o.g.apply(x);
+    CHECK(o.g.busy == 1);
+    o.read(900, 3);
+    CHECK(o.g.busy == 0);
+    CHECK(o.g.calls == 0);
+    o.write(1000, 1);
+    o.read(1250, 1);
+    CHECK(o.g.calls == 1);
+    CHECK(o.g.last_call == 250);
+
+    Conn b;                         // idle pool connection, then a thread found blocked on it
+    x = qs_effects{};
+    qs_conn_seed(&b.c, QS_DIR_OUT, 7, 100, 0, 0, &x);
+    b.g.apply(x);
+    x = qs_effects{};
+    qs_seed_blocked_read(&b.c, 120, &x);
+    b.g.apply(x);
+    CHECK(b.g.busy == 1);
+    x = qs_effects{};
+    qs_seed_blocked_read(&b.c, 130, &x);  // twice (two threads, or both seeders): still one
+    b.g.apply(x);
+    CHECK(b.g.busy == 1);
 }
 
 TEST_CASE("outbound: connect latency, busy calls, close while busy", "[sock]") {
@@ -292,4 +334,29 @@ TEST_CASE("HTTP status class from the status line only", "[sock]") {
     CHECK(status_of("HTTP/1.1 2x0 OK") == QS_STATUS_UNKNOWN);
     CHECK(status_of(std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\x00", 12)) == QS_STATUS_UNKNOWN);
     CHECK(status_of("") == QS_STATUS_UNKNOWN);
+}
+
+TEST_CASE("attach mid-request: sequence numbers tell in flight from idle", "[sock]") {
+    const __u32 base = 0xfffffff0u;  // wraps: the comparisons must be modular
+    // Request (100 bytes) read, response not written: the peer's last segment carried data.
+    CHECK(qs_seed_is_in_flight(0, 500, 500, base, base + 100));
+    // Same, but the request still sits unread: connector queue, not in flight.
+    CHECK_FALSE(qs_seed_is_in_flight(100, 500, 500, base, base + 100));
+    // Response written, not yet acked.
+    CHECK_FALSE(qs_seed_is_in_flight(0, 500, 600, base, base + 100));
+    // Response written and acked by a pure ACK: the peer's last word was an ACK.
+    CHECK_FALSE(qs_seed_is_in_flight(0, 600, 600, base + 100, base + 100));
+    // Fresh accepted connection, nothing received after the handshake ACK.
+    CHECK_FALSE(qs_seed_is_in_flight(0, 1, 1, base, base));
+
+    // Outbound: request acked by a pure ACK, no reply (a silent partner): busy.
+    CHECK(qs_seed_is_busy(0, 700, 700, base + 5, base + 5));
+    // Request not yet acked: busy.
+    CHECK(qs_seed_is_busy(0, 690, 700, base + 5, base + 5));
+    // Reply arrived, not read: busy until the app reads it.
+    CHECK(qs_seed_is_busy(3, 700, 700, base + 5, base + 8));
+    // Reply read (the peer's last segment carried data): idle pool connection.
+    CHECK_FALSE(qs_seed_is_busy(0, 700, 700, base + 5, base + 8));
+    // Never used since the handshake: snd_wl1 = SYN-ACK's seq = rcv_nxt - 1.
+    CHECK_FALSE(qs_seed_is_busy(0, 1, 1, base - 1, base));
 }

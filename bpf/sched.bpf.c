@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Off-CPU time of one target process, by (thread group, syscall, resource), runqueue wait
+ * per group, and a per-tick task iterator that reports every target thread's state and
+ * samples stacks of long waits.
+ *
+ * Why sched_switch and not syscalls:sys_enter_*: enabling any syscalls:* or raw_syscalls
+ * tracepoint puts every syscall of every process on the machine on the slow path (~10 ns
+ * each, KERNEL-NOTES "Cost"). A thread that blocks passes through sched_switch anyway, and
+ * its pt_regs still hold the syscall number (orig_ax) and arguments (di, si): the futex
+ * address and op, or the fd. Nothing is paid on syscalls that do not block.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "hist.h"
+#include "qs_sched.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Configured between open and load. */
+const volatile __u32 targ_tgid = 0;
+const volatile __u8 want_stacks = 1;
+const volatile __u64 stack_min_ns = 1000000;
+const volatile __u32 max_stacks_per_iter = 64;
+
+/* Reset by user space before each iterator run: stack captures done in this run. */
+__u32 iter_captures = 0;
+
+#define TS_BLOCKED 1u
+#define TS_SEEDED  2u
+
+/* Per-thread state. Task storage rather than a tid-keyed hash: no hashing on the
+ * scheduler path, no entry to leak when a thread exits, no size to guess. */
+struct tstate {
+	__u64 block_start;
+	__u64 wake_ns;
+	__u64 runnable_since;
+	__u64 res;
+	__s32 syscall;
+	__u32 flags;
+	__u32 futex_op;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tstate);
+} tstates SEC(".maps");
+
+/* Sized from Config::max_threads by user space. Not preallocated: a wait key costs memory
+ * only once it is seen. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct qs_wait_key);
+	__type(value, struct qs_wait_val);
+} waits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 256);
+	__type(key, struct qs_group_key);
+	__type(value, struct qs_hist);
+} rq_hist SEC(".maps");
+
+/* (tid, syscall, res) whose stack was already captured: one capture per distinct wait
+ * site per thread, LRU so new sites still get a turn. */
+struct stack_seen_key {
+	__u32 tid;
+	__s32 syscall;
+	__u64 res;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct stack_seen_key);
+	__type(value, __u64);
+} stack_seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, QS_LOST_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost SEC(".maps");
+
+static __always_inline void count_lost(__u32 what)
+{
+	__u64 *c = bpf_map_lookup_elem(&lost, &what);
+	if (c)
+		(*c)++;
+}
+
+static const struct qs_wait_val zero_wait;
+static const struct qs_hist zero_hist;
+
+static __always_inline void read_group(struct task_struct *t, char group[QS_COMM_LEN])
+{
+	char comm[QS_COMM_LEN];
+	bpf_probe_read_kernel(comm, sizeof(comm), t->comm);
+	qs_group_from_comm(comm, group);
+}
+
+static __always_inline void record_wait(struct task_struct *t, struct tstate *s, __u64 end)
+{
+	struct qs_wait_key key = {};
+	struct qs_wait_val *v;
+	__u64 dur = end > s->block_start ? end - s->block_start : 0;
+
+	read_group(t, key.group);
+	key.syscall = s->syscall;
+	key.res = s->res;
+	v = bpf_map_lookup_elem(&waits, &key);
+	if (!v) {
+		if (bpf_map_update_elem(&waits, &key, &zero_wait, BPF_NOEXIST) &&
+		    bpf_map_lookup_elem(&waits, &key) == NULL) {
+			/* Full: keep the time, lose its attribution (user space preinserts this). */
+			count_lost(QS_LOST_WAITS_FULL);
+			__builtin_memset(&key, 0, sizeof(key));
+			key.syscall = QS_SYSCALL_OTHER;
+		}
+		v = bpf_map_lookup_elem(&waits, &key);
+		if (!v)
+			return;
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->total_ns, dur);
+	if (dur > v->max_ns)
+		v->max_ns = dur;	/* racy max: a lost update only lowers it slightly */
+	__u64 slot = qs_whist_slot(dur);
+	/* Hide what clang knows of slot so the bounds check below is emitted on the register
+	 * that indexes (clang-14 otherwise checks a derived value the verifier cannot relate). */
+	asm volatile("" : "+r"(slot));
+	if (slot < QS_WHIST_SLOTS)
+		__sync_fetch_and_add(&v->slots[slot], 1);
+}
+
+static __always_inline void record_runqueue(struct task_struct *t, __u64 wait_ns)
+{
+	struct qs_group_key key = {};
+	struct qs_hist *h;
+
+	read_group(t, key.group);
+	h = bpf_map_lookup_elem(&rq_hist, &key);
+	if (!h) {
+		if (bpf_map_update_elem(&rq_hist, &key, &zero_hist, BPF_NOEXIST) &&
+		    bpf_map_lookup_elem(&rq_hist, &key) == NULL) {
+			count_lost(QS_LOST_GROUPS_FULL);
+			__builtin_memset(&key, 0, sizeof(key));	/* "" = overflow group */
+		}
+		h = bpf_map_lookup_elem(&rq_hist, &key);
+		if (!h)
+			return;
+	}
+	qs_hist_add(h, wait_ns);
+}
+
+static __always_inline void switch_out(struct task_struct *prev, bool preempt,
+				       unsigned int prev_state, __u64 now)
+{
+	struct tstate *s = bpf_task_storage_get(&tstates, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!s) {
+		count_lost(QS_LOST_STORAGE);
+		return;
+	}
+	/* The kernel runs with preemption "none", but a preempted task keeps whatever state it
+	 * had set and stays on the runqueue: only !preempt && state != 0 leaves the CPU to
+	 * sleep. */
+	if (!preempt && prev_state) {
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+		long long nr = (long long)regs->orig_ax;
+		__u64 di = regs->di, si = regs->si;
+
+		s->block_start = now;
+		s->wake_ns = 0;
+		s->runnable_since = 0;
+		s->syscall = (__s32)nr;
+		s->res = qs_wait_res(nr, di);
+		s->futex_op = qs_sys_arg0_kind(nr) == QS_ARG0_FUTEX ? (__u32)si : 0;
+		s->flags = TS_BLOCKED;
+	} else {
+		s->runnable_since = now;
+	}
+}
+
+static __always_inline void switch_in(struct task_struct *next, __u64 now)
+{
+	struct tstate *s = bpf_task_storage_get(&tstates, next, 0, 0);
+	if (!s)
+		return;
+	if (s->flags & TS_BLOCKED) {
+		record_wait(next, s, s->wake_ns ? s->wake_ns : now);
+		s->flags = 0;
+	}
+	if (s->runnable_since) {
+		if (now > s->runnable_since)
+			record_runqueue(next, now - s->runnable_since);
+		s->runnable_since = 0;
+	}
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(qs_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	/* Filter first, from rodata, with plain BTF loads: a non-target switch costs two
+	 * loads and two compares, no helper call, no map access. */
+	const __u32 tgid = targ_tgid;
+	bool p = prev->tgid == tgid, n = next->tgid == tgid;
+	__u64 now;
+
+	if (!p && !n)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (p)
+		switch_out(prev, preempt, prev_state, now);
+	if (n)
+		switch_in(next, now);
+	return 0;
+}
+
+static __always_inline int on_wakeup(struct task_struct *t)
+{
+	struct tstate *s;
+	__u64 now;
+
+	if (t->tgid != targ_tgid)
+		return 0;
+	/* Create: a thread blocked since before attach gets its runqueue wait measured too. */
+	s = bpf_task_storage_get(&tstates, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!s) {
+		count_lost(QS_LOST_STORAGE);
+		return 0;
+	}
+	now = bpf_ktime_get_ns();
+	if ((s->flags & TS_BLOCKED) && !s->wake_ns)
+		s->wake_ns = now;
+	if (!s->runnable_since)
+		s->runnable_since = now;
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(qs_sched_wakeup, struct task_struct *p)
+{
+	return on_wakeup(p);
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(qs_sched_wakeup_new, struct task_struct *p)
+{
+	return on_wakeup(p);
+}
+
+static __always_inline void capture_stack(struct task_struct *task, struct pt_regs *regs,
+					  __u32 tid, struct tstate *s, const char group[QS_COMM_LEN],
+					  __u64 now)
+{
+	struct stack_seen_key sk = {.tid = tid, .syscall = s->syscall, .res = s->res};
+	struct qs_stack_event *e;
+	__u64 sp;
+	long ks;
+	int i;
+
+	if (bpf_map_lookup_elem(&stack_seen, &sk))
+		return;
+	if (iter_captures >= max_stacks_per_iter)
+		return;
+	e = bpf_ringbuf_reserve(&stacks, sizeof(*e), 0);
+	if (!e) {
+		count_lost(QS_LOST_RINGBUF);
+		return;
+	}
+	iter_captures++;
+	e->kind = QS_EV_STACK;
+	e->tid = tid;
+	e->syscall = s->syscall;
+	e->res = s->res;
+	for (i = 0; i < QS_COMM_LEN; i++)
+		e->group[i] = group[i];
+	ks = bpf_get_task_stack(task, e->kstack, sizeof(e->kstack), 0);
+	e->kstack_len = ks > 0 ? (__u32)(ks / sizeof(__u64)) : 0;
+
+	e->ustack.regs[QS_REG_RAX] = regs->ax;
+	e->ustack.regs[QS_REG_RDX] = regs->dx;
+	e->ustack.regs[QS_REG_RCX] = regs->cx;
+	e->ustack.regs[QS_REG_RBX] = regs->bx;
+	e->ustack.regs[QS_REG_RSI] = regs->si;
+	e->ustack.regs[QS_REG_RDI] = regs->di;
+	e->ustack.regs[QS_REG_RBP] = regs->bp;
+	e->ustack.regs[QS_REG_RSP] = regs->sp;
+	e->ustack.regs[QS_REG_R8] = regs->r8;
+	e->ustack.regs[QS_REG_R9] = regs->r9;
+	e->ustack.regs[QS_REG_R10] = regs->r10;
+	e->ustack.regs[QS_REG_R11] = regs->r11;
+	e->ustack.regs[QS_REG_R12] = regs->r12;
+	e->ustack.regs[QS_REG_R13] = regs->r13;
+	e->ustack.regs[QS_REG_R14] = regs->r14;
+	e->ustack.regs[QS_REG_R15] = regs->r15;
+	e->ustack.regs[QS_REG_RIP] = regs->ip;
+	e->ustack.tid = tid;
+	e->ustack.size = 0;
+	sp = regs->sp;
+	/* A shallow thread's stack may end less than 8 KiB above sp (the copy faults as a
+	 * whole): halve until it fits. */
+	if (!bpf_copy_from_user_task(e->ustack.data, QS_USTACK_BYTES, (void *)sp, task, 0))
+		e->ustack.size = QS_USTACK_BYTES;
+	else if (!bpf_copy_from_user_task(e->ustack.data, QS_USTACK_BYTES / 2, (void *)sp, task, 0))
+		e->ustack.size = QS_USTACK_BYTES / 2;
+	else if (!bpf_copy_from_user_task(e->ustack.data, QS_USTACK_BYTES / 4, (void *)sp, task, 0))
+		e->ustack.size = QS_USTACK_BYTES / 4;
+	else if (!bpf_copy_from_user_task(e->ustack.data, QS_USTACK_BYTES / 8, (void *)sp, task, 0))
+		e->ustack.size = QS_USTACK_BYTES / 8;
+	bpf_ringbuf_submit(e, 0);
+	bpf_map_update_elem(&stack_seen, &sk, &now, BPF_ANY);
+}
+
+/* Runs once per collector tick over the target's threads only (the link is created with a
+ * pid filter). Sleepable, because copying another task's user stack needs
+ * bpf_copy_from_user_task.
+ *
+ * Why stacks are captured here and not in sched_switch: a capture costs ~1-2 us (8 KiB copy)
+ * plus ~460 ns for a kernel stack id, against ~700 ns for the whole blocking switch. Here
+ * it runs off the scheduler path, only for threads blocked at least stack_min_ns right now
+ * (long waits are what explain a queue; a thread blocked for one tick is sampled in it),
+ * once per (tid, syscall, resource) thanks to stack_seen, and at most max_stacks_per_iter
+ * per tick. */
+SEC("iter.s/task")
+int qs_task_iter(struct bpf_iter__task *ctx)
+{
+	struct seq_file *seq = ctx->meta->seq;
+	struct task_struct *task = ctx->task;
+	struct qs_thread_rec rec = {};
+	struct tstate *s;
+	struct pt_regs *regs;
+	__u64 now;
+
+	if (!task)
+		return 0;
+	if (task->tgid != targ_tgid)
+		return 0;
+	now = bpf_ktime_get_ns();
+	rec.tid = task->pid;
+	rec.state = task->__state | task->exit_state;
+	rec.syscall = -1;
+	rec.now_ns = now;
+	if (task->on_cpu)
+		rec.flags |= QS_TREC_ON_CPU;
+	bpf_probe_read_kernel(rec.comm, sizeof(rec.comm), task->comm);
+	qs_group_from_comm(rec.comm, rec.group);
+
+	s = bpf_task_storage_get(&tstates, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (rec.state == 0 || !s) {
+		if (!s)
+			count_lost(QS_LOST_STORAGE);
+		bpf_seq_write(seq, &rec, sizeof(rec));
+		return 0;
+	}
+
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	rec.syscall = (__s32)regs->orig_ax;
+	rec.res = qs_wait_res((long long)regs->orig_ax, regs->di);
+	if (qs_sys_arg0_kind((long long)regs->orig_ax) == QS_ARG0_FUTEX)
+		rec.futex_op = (__u32)regs->si;
+
+	/* Blocked, but sched_switch never saw it go to sleep: it was blocked before attach.
+	 * Seed its state so its wait is counted from now (a lower bound) when it wakes. A
+	 * thread still on a CPU has set its state but not yet switched out: leave it to
+	 * sched_switch. */
+	if (!(s->flags & TS_BLOCKED) && !(rec.flags & QS_TREC_ON_CPU)) {
+		s->block_start = now;
+		s->wake_ns = 0;
+		s->syscall = rec.syscall;
+		s->res = rec.res;
+		s->futex_op = rec.futex_op;
+		s->flags = TS_BLOCKED | TS_SEEDED;
+	}
+	if (s->flags & TS_BLOCKED) {
+		rec.flags |= QS_TREC_TRACKED;
+		if (s->flags & TS_SEEDED)
+			rec.flags |= QS_TREC_SEEDED;
+		rec.block_start_ns = s->block_start;
+		if (want_stacks && !(rec.flags & QS_TREC_ON_CPU) &&
+		    ((s->flags & TS_SEEDED) || now - s->block_start >= stack_min_ns))
+			capture_stack(task, regs, rec.tid, s, rec.group, now);
+	}
+	bpf_seq_write(seq, &rec, sizeof(rec));
+	return 0;
+}

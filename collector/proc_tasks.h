@@ -1,0 +1,81 @@
+// /proc readers for the sched source and for tests that use /proc as the oracle:
+// /proc/PID/task/*/{stat,syscall,comm}, /proc/PID/fd links, /proc/PID/net/tcp{,6}.
+// Parsers are pure functions of the text (unit-tested on real-shaped input); readers are
+// thin wrappers that tolerate a thread or fd vanishing mid-read.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace qscope {
+
+// /proc/PID/task/TID/syscall: "running", "-1 SP PC" (blocked outside a syscall), or
+// "NR ARG1..ARG6 SP PC" (hex arguments).
+struct ProcSyscall {
+    bool running = false;
+    int64_t nr = -1;
+    uint64_t args[6] = {0, 0, 0, 0, 0, 0};
+    uint64_t sp = 0, pc = 0;
+};
+bool parse_proc_syscall(const std::string& text, ProcSyscall& out);
+
+// One thread as /proc shows it.
+struct ProcTask {
+    int tid = 0;
+    std::string comm;
+    char state = '?';          // R S D T t Z X I ...
+    bool syscall_known = false;
+    ProcSyscall syscall;       // meaningful when syscall_known
+};
+// All threads of PID; threads that exit mid-read are skipped. With `with_syscall`, also
+// reads each thread's syscall file (needs root or ptrace access).
+std::vector<ProcTask> read_proc_tasks(int pid, bool with_syscall = true);
+
+// "socket:[123]" → 123; anything else → nullopt.
+std::optional<uint64_t> parse_socket_inode(const std::string& link);
+// readlink(/proc/PID/fd/N); empty when the fd is closed.
+std::string read_fd_link(int pid, int fd);
+
+// One row of /proc/net/tcp or tcp6.
+struct TcpSocket {
+    std::string local, remote;     // "127.0.0.1:8080", "[::1]:5432"
+    uint16_t local_port = 0, remote_port = 0;
+    int state = 0;                 // TCP_ESTABLISHED = 1, TCP_LISTEN = 10, ...
+    uint64_t inode = 0;
+};
+// Parses the whole file (header line skipped). IPv4-mapped IPv6 addresses are printed as
+// IPv4, so a peer has one name whichever socket family reached it.
+std::vector<TcpSocket> parse_proc_net_tcp(const std::string& text, bool v6);
+// "0100007F" → "127.0.0.1"; 32 hex digits → "[::1]"-style (bracketed) IPv6.
+std::string format_proc_net_addr(const std::string& hex, bool v6);
+
+// Names the resource behind an fd of the target, caching by fd and socket inode. The
+// TCP tables are re-read at most once per refresh() and only when an unknown socket
+// inode is asked for, so a tick with nothing new costs one readlink per fd looked up.
+class FdResolver {
+public:
+    explicit FdResolver(int pid) : pid_(pid) {}
+    struct Resource {
+        std::string name;      // "127.0.0.1:5432", "inbound :8080", "listen :8080", "/var/log/x", "pipe"
+        std::string kind;      // "socket", "file", "other"
+    };
+    Resource resolve(int fd);
+    // New tick: allow one more TCP table read; drop fd names (fds get reused).
+    void refresh();
+    // For tests: feed tables directly.
+    void set_tcp_tables(const std::vector<TcpSocket>& socks);
+
+private:
+    Resource name_link(const std::string& link);
+    void load_tcp();
+    int pid_;
+    bool tcp_loaded_this_tick_ = false;
+    std::unordered_map<int, Resource> fd_cache_;
+    std::unordered_map<uint64_t, TcpSocket> by_inode_;
+    std::map<uint16_t, bool> listen_ports_;
+};
+
+}  // namespace qscope

@@ -1,0 +1,28 @@
+// x86-64 syscall numbers → names (what /proc/PID/task/TID/syscall prints as a number), and
+// futex op decoding. Pure functions: unit-tested without privileges.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace qscope {
+
+// "read", "futex", ...; "none" for -1 (blocked outside a syscall, e.g. a page fault);
+// "syscall_N" for numbers this table does not know (newer kernels add syscalls).
+std::string syscall_name(int64_t nr);
+// Inverse, for tests and filters; -1 when unknown.
+int syscall_number(const std::string& name);
+
+// FUTEX_* command of a futex(2) op word, without the PRIVATE/CLOCK_REALTIME flags:
+// "WAIT_BITSET", "LOCK_PI", ...; "CMD_N" for an unknown command.
+std::string futex_cmd_name(uint32_t op);
+// "WAIT_BITSET|PRIVATE|CLOCK_REALTIME" (the form strace prints, without FUTEX_ prefixes).
+std::string futex_op_name(uint32_t op);
+// Does this op make the caller sleep until another thread acts (a gate)? WAIT, WAIT_BITSET,
+// LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI; WAKE/REQUEUE/... do not block.
+bool futex_op_waits(uint32_t op);
+
+// What the first argument of a blocking syscall is, so the wait's resource can be named.
+enum class SyscallArg0 { none, fd, futex_addr, futex_vec };
+SyscallArg0 syscall_arg0_kind(int64_t nr);
+
+}  // namespace qscope

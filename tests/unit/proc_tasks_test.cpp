@@ -1,0 +1,166 @@
+// /proc parsers on real-shaped text, and on this process's own /proc entries (the oracle is
+// what we just did: a thread we blocked in read(), a socket we connected).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "proc_tasks.h"
+
+using namespace qscope;
+
+TEST_CASE("parse_proc_syscall: running, outside a syscall, in a syscall", "[proc]") {
+    ProcSyscall s;
+    REQUIRE(parse_proc_syscall("running\n", s));
+    CHECK(s.running);
+
+    REQUIRE(parse_proc_syscall("-1 0x7ffd5e1c2a38 0x55d0c7a4e1f0\n", s));
+    CHECK_FALSE(s.running);
+    CHECK(s.nr == -1);
+    CHECK(s.sp == 0x7ffd5e1c2a38ULL);
+    CHECK(s.pc == 0x55d0c7a4e1f0ULL);
+
+    // A futex wait as the kernel prints it (glibc condvar: op 0x189 = WAIT_BITSET|PRIVATE|CLOCK_REALTIME).
+    REQUIRE(parse_proc_syscall(
+        "202 0x55f719232388 0x189 0x0 0x0 0x0 0xffffffff 0x7f3a2bffec50 0x7f3a2c89ed36\n", s));
+    CHECK(s.nr == 202);
+    CHECK(s.args[0] == 0x55f719232388ULL);
+    CHECK(s.args[1] == 0x189);
+    CHECK(s.args[5] == 0xffffffffULL);
+    CHECK(s.sp == 0x7f3a2bffec50ULL);
+    CHECK(s.pc == 0x7f3a2c89ed36ULL);
+}
+
+TEST_CASE("parse_proc_syscall rejects malformed text", "[proc]") {
+    ProcSyscall s;
+    CHECK_FALSE(parse_proc_syscall("", s));
+    CHECK_FALSE(parse_proc_syscall("abc 0x1 0x2", s));
+    CHECK_FALSE(parse_proc_syscall("0 0x1 0x2", s));          // too few fields for a syscall
+    CHECK_FALSE(parse_proc_syscall("-1 0x1", s));             // too few for "outside"
+    CHECK_FALSE(parse_proc_syscall("0 0x1 0x2 0x3 0x4 0x5 zz 0x7 0x8", s));
+}
+
+TEST_CASE("format_proc_net_addr decodes the kernel's per-word hex", "[proc]") {
+    CHECK(format_proc_net_addr("0100007F", false) == "127.0.0.1");
+    CHECK(format_proc_net_addr("00000000", false) == "0.0.0.0");
+    CHECK(format_proc_net_addr("0101A8C0", false) == "192.168.1.1");
+    CHECK(format_proc_net_addr("00000000000000000000000001000000", true) == "[::1]");
+    CHECK(format_proc_net_addr("0000000000000000FFFF00000100007F", true) == "127.0.0.1");  // v4-mapped
+    CHECK(format_proc_net_addr("B80D0120000000000000000001000000", true) == "[2001:db8::1]");
+    CHECK(format_proc_net_addr("xyz", false).empty());
+    CHECK(format_proc_net_addr("0100007F", true).empty());
+}
+
+TEST_CASE("parse_proc_net_tcp: listeners and connections, v4 and v6", "[proc]") {
+    const std::string v4 =
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:4A38 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 81234 1 0000000000000000 100 0 0 10 0\n"
+        "   1: 0100007F:C350 0100007F:4A39 01 00000000:00000000 02:000A7B2C 00000000     0        0 81301 1 0000000000000000 20 4 30 10 -1\n";
+    auto s = parse_proc_net_tcp(v4, false);
+    REQUIRE(s.size() == 2);
+    CHECK(s[0].state == 10);
+    CHECK(s[0].local == "127.0.0.1:19000");
+    CHECK(s[0].local_port == 19000);
+    CHECK(s[0].inode == 81234);
+    CHECK(s[1].state == 1);
+    CHECK(s[1].local_port == 50000);
+    CHECK(s[1].remote == "127.0.0.1:19001");
+    CHECK(s[1].inode == 81301);
+
+    const std::string v6 =
+        "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0000000000000000FFFF00000100007F:5A28 0000000000000000FFFF00000100007F:E8FE 01 00000000:00000000 00:00000000 00000000     0        0 81408 1 000000007569017e 20 4 30 10 -1\n"
+        "   1: 00000000000000000000000001000000:1538 00000000000000000000000001000000:D431 01 00000000:00000000 00:00000000 00000000     0        0 99 1 000000007569017e 20 4 30 10 -1\n"
+        "garbage line\n";
+    auto t = parse_proc_net_tcp(v6, true);
+    REQUIRE(t.size() == 2);
+    CHECK(t[0].local == "127.0.0.1:23080");
+    CHECK(t[0].remote == "127.0.0.1:59646");
+    CHECK(t[1].remote == "[::1]:54321");
+    CHECK(t[1].local == "[::1]:5432");
+}
+
+TEST_CASE("parse_socket_inode", "[proc]") {
+    CHECK(parse_socket_inode("socket:[81301]") == std::optional<uint64_t>(81301));
+    CHECK_FALSE(parse_socket_inode("pipe:[81301]"));
+    CHECK_FALSE(parse_socket_inode("socket:[]"));
+    CHECK_FALSE(parse_socket_inode("socket:[12x]"));
+    CHECK_FALSE(parse_socket_inode("/tmp/socket:[1]"));
+}
+
+TEST_CASE("read_proc_tasks sees a thread blocked in read() on our pipe", "[proc]") {
+    int p[2];
+    REQUIRE(pipe(p) == 0);
+    std::atomic<long> tid{0};
+    std::thread t([&] {
+        tid = syscall(SYS_gettid);
+        char c;
+        (void)!read(p[0], &c, 1);
+    });
+    // Wait until the kernel shows it asleep in read (oracle: what the thread does).
+    bool seen = false;
+    for (int i = 0; i < 200 && !seen; i++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        for (const auto& task : read_proc_tasks(getpid())) {
+            if (task.tid != tid.load()) continue;
+            if (task.state == 'S' && task.syscall_known && !task.syscall.running &&
+                task.syscall.nr == SYS_read && task.syscall.args[0] == static_cast<uint64_t>(p[0]))
+                seen = true;
+        }
+    }
+    (void)!write(p[1], "x", 1);
+    t.join();
+    close(p[0]);
+    close(p[1]);
+    CHECK(seen);
+}
+
+TEST_CASE("FdResolver names pipes, files, listeners, outbound and inbound sockets", "[proc]") {
+    const int pid = getpid();
+    int p[2];
+    REQUIRE(pipe(p) == 0);
+    char path[] = "/tmp/qscope-fdres-XXXXXX";
+    const int f = mkstemp(path);
+    REQUIRE(f >= 0);
+
+    const int l = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;  // any free port: never collides with other tests
+    REQUIRE(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    REQUIRE(listen(l, 4) == 0);
+    socklen_t al = sizeof(a);
+    REQUIRE(getsockname(l, reinterpret_cast<sockaddr*>(&a), &al) == 0);
+    const int port = ntohs(a.sin_port);
+    const int c = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    const int s = accept(l, nullptr, nullptr);
+    REQUIRE(s >= 0);
+
+    FdResolver r(pid);
+    CHECK(r.resolve(p[0]).name == "pipe");
+    CHECK(r.resolve(f).name == path);
+    CHECK(r.resolve(f).kind == "file");
+    CHECK(r.resolve(l).name == "listen :" + std::to_string(port));
+    // The client side names its peer; the accepted side names the listener it came in on.
+    CHECK(r.resolve(c).name == "127.0.0.1:" + std::to_string(port));
+    CHECK(r.resolve(c).kind == "socket");
+    CHECK(r.resolve(s).name == "inbound :" + std::to_string(port));
+    CHECK(r.resolve(9999).name == "closed fd");
+
+    close(s);
+    close(c);
+    close(l);
+    close(f);
+    unlink(path);
+    close(p[0]);
+    close(p[1]);
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Soak: qscope attached to a loaded server for a long time must stay flat — memory (RSS)
+# and BPF map occupancy — and keep answering. Needs root. Loopback only; bounded.
+#
+#   sudo bench/soak.sh [--minutes M | --seconds S] [--out FILE.tsv] [--port P]
+#     default 60 minutes; CI runs --minutes 2.
+#
+# Setup: qs_downstream (1 ms) ← qs_server (16 workers, 2 ms service, pool of 4) ← two
+# qs_load runs: 16 keep-alive connections plus 4 clients opening a new connection per
+# request (connection churn exercises every per-connection map entry's create/delete).
+# qscope runs `export` (the long-running mode) and /metrics is scraped every 5 s, as
+# Prometheus would.
+# Every 5 s: qscope's VmRSS and CPU time, the entry count of each of its hash maps
+# (bpftool map dump), qscope_lost_events_total.
+# Fails (exit 1) if, after the first minute (warm-up), RSS grows more than 10% over its
+# value at 60 s, if hash-map occupancy grows more than 10% (+64 entries), or if qscope
+# dies or /metrics stops answering.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+SECS=3600 OUT="" PORT=24900
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --minutes) SECS=$(( $2 * 60 )); shift 2;;
+    --seconds) SECS=$2; shift 2;;
+    --out) OUT=$2; shift 2;;
+    --port) PORT=$2; shift 2;;
+    *) echo "usage: $0 [--minutes M | --seconds S] [--out FILE] [--port P]" >&2; exit 2;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "soak: needs root (BPF)" >&2; exit 1; }
+(( SECS >= 90 )) || { echo "soak: needs at least 90 s (60 s warm-up + samples)" >&2; exit 2; }
+B=${QSCOPE_BUILD_DIR:-build}
+cmake --build "$B" -j2 --target qscope qs_server qs_load qs_downstream >/dev/null
+Q=$B/qscope T=$B/targets
+work=$(mktemp -d /tmp/qscope-soak-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ready_port() { for _ in $(seq 200); do grep -q 'READY port=' "$1" 2>/dev/null && { sed -n 's/.*READY port=\([0-9]*\).*/\1/p' "$1" | head -1; return; }; sleep 0.05; done; echo "soak: not ready: $1" >&2; cat "$1" >&2; exit 1; }
+rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14+$15)/hz}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# Hash-type maps qscope holds (arrays and ring buffers have fixed occupancy).
+held_hash_maps() {
+  local ids
+  ids=$(grep -h '^map_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -un | tr '\n' ' ')
+  for id in $ids; do
+    bpftool -j map show id "$id" 2>/dev/null | jq -r 'select(.type|test("hash")) | "\(.id):\(.name)"'
+  done
+}
+map_entries() { bpftool -j map dump id "$1" 2>/dev/null | jq 'length' 2>/dev/null || echo -1; }
+
+"$T/qs_downstream" --port 0 --delay-ms 1 >"$work/ds.log" 2>&1 & pids+=($!)
+ds_port=$(ready_port "$work/ds.log")
+"$T/qs_server" --port 0 --workers 16 --service-ms 2 --downstream "127.0.0.1:$ds_port" --pool 4 \
+  --counters-file /dev/shm/qscope-soak-$$.json >"$work/srv.log" 2>&1 & pids+=($!)
+srv_pid=$!
+srv_port=$(ready_port "$work/srv.log")
+"$T/qs_load" --host 127.0.0.1 --port "$srv_port" --connections 16 --duration "$((SECS + 30))" \
+  --out "$work/load-ka.json" >/dev/null 2>&1 & pids+=($!)
+"$T/qs_load" --host 127.0.0.1 --port "$srv_port" --connections 4 --duration "$((SECS + 30))" \
+  --new-conn-per-request --out "$work/load-new.json" >/dev/null 2>&1 & pids+=($!)
+
+"$Q" export --pid "$srv_pid" --listen "127.0.0.1:$PORT" >"$work/qscope.out" 2>"$work/qscope.err" & pids+=($!)
+q_pid=$!
+for _ in $(seq 300); do
+  curl -fsS -m 2 "http://127.0.0.1:$PORT/metrics" >/dev/null 2>&1 && break
+  kill -0 "$q_pid" 2>/dev/null || { echo "soak: qscope died at start:" >&2; cat "$work/qscope.err" >&2; exit 1; }
+  sleep 0.2
+done
+maps=$(held_hash_maps "$q_pid")
+echo "soak: ${SECS}s; server pid $srv_pid port $srv_port; qscope pid $q_pid; hash maps: ${maps:-none}" >&2
+
+tsv=${OUT:-$work/soak.tsv}
+printf 't_s\trss_kib\tcpu_s\tmap_entries\tlost_events\tserver_completed\t%s\n' "$(echo $maps | tr ' ' '\t')" >"$tsv"
+start=$SECONDS
+base_rss=0 base_maps=-1 max_rss=0 max_maps=0 failures=""
+while (( SECONDS - start < SECS )); do
+  sleep 5
+  t=$((SECONDS - start))
+  if ! kill -0 "$q_pid" 2>/dev/null; then failures+="qscope exited at ${t}s; "; break; fi
+  metrics=$(curl -fsS -m 5 "http://127.0.0.1:$PORT/metrics" 2>/dev/null) || { failures+="/metrics failed at ${t}s; "; metrics=""; }
+  lost=$(awk '/^qscope_lost_events_total/{s+=$2} END{printf "%d", s}' <<<"$metrics")
+  rss=$(rss_kib "$q_pid")
+  total=0 per=""
+  for m in $maps; do
+    n=$(map_entries "${m%%:*}")
+    per+=$'\t'"$n"
+    (( n > 0 )) && total=$((total + n))
+  done
+  done_reqs=$(jq -r '.completed' /dev/shm/qscope-soak-$$.json 2>/dev/null || echo -1)
+  printf '%d\t%d\t%s\t%d\t%d\t%s%s\n' "$t" "$rss" "$(cpu_s "$q_pid")" "$total" "$lost" "$done_reqs" "$per" >>"$tsv"
+  if (( t >= 60 )); then
+    if (( base_rss == 0 )); then base_rss=$rss base_maps=$total; fi
+    (( rss > max_rss )) && max_rss=$rss
+    (( total > max_maps )) && max_maps=$total
+  fi
+done
+rm -f /dev/shm/qscope-soak-$$.json
+
+kill -INT "$q_pid" 2>/dev/null || true
+for _ in $(seq 100); do kill -0 "$q_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$q_pid" 2>/dev/null && failures+="qscope did not exit within 10 s of SIGINT; "
+
+column -t "$tsv" | awk 'NR==1 || NR%12==2' >&2   # one line a minute
+if (( base_rss > 0 )); then
+  limit=$(( base_rss * 110 / 100 ))
+  echo "soak: RSS at 60 s ${base_rss} KiB, max after ${max_rss} KiB (limit ${limit})" >&2
+  (( max_rss > limit )) && failures+="RSS grew ${base_rss}→${max_rss} KiB (>10%); "
+  mlimit=$(( base_maps * 110 / 100 + 64 ))
+  echo "soak: hash-map entries at 60 s ${base_maps}, max after ${max_maps} (limit ${mlimit})" >&2
+  (( max_maps > mlimit )) && failures+="map occupancy grew ${base_maps}→${max_maps}; "
+else
+  failures+="no sample after the first minute; "
+fi
+[[ -n $OUT ]] && echo "soak: samples in $OUT" >&2
+if [[ -n $failures ]]; then
+  echo "soak: FAIL: $failures" >&2
+  cat "$work/qscope.err" >&2
+  exit 1
+fi
+echo "soak: PASS" >&2

@@ -251,6 +251,9 @@ static __always_inline int conn_insert_new(__u64 key, const struct qs_conn *c)
 	return 1;
 }
 
+static __always_inline int response_status(void);
+static __always_inline int in_send_syscall(void);
+
 /* ---- handshakes, connects, closes, listens ----------------------------------------------- */
 
 static __always_inline void on_listen(const struct sock *sk)
@@ -327,11 +330,18 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 	}
 
 	if (newstate == QS_TCP_CLOSE) {
+		int status = 0;
 		c = bpf_map_lookup_elem(&conns, &key);
 		if (!c)
 			return 0;
+		/* On loopback a response written to a peer that has gone resets the socket inside
+		 * the write itself (the RST is processed before sendmsg returns), so the entry would
+		 * be gone when sock_send_length fires: the close then IS the response's write. */
+		if (c->dir == QS_DIR_IN && c->state == QS_ST_REQUEST && is_target() && in_send_syscall() &&
+		    qs_on_write(c, bpf_ktime_get_ns(), 1, &e))
+			status = response_status();
 		qs_on_close(c, &e);
-		apply(c, &e, 0);
+		apply(c, &e, status);
 		bpf_map_delete_elem(&conns, &key);
 		return 0;
 	}
@@ -414,6 +424,17 @@ static __always_inline int response_status(void)
 	if (bpf_probe_read_user(buf, sizeof(buf), base))
 		return QS_STATUS_UNKNOWN;
 	return qs_http_status_class(buf, sizeof(buf));
+}
+
+static __always_inline int in_send_syscall(void)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	long nr;
+	if (!regs)
+		return 0;
+	nr = regs->orig_ax;
+	return nr == NR_write || nr == NR_sendto || nr == NR_sendmsg || nr == NR_writev || nr == NR_sendmmsg ||
+	       nr == 40 /* sendfile */;
 }
 
 SEC("tp_btf/sock_send_length")

@@ -1,0 +1,141 @@
+// Downstream peers (issue 3, `downstream`) on the real probes. Oracles: qs_server's own pool
+// counters (pool_busy_max, completed, in_flight), qs_load's per-status counts, and `ss`
+// (connections from the target to the peer). Ports 18200-18299.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "harness.h"
+
+using namespace qs_test;
+using nlohmann::json;
+
+namespace {
+
+constexpr double kAttachSeconds = 1.5;
+
+Proc start_snapshot(pid_t pid, double duration) {
+    return spawn({qscope_bin(), "snapshot", "--pid", std::to_string(pid), "--duration", std::to_string(duration),
+                  "--json", "--no-threads"});
+}
+
+json finish(Proc& p, double timeout) {
+    const int rc = p.wait(timeout);
+    INFO("qscope stderr: " << p.err());
+    REQUIRE(rc == 0);
+    return json::parse(p.out());
+}
+
+json peer_of(const json& snap, const std::string& label) {
+    for (const auto& d : snap["downstream"])
+        if (d["peer"].get<std::string>() == label) return d;
+    return json();
+}
+
+size_t connections_to(pid_t pid, uint16_t dport) {
+    size_t n = 0;
+    for (const auto& s : ss("dport = :" + std::to_string(dport)))
+        if (s.state == "ESTAB")
+            for (int p : s.pids) n += p == pid;
+    return n;
+}
+
+std::string shm_path(const std::string& name) {
+    return "/dev/shm/qscope-sock-ds-" + std::to_string(getpid()) + "-" + name + ".json";
+}
+
+}  // namespace
+
+TEST_CASE("a K-connection pool opened before the attach: busy max K, call time, calls", "[sock][integration]") {
+    if (!require_root()) return;
+    const std::string counters = shm_path("pool");
+    auto ds = start_target("qs_downstream", {"--port", "18210", "--delay-ms", "20"});
+    // 8 workers share 3 connections, opened at startup (before qscope attaches).
+    auto srv = start_target("qs_server", {"--port", "18200", "--workers", "8", "--downstream", "127.0.0.1:18210",
+                                          "--pool", "3", "--counters-file", counters});
+    auto snap = start_snapshot(srv.proc.pid(), 6);
+    sleep_s(kAttachSeconds);
+    auto load = run({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "18200", "--connections", "12",
+                     "--duration", "3"},
+                    30);
+    REQUIRE(load.rc == 0);
+    const size_t ss_conns = connections_to(srv.proc.pid(), 18210);
+    const json s = finish(snap, 30);
+    const json c = read_counters(counters);
+    REQUIRE(c.is_object());
+    const json d = peer_of(s, "127.0.0.1:18210");
+    INFO(s["downstream"].dump() << "\nserver " << c.dump() << "\nss connections " << ss_conns);
+    REQUIRE(d.is_object());
+    CHECK(d["connections"].get<size_t>() == 3);
+    CHECK(ss_conns == 3);
+    CHECK(d["busy_max"].get<uint64_t>() == 3);
+    CHECK(d["busy_max"].get<uint64_t>() == c["pool_busy_max"].get<uint64_t>());
+    CHECK(d["busy"].get<uint64_t>() == 0);
+    // Every request made exactly one call, all inside the window.
+    CHECK(d["calls"].get<uint64_t>() == c["completed"].get<uint64_t>());
+    CHECK(d["call_seconds"]["p50"].get<double>() == Approx(0.020).epsilon(0.10));
+    CHECK(d["connect_failures"].get<uint64_t>() == 0);
+    CHECK(d["resets"].get<uint64_t>() == 0);
+    ::unlink(counters.c_str());
+}
+
+TEST_CASE("a silent partner: every worker busy on it, the oldest call ages with wall time", "[sock][integration]") {
+    if (!require_root()) return;
+    const std::string counters = shm_path("silent");
+    auto ds = start_target("qs_downstream", {"--port", "18211", "--silent"});
+    auto srv = start_target("qs_server", {"--port", "18201", "--workers", "4", "--downstream", "127.0.0.1:18211",
+                                          "--downstream-per-request", "--counters-file", counters});
+    // Two observers attached before the load, ending 2 s apart.
+    auto a = start_snapshot(srv.proc.pid(), 4);
+    auto b = start_snapshot(srv.proc.pid(), 6);
+    sleep_s(kAttachSeconds);
+    auto load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "18201", "--connections", "6",
+                       "--duration", "8"});
+    const json sa = finish(a, 30);
+    const double ta = now_s();
+    const json c = read_counters(counters);
+    const size_t ss_conns = connections_to(srv.proc.pid(), 18211);
+    const json sb = finish(b, 30);
+    const double tb = now_s();
+    load.kill_and_wait();
+    const json da = peer_of(sa, "127.0.0.1:18211"), db = peer_of(sb, "127.0.0.1:18211");
+    INFO("a " << da.dump() << "\nb " << db.dump() << "\nserver " << c.dump() << "\nss " << ss_conns);
+    REQUIRE(da.is_object());
+    REQUIRE(db.is_object());
+    // 4 workers, each holding one request whose call never returns.
+    CHECK(da["busy"].get<uint64_t>() == 4);
+    CHECK(da["busy"].get<uint64_t>() == c["in_flight"].get<uint64_t>());
+    CHECK(ss_conns == 4);
+    CHECK(db["busy"].get<uint64_t>() == 4);
+    CHECK(da["calls"].get<uint64_t>() == 0);
+    const double grew = db["oldest_busy_seconds"].get<double>() - da["oldest_busy_seconds"].get<double>();
+    CHECK(grew == Approx(tb - ta).margin(0.5));
+    CHECK(da["oldest_busy_seconds"].get<double>() > 1.0);
+    ::unlink(counters.c_str());
+}
+
+TEST_CASE("connect failures to a closed port, counted per peer, not as resets", "[sock][integration]") {
+    if (!require_root()) return;
+    // Nothing listens on 18212: every call's connect is refused and the request answers 502.
+    auto srv = start_target("qs_server", {"--port", "18202", "--workers", "2", "--downstream", "127.0.0.1:18212",
+                                          "--downstream-per-request"});
+    auto snap = start_snapshot(srv.proc.pid(), 4);
+    sleep_s(kAttachSeconds);
+    auto load = run({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "18202", "--connections", "2",
+                     "--duration", "1"},
+                    30);
+    REQUIRE(load.rc == 0);
+    const json s = finish(snap, 30);
+    const json ld = json::parse(load.out);
+    const json d = peer_of(s, "127.0.0.1:18212");
+    INFO(s["downstream"].dump() << "\nload " << load.out);
+    REQUIRE(d.is_object());
+    const uint64_t failed = ld["status"]["5xx"].get<uint64_t>();
+    CHECK(failed > 0);
+    CHECK(d["connect_failures"].get<uint64_t>() >= failed);
+    CHECK(d["connect_failures"].get<uint64_t>() <= failed + ld["abandoned"].get<uint64_t>());
+    CHECK(d["resets"].get<uint64_t>() == 0);
+    CHECK(d["connections"].get<uint64_t>() == 0);
+    CHECK(d["busy"].get<uint64_t>() == 0);
+}

@@ -244,7 +244,6 @@ struct UnwindCtx {
 };
 }  // namespace
 
-
 struct Symbolizer::Impl {
     int pid;
     std::string proc;  // "/proc/PID"
@@ -310,19 +309,29 @@ struct Symbolizer::Impl {
     // inode mapped (also when deleted or replaced on disk) but needs CAP_SYS_ADMIN; the
     // root path works unprivileged for our own children.
     int open_mapped(const MapEntry& m, std::string& used_path) const {
+        int by_path = -1;
+        std::string root_path = proc + "/root" + m.path;
         if (!m.deleted) {
-            used_path = proc + "/root" + m.path;
-            int fd = ::open(used_path.c_str(), O_RDONLY | O_CLOEXEC);
-            if (fd >= 0) {
-                struct stat st;
-                if (::fstat(fd, &st) == 0 && st.st_ino == m.inode) return fd;
-                ::close(fd);  // replaced on disk since it was mapped
+            by_path = ::open(root_path.c_str(), O_RDONLY | O_CLOEXEC);
+            struct stat st;
+            if (by_path >= 0 && ::fstat(by_path, &st) == 0 && st.st_ino == m.inode) {
+                used_path = root_path;
+                return by_path;
             }
         }
         char b[96];
         std::snprintf(b, sizeof b, "/map_files/%" PRIx64 "-%" PRIx64, m.start, m.end);
         used_path = proc + b;
-        return ::open(used_path.c_str(), O_RDONLY | O_CLOEXEC);
+        int fd = ::open(used_path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            if (by_path >= 0) ::close(by_path);
+            return fd;
+        }
+        // Inode differs but the path is not "(deleted)": typically overlayfs, whose maps
+        // show the lower layer's inode. A replaced file (package upgrade renames over it)
+        // would show "(deleted)" and never get here.
+        used_path = root_path;
+        return by_path;
     }
 
     // Load bias of the module whose executable segment is mapped by `m`: the runtime
@@ -494,7 +503,14 @@ struct Symbolizer::Impl {
 };
 
 Symbolizer::Symbolizer(int pid) : impl_(std::make_unique<Impl>(pid)) {
-    elf_version(EV_CURRENT);
+    static std::once_flag once;
+    std::call_once(once, [] {
+        elf_version(EV_CURRENT);
+        // Debian's profile sets DEBUGINFOD_URLS; libdwfl would then download debug info
+        // for every module without a local copy, blocking the collector thread for
+        // seconds per module. Local files only, unless asked.
+        if (!std::getenv("QSCOPE_DEBUGINFOD")) ::unsetenv("DEBUGINFOD_URLS");
+    });
     impl_->refresh();
 }
 

@@ -165,6 +165,41 @@ TEST_CASE("symbolizer reads a running binary that was deleted from disk", "[symb
     CHECK(out[0] == "middle_fn+0x2 (blocker_deleted)");
 }
 
+TEST_CASE("symbolizer reads a target in another mount namespace through /proc/PID/root", "[symbolizer]") {
+    const auto& v = blocker::variants();
+    REQUIRE(v.error.empty());
+    if (geteuid() != 0 || blocker::sh("unshare --mount --propagation private true >/dev/null 2>&1") != 0) {
+        WARN("cannot create a mount namespace (needs root): not checked");
+        return;
+    }
+    // The stripped binary and its debug file live on a tmpfs mounted only inside the
+    // target's namespace: at the same path our namespace has an empty directory.
+    const std::string dir = v.dir + "/ns";
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    blocker::Process proc({"unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                           "mount -t tmpfs qscope-test \"$1\" && cp \"$2\" \"$3\" \"$1/\" && "
+                           "exec \"$1/blocker_stripped\"",
+                           "sh", dir, v.stripped, v.debug});
+    REQUIRE(proc.wait_parked());
+    const std::string exe = dir + "/blocker_stripped";
+    struct stat st;
+    REQUIRE(::stat(exe.c_str(), &st) != 0);  // invisible from here
+    uint64_t base = blocker::load_base(proc.pid(), exe);
+    REQUIRE(base != 0);
+    auto syms = blocker::nm(v.debug);
+    Symbolizer sym(proc.pid());
+    CHECK(sym.symbolize_user({base + syms["outer_fn"] + 3})[0] == "outer_fn+0x3 (blocker_stripped)");
+    qs_ustack s;
+    REQUIRE(blocker::capture(proc.pid(), proc.pid(), s) == "");
+    auto frames = sym.symbolize_user(sym.unwind(s));
+    std::string all;
+    for (auto& f : frames) all += f + "\n";
+    INFO(all);
+    CHECK(all.find("inner_fn+0x") != std::string::npos);
+    CHECK(all.find("middle_fn+0x") != std::string::npos);
+    CHECK(all.find("outer_fn+0x") != std::string::npos);
+}
+
 TEST_CASE("symbolizer names vDSO functions", "[symbolizer]") {
     // Oracle: the dynamic linker's own view of the vDSO.
     void* h = dlopen("linux-vdso.so.1", RTLD_NOW | RTLD_NOLOAD);

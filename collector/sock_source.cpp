@@ -55,22 +55,32 @@ struct LinkDeleter {
 };
 using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
 
-// Number of arguments the kernel's raw tracepoint passes (btf_trace_<name> is a typedef of a
-// pointer to a function whose first parameter is the context): -1 when unknown.
-int btf_tracepoint_args(const std::string& name) {
-    btf* vmlinux = btf__load_vmlinux_btf();
-    if (!vmlinux) return -1;
-    int n = -1;
-    const int id = btf__find_by_name_kind(vmlinux, ("btf_trace_" + name).c_str(), BTF_KIND_TYPEDEF);
-    if (id > 0) {
-        const btf_type* t = btf__type_by_id(vmlinux, id);
-        t = btf__type_by_id(vmlinux, t->type);               // pointer
-        if (t && btf_is_ptr(t)) t = btf__type_by_id(vmlinux, t->type);  // func proto
-        if (t && btf_is_func_proto(t)) n = btf_vlen(t) - 1;
+// The kernel's raw tracepoints as BTF knows them, parsed once: loading vmlinux BTF costs
+// ~100 ms on a busy 2-core machine, and the feature probes ask about nine hooks.
+class KernelBtf {
+public:
+    KernelBtf() : btf_(btf__load_vmlinux_btf()) {}
+    ~KernelBtf() {
+        if (btf_) btf__free(btf_);
     }
-    btf__free(vmlinux);
-    return n;
-}
+    KernelBtf(const KernelBtf&) = delete;
+    KernelBtf& operator=(const KernelBtf&) = delete;
+    // Arguments the tracepoint passes (btf_trace_<name> is a typedef of a pointer to a
+    // function whose first parameter is the context); -1 when the kernel lacks it.
+    int tracepoint_args(const std::string& name) const {
+        if (!btf_) return -1;
+        const int id = btf__find_by_name_kind(btf_, ("btf_trace_" + name).c_str(), BTF_KIND_TYPEDEF);
+        if (id <= 0) return -1;
+        const btf_type* t = btf__type_by_id(btf_, id);
+        t = btf__type_by_id(btf_, t->type);                             // pointer
+        if (t && btf_is_ptr(t)) t = btf__type_by_id(btf_, t->type);     // func proto
+        return t && btf_is_func_proto(t) ? btf_vlen(t) - 1 : -1;
+    }
+    bool has(const std::string& name) const { return tracepoint_args(name) >= 0; }
+
+private:
+    btf* btf_;
+};
 
 struct PortWindow {
     uint64_t accepted = 0, overflows = 0;
@@ -225,7 +235,9 @@ private:
     // without the core three the numbers would be wrong, so that is an error instead.
     void probe_features() {
         auto& p = skel_->progs;
-        const int kfree_args = btf_tracepoint_args("kfree_skb");
+        const KernelBtf kbtf;
+        auto btf_tracepoint_exists = [&](const char* name) { return kbtf.has(name); };
+        const int kfree_args = kbtf.tracepoint_args("kfree_skb");
         std::vector<Hook> hooks = {
             {p.qs_set_state, "tp_btf/inet_sock_set_state", true, btf_tracepoint_exists("inet_sock_set_state")},
             {p.qs_recv, "tp_btf/sock_recv_length (Linux 6.3+)", true, btf_tracepoint_exists("sock_recv_length")},

@@ -1,6 +1,7 @@
 // Downstream peers (issue 3, `downstream`) on the real probes. Oracles: qs_server's own pool
 // counters (pool_busy_max, completed, in_flight), qs_load's per-status counts, and `ss`
 // (connections from the target to the peer). Ports 18200-18299.
+#include <dirent.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -13,7 +14,30 @@ using nlohmann::json;
 
 namespace {
 
-constexpr double kAttachSeconds = 1.5;
+// qscope has attached when its process holds the sock family's BPF links (it prints nothing
+// in --json mode); the seeding walk right after takes milliseconds.
+bool wait_attached(pid_t qscope_pid, double timeout_seconds) {
+    const double end = now_s() + timeout_seconds;
+    const std::string dir = "/proc/" + std::to_string(qscope_pid) + "/fd";
+    while (now_s() < end) {
+        int links = 0;
+        if (DIR* d = opendir(dir.c_str())) {
+            char buf[64];
+            while (dirent* e = readdir(d)) {
+                const ssize_t n = readlink((dir + "/" + e->d_name).c_str(), buf, sizeof(buf) - 1);
+                if (n > 0 && std::string(buf, static_cast<size_t>(n)) == "anon_inode:bpf_link") ++links;
+            }
+            closedir(d);
+        }
+        if (links >= 5) {
+            sleep_s(0.3);
+            return true;
+        }
+        sleep_s(0.05);
+    }
+    return false;
+}
+
 
 Proc start_snapshot(pid_t pid, double duration) {
     return spawn({qscope_bin(), "snapshot", "--pid", std::to_string(pid), "--duration", std::to_string(duration),
@@ -55,7 +79,7 @@ TEST_CASE("a K-connection pool opened before the attach: busy max K, call time, 
     auto srv = start_target("qs_server", {"--port", "18200", "--workers", "8", "--downstream", "127.0.0.1:18210",
                                           "--pool", "3", "--counters-file", counters});
     auto snap = start_snapshot(srv.proc.pid(), 6);
-    sleep_s(kAttachSeconds);
+    REQUIRE(wait_attached(snap.pid(), 20));
     auto load = run({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "18200", "--connections", "12",
                      "--duration", "3"},
                     30);
@@ -89,7 +113,9 @@ TEST_CASE("a silent partner: every worker busy on it, the oldest call ages with 
     // Two observers attached before the load, ending 2 s apart.
     auto a = start_snapshot(srv.proc.pid(), 4);
     auto b = start_snapshot(srv.proc.pid(), 6);
-    sleep_s(kAttachSeconds);
+    REQUIRE(wait_attached(a.pid(), 20));
+    REQUIRE(wait_attached(b.pid(), 20));
+    const double t_load = now_s();
     auto load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "18201", "--connections", "6",
                        "--duration", "8"});
     const json sa = finish(a, 30);
@@ -111,7 +137,8 @@ TEST_CASE("a silent partner: every worker busy on it, the oldest call ages with 
     CHECK(da["calls"].get<uint64_t>() == 0);
     const double grew = db["oldest_busy_seconds"].get<double>() - da["oldest_busy_seconds"].get<double>();
     CHECK(grew == Approx(tb - ta).margin(0.5));
-    CHECK(da["oldest_busy_seconds"].get<double>() > 1.0);
+    // The first calls went out as the load started (after both attached).
+    CHECK(da["oldest_busy_seconds"].get<double>() == Approx(ta - t_load).margin(0.5));
     ::unlink(counters.c_str());
 }
 
@@ -121,7 +148,7 @@ TEST_CASE("connect failures to a closed port, counted per peer, not as resets", 
     auto srv = start_target("qs_server", {"--port", "18202", "--workers", "2", "--downstream", "127.0.0.1:18212",
                                           "--downstream-per-request"});
     auto snap = start_snapshot(srv.proc.pid(), 4);
-    sleep_s(kAttachSeconds);
+    REQUIRE(wait_attached(snap.pid(), 20));
     auto load = run({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "18202", "--connections", "2",
                      "--duration", "1"},
                     30);

@@ -2,6 +2,7 @@
 // here wrote: `ss` (accept-queue depth, Recv-Q of each connection), /proc/net/netstat
 // (ListenOverflows), and qs_server's own exact counters (tests/targets/README.md).
 // Ports 18000-18999 (the sock family's range).
+#include <dirent.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -15,6 +16,30 @@ using namespace qs_test;
 using nlohmann::json;
 
 namespace {
+
+// qscope has attached when its process holds the sock family's BPF links (it prints nothing
+// in --json mode); the seeding walk right after takes milliseconds.
+bool wait_attached(pid_t qscope_pid, double timeout_seconds) {
+    const double end = now_s() + timeout_seconds;
+    const std::string dir = "/proc/" + std::to_string(qscope_pid) + "/fd";
+    while (now_s() < end) {
+        int links = 0;
+        if (DIR* d = opendir(dir.c_str())) {
+            char buf[64];
+            while (dirent* e = readdir(d)) {
+                const ssize_t n = readlink((dir + "/" + e->d_name).c_str(), buf, sizeof(buf) - 1);
+                if (n > 0 && std::string(buf, static_cast<size_t>(n)) == "anon_inode:bpf_link") ++links;
+            }
+            closedir(d);
+        }
+        if (links >= 5) {
+            sleep_s(0.3);
+            return true;
+        }
+        sleep_s(0.05);
+    }
+    return false;
+}
 
 // qscope snapshot in the background, started before the load so its window covers all of it.
 struct Snap {
@@ -35,9 +60,6 @@ struct Snap {
     }
 };
 
-// Attached when the probes are live: qscope has no readiness line, but a snapshot's attach
-// takes well under a second on this machine; give it margin on a loaded box.
-constexpr double kAttachSeconds = 1.5;
 
 json listener_on(const json& snap, uint16_t port) {
     for (const auto& l : snap["listeners"])
@@ -75,7 +97,7 @@ TEST_CASE("accept queue: backlog, peak depth vs ss, overflows vs ListenOverflows
     auto srv = start_target("qs_server", {"--port", "18110", "--backlog", "16", "--workers", "4",
                                           "--accept-pause-file", pause, "--counters-file", counters});
     auto snap = Snap::start(srv.proc.pid(), 9);
-    sleep_s(kAttachSeconds);
+    REQUIRE(wait_attached(snap.proc.pid(), 20));
     const uint64_t overflows_before = netstat_counter("ListenOverflows");
 
     // 40 connects at a paused acceptor with backlog 16: 17 queue (the check is `>`), the rest
@@ -122,7 +144,7 @@ TEST_CASE("in flight max, completions and latency equal the server's own account
     auto srv = start_target("qs_server", {"--port", "18120", "--workers", "6", "--service-ms", "50",
                                           "--counters-file", counters});
     auto snap = Snap::start(srv.proc.pid(), 6);
-    sleep_s(kAttachSeconds);
+    REQUIRE(wait_attached(snap.proc.pid(), 20));
     auto load = run({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "18120", "--connections", "10",
                      "--duration", "3"},
                     30);
@@ -181,7 +203,7 @@ TEST_CASE("status classes from the response line; IPv6 listener", "[sock][integr
     if (!require_root()) return;
     auto srv = start_target("qs_server", {"--port", "18140", "--addr", "::1", "--workers", "4", "--status", "503"});
     auto snap = Snap::start(srv.proc.pid(), 4);
-    sleep_s(kAttachSeconds);
+    REQUIRE(wait_attached(snap.proc.pid(), 20));
     auto load = run({target_bin("qs_load"), "--host", "::1", "--port", "18140", "--connections", "4", "--duration", "1.5"},
                     30);
     REQUIRE(load.rc == 0);

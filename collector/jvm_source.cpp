@@ -106,7 +106,9 @@ public:
         if (!skel_) return;
 
         const uint64_t now = tick.now_ns;
-        if (tick.window_reset) {
+        // The first window starts when the probes attached (before the collector's first
+        // tick, which waits for every other source to start): stalls in between count.
+        if (tick.window_reset && tick.index > 0) {
             window_stalls_base_ = read_counter(QS_CC_STALLS);
             window_stalls_.clear();
             window_stalls_dropped_ = false;
@@ -123,6 +125,10 @@ public:
         const uint64_t stalls_total = read_counter(QS_CC_STALLS);
         c.stall_events_total = stalls_total;
         c.stall_events = stalls_total - std::min(stalls_total, window_stalls_base_);
+        if (cfg_->verbose >= 2)
+            std::fprintf(stderr, "qscope: carriers: tick %llu reset %d stalls total %llu base %llu records %zu\n",
+                         (unsigned long long)tick.index, (int)tick.window_reset, (unsigned long long)stalls_total,
+                         (unsigned long long)window_stalls_base_, window_stalls_.size());
         qs_hist h{};
         const uint32_t zero = 0;
         if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stall_hist), &zero, &h) == 0)
@@ -363,6 +369,8 @@ private:
             if (cls == kCarrierClass) found[tid] = info;
         }
         if (need_names) filter_by_java_names(found);
+        if (cfg_->verbose >= 2)
+            std::fprintf(stderr, "qscope: carriers: scan of %d threads found %zu carriers\n", nthreads, found.size());
         if (!jvm_mode_ && !by_regex && !comm_only_noted_) {
             comm_only_noted_ = true;
             notes_.push_back("carriers: matched by thread name prefix only; JDK 25's ForkJoinPool-1-delayScheduler "

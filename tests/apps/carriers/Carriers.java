@@ -93,6 +93,9 @@ public class Carriers {
         // measured window holds only the workload.
         try (var ex = Executors.newVirtualThreadPerTaskExecutor()) {
             for (int i = 0; i < 8; i++) ex.submit(() -> { Thread.yield(); return null; });
+            // A timed sleep starts JDK 25's ForkJoinPool-1-delayScheduler, which shares the
+            // carriers' comm: every mode runs with it present.
+            ex.submit(() -> { Thread.sleep(1); return null; });
         }
         System.out.println("READY");
         System.out.flush();

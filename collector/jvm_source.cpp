@@ -321,13 +321,22 @@ private:
         }
     }
 
+    // /proc/PID/stat's num_threads: cheaper than listing the tasks every tick.
+    int thread_count() const {
+        std::string stat;
+        ProcStat ps;
+        if (read_file("/proc/" + std::to_string(pid_) + "/stat", stat) && parse_proc_stat(stat, ps))
+            return ps.num_threads;
+        return -1;
+    }
+
     // Finds carriers: on the first call, when the thread count changed, or every few
     // seconds. JVM: JavaThreads whose java.lang.Thread is a jdk.internal.misc.CarrierThread
     // (read through VMStructs: excludes JDK 25's ForkJoinPool-1-delayScheduler, which
     // shares the carriers' comm, and application ForkJoinPools); --carriers: comm regex.
     void refresh_carriers(bool force) {
         const uint64_t now = monotonic_ns();
-        const int nthreads = static_cast<int>(list_tids(pid_).size());
+        const int nthreads = thread_count();
         if (!force && nthreads == last_nthreads_ && (now - last_scan_ns_) / 1e9 < kRescanSeconds) return;
         last_nthreads_ = nthreads;
         last_scan_ns_ = now;
@@ -337,8 +346,15 @@ private:
         if (jvm_mode_) jts = jvm::java_threads(*mem_, *jvm_->layout);
         const bool by_regex = !cfg_->carriers_regex.empty();
         bool need_names = false;
+        // Thread names rarely change after start: read each new tid's comm once, so a
+        // 10,000-thread target costs one directory listing per scan, not 10,000 reads.
+        std::map<int, std::string> comms;
         for (int tid : list_tids(pid_)) {
-            const std::string comm = read_comm(pid_, tid);
+            auto cached = comm_cache_.find(tid);
+            comms[tid] = cached != comm_cache_.end() ? cached->second : read_comm(pid_, tid);
+        }
+        comm_cache_.swap(comms);
+        for (const auto& [tid, comm] : comm_cache_) {
             CarrierInfo info;
             info.name = comm;
             if (by_regex) {
@@ -485,6 +501,7 @@ private:
     ring_buffer* rb_ = nullptr;
 
     std::map<int, CarrierInfo> carriers_;
+    std::map<int, std::string> comm_cache_;
     int last_nthreads_ = -1;
     uint64_t last_scan_ns_ = 0;
 

@@ -276,7 +276,10 @@ TEST_CASE("--jvm-dump: parked virtual threads grouped by where they wait", "[car
     Workload w = start_workload("queue", tasks, 30000);
     std::ofstream(w.trigger) << "go\n";
     sleep_s(1.0);
-    auto r = run_qscope({"snapshot", "--pid", std::to_string(w.jvm.pid()), "--duration", "1", "--json", "--jvm-dump"},
+    const std::string perfmap = "/tmp/perf-" + std::to_string(w.jvm.pid()) + ".map";
+    unlink(perfmap.c_str());
+    auto r = run_qscope({"snapshot", "--pid", std::to_string(w.jvm.pid()), "--duration", "1", "--json", "--jvm-dump",
+                         "--jvm-perfmap"},
                         90);
     INFO(r.err);
     REQUIRE(r.rc == 0);
@@ -287,6 +290,16 @@ TEST_CASE("--jvm-dump: parked virtual threads grouped by where they wait", "[car
     CHECK(pv[0]["count"] == tasks);
     CHECK(pv[0]["frames"][0] == "java.util.concurrent.SynchronousQueue.poll");
     CHECK(pv[0]["frames"][1] == "Carriers$Pool.getConnection");
+    // --jvm-perfmap: the JVM wrote its JIT symbol map (oracle: the file, in perf's format).
+    std::ifstream pm(perfmap);
+    REQUIRE(pm);
+    std::string line;
+    int entries = 0;
+    static const std::regex row(R"(^(0x)?[0-9a-fA-F]+ (0x)?[0-9a-fA-F]+ .+)");
+    while (std::getline(pm, line))
+        if (std::regex_match(line, row)) entries++;
+    CHECK(entries > 10);
+    unlink(perfmap.c_str());
 }
 
 TEST_CASE("--carriers REGEX on a non-JVM target: blocked outside futex/epoll is a stall", "[carriers]") {

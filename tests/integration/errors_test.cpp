@@ -208,6 +208,43 @@ TEST_CASE("not permitted: an unprivileged user gets exit 4 naming root and CAP_B
     CHECK(srv.proc.running());
 }
 
+TEST_CASE("partial privileges on another user's target: refused or marked, never misreported", "[errors]") {
+    // CAP_BPF+CAP_PERFMON load the probes, but /proc/PID/fd of a root-owned target needs
+    // CAP_SYS_PTRACE+CAP_DAC_READ_SEARCH (docs/security.md). Without the fd table qscope
+    // cannot tell the target's listeners from its outbound sockets: it must say so (exit 4,
+    // or warnings/partial naming what is missing), not report clients as downstream peers.
+    if (!require_root()) return;
+    int rc = 0;
+    sh("setpriv --help 2>&1 | grep -q -- --ambient-caps", &rc);
+    if (rc != 0) return skip("setpriv without --ambient-caps");
+    auto ds = start_target("qs_downstream", {"--port", "0", "--delay-ms", "20"});
+    auto srv = start_target("qs_server", {"--port", "0", "--workers", "4", "--downstream",
+                                          "127.0.0.1:" + std::to_string(ds.port), "--pool", "2"});
+    Proc load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", std::to_string(srv.port),
+                       "--connections", "8", "--duration", "30"});
+    sleep_s(0.5);
+    auto r = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+bpf,+perfmon",
+                  "--ambient-caps=+bpf,+perfmon", qscope_bin(), "snapshot", "--pid", std::to_string(srv.proc.pid()),
+                  "--duration", "3", "--json"},
+                 60);
+    INFO("rc " << r.rc << " stderr: " << r.err << "\nstdout: " << r.out.substr(0, 1500));
+    if (r.rc == kPermission) {
+        CHECK((contains(r.err, "CAP_SYS_PTRACE") || contains(r.err, "CAP_DAC_READ_SEARCH")));
+        return;
+    }
+    REQUIRE(r.rc == 0);
+    REQUIRE(r.json.is_object());
+    const std::string marks = r.json.value("warnings", nlohmann::json::array()).dump() +
+                              r.json.value("partial", nlohmann::json::array()).dump();
+    CHECK((contains(marks, "/proc") || contains(marks, "CAP_SYS_PTRACE") || contains(marks, "CAP_DAC_READ_SEARCH")));
+    // The only downstream peer is qs_downstream; qs_load's client sockets are inbound.
+    const std::string peer = "127.0.0.1:" + std::to_string(ds.port);
+    for (const auto& d : r.json.value("downstream", nlohmann::json::array())) {
+        INFO("downstream peer " << d.value("peer", std::string("?")));
+        CHECK(d.value("peer", std::string()) == peer);
+    }
+}
+
 TEST_CASE("setuid: refused with exit 4 before doing anything", "[errors]") {
     if (!require_root()) return;
     int rc = 0;

@@ -25,6 +25,7 @@ json to_json(const Snapshot& s) {
                    {"exited", s.target.exited}};
     if (!s.target.exit_note.empty()) j["target"]["note"] = s.target.exit_note;
     j["window_seconds"] = secs(s.window_seconds);
+    j["taken_at_unix_ms"] = s.taken_at_unix_ms;  // lines a snapshot up with other clocks (oracles)
 
     json ls = json::array();
     for (const auto& l : s.listeners) {

@@ -4,13 +4,14 @@
 // story by oracles nobody here wrote (wrk's own counts, pg_stat_activity, /proc, ss, jcmd
 // thread dumps, JFR, curl probes, the app's own counters), then that qscope tells it.
 //
-// Numbers: 2,000 wrk clients (400 for the partner), each pausing 500 ms before a request;
+// Numbers: 1,000 wrk clients (400 for the partner), each pausing 1 s before a request;
 // pool of 10 with a 3 s borrow timeout (HikariCP connectionTimeout); Tomcat maxThreads 200;
 // gate Semaphore(10); qscope attaches 4 s into the spike for 8 s. A failed borrow and a full
 // gate both answer 503.
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -67,7 +68,15 @@ struct Pg {
         ok = rc == 0;
         if (!ok) std::printf("pg.sh start failed: %s\n", o.c_str());
     }
-    ~Pg() { sh(source_dir() + "/tests/apps/pg.sh stop " + dir + "/cluster >/dev/null 2>&1; rm -rf " + dir); }
+    ~Pg() {
+        sh(source_dir() + "/tests/apps/pg.sh stop " + dir + "/cluster >/dev/null 2>&1");
+        // QS_SCENARIO_KEEP=1 keeps every scenario's files for a look after a failure
+        const char* keep = std::getenv("QS_SCENARIO_KEEP");
+        if (keep && std::string(keep) == "1")
+            std::printf("scenario files kept in %s\n", dir.c_str());
+        else
+            sh("rm -rf " + dir);
+    }
 };
 
 Pg& pg() {
@@ -86,14 +95,27 @@ struct Run {
     json qs, qs2, wrk, stats_start, stats_end, stats_end2, vthreads;
     std::vector<json> stats;          // the app's counters every 0.5 s during the window
     std::vector<Sample> samples;
-    std::vector<std::pair<int, double>> probes;  // curl: status, seconds
+    std::vector<std::pair<int, int>> pg;  // pg_stat_activity every 0.1 s: active, all of the pool's backends
+    int pg_active_max() const {
+        int m = -1;
+        for (auto& [a, n] : pg) m = std::max(m, a);
+        return m;
+    }
+    struct Probe {
+        int status;
+        double total, connect, at;  // seconds: in all, of them connecting; when, since the prober started
+        double seconds() const { return total - connect; }  // as wrk counts it
+    };
+    std::vector<Probe> probes;  // curl, one request at a time
     std::string jstack, jfr_summary;
+    std::map<std::string, double> end;  // end.txt: oracles at the window's end
+    std::map<std::string, std::string> env;  // env.txt: the scenario's parameters
     int qs_rc = -1, qs2_rc = -1;
 
     std::vector<double> probe_latencies(int status) const {
         std::vector<double> v;
-        for (auto& [s, t] : probes)
-            if (s == status) v.push_back(t);
+        for (auto& p : probes)
+            if (p.status == status) v.push_back(p.seconds());
         return v;
     }
     // max over the window of a counter in the app's stats, e.g. {"db","in_progress"}
@@ -165,10 +187,32 @@ Run run_scenario(const std::string& profile) {
         }
     }
     {
+        std::istringstream in(slurp(r.dir + "/end.txt"));
+        std::string k;
+        double v;
+        while (in >> k >> v) r.end[k] = v;
+        std::istringstream e(slurp(r.dir + "/env.txt"));
+        std::string kv;
+        while (e >> kv)
+            if (auto eq = kv.find('='); eq != std::string::npos) r.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    {
+        std::istringstream in(slurp(r.dir + "/pg_samples.tsv"));
+        std::string line;
+        while (std::getline(in, line)) {
+            double t;
+            int a, n;
+            if (std::sscanf(line.c_str(), "%lf %d %d", &t, &a, &n) == 3) r.pg.push_back({a, n});
+        }
+    }
+    {
         std::istringstream in(slurp(r.dir + "/probes.txt"));
-        int st;
-        double t;
-        while (in >> st >> t) r.probes.push_back({st, t});
+        std::string line;
+        while (std::getline(in, line)) {
+            Run::Probe p{};
+            if (std::sscanf(line.c_str(), "%d %lf %lf %lf", &p.status, &p.total, &p.connect, &p.at) == 4)
+                r.probes.push_back(p);
+        }
     }
     REQUIRE(!r.wrk.is_null());
     REQUIRE(!r.stats_start.is_null());
@@ -240,8 +284,46 @@ int group_blocked(const json& qs, const std::string& prefix, const std::string& 
     return n;
 }
 
+// The app's counters as they were at unix time `ms`: the nearest 0.25 s sample.
+const json& app_at(const Run& r, double ms) {
+    const json* best = &r.stats_end;
+    double err = std::abs(r.stats_end["time_ms"].get<double>() - ms);
+    for (auto& j : r.stats) {
+        double e = std::abs(j["time_ms"].get<double>() - ms);
+        if (e < err) {
+            err = e;
+            best = &j;
+        }
+    }
+    INFO("app counters sampled " << err << " ms away from the moment wanted");
+    CHECK(err < 1000);
+    return *best;
+}
+
+// When qscope took its snapshot (unix ms); 0 if it does not say.
+double taken_at(const json& qs) { return qs.is_object() ? qs.value("taken_at_unix_ms", 0.0) : 0.0; }
+
+// The app's counter over qscope's own window (qscope loads for a few seconds before its
+// window starts, so the moment it was launched is not the start).
 double delta(const Run& r, const char* a, const char* b) {
-    return r.stats_end[a][b].get<double>() - r.stats_start[a][b].get<double>();
+    double end = taken_at(r.qs);
+    if (end <= 0) return r.stats_end[a][b].get<double>() - r.stats_start[a][b].get<double>();
+    double start = end - 1000 * r.qs.value("window_seconds", 0.0);
+    return app_at(r, end)[a][b].get<double>() - app_at(r, start)[a][b].get<double>();
+}
+
+// The pool serves 10 / 0.05 s = 200 requests/s. When the app completed far fewer in the
+// window, the machine starved it of CPU (other work on a shared box) and the scenario cannot
+// show its story: say so instead of blaming qscope. CI runs alone and fails on skips.
+bool starved(const Run& r, double db_ok) {
+    double w = r.qs.is_object() ? r.qs.value("window_seconds", 0.0) : 0.0;
+    if (w <= 0) return false;
+    double rate = db_ok / w;
+    std::printf("pool throughput in the window: %.0f/s of 200/s\n", rate);
+    if (rate >= 100) return false;
+    skip("the app got too little CPU to saturate its pool (" + std::to_string(static_cast<int>(rate)) +
+         "/s of 200/s served; see gc.log, load average " + sh("cut -d' ' -f1 /proc/loadavg") + ")");
+    return true;
 }
 
 void print_qscope(const std::string& profile, const json& qs) {
@@ -290,25 +372,25 @@ TEST_CASE("platform threads: the spike queues in the connector, 190 workers wait
     Run r = run_scenario("platform");
 
     // --- the scenario shows its story (oracles only) ---
-    std::vector<double> unread, futex, active, conns;
+    std::vector<double> unread, futex, conns;
     for (auto& s : r.samples) {
         unread.push_back(s.app_unread);
         futex.push_back(s.http_futex);
-        active.push_back(s.pg_active);
         conns.push_back(s.pg_conns);
     }
     int exec_in_pool = jstack_count(r.jstack, "http-nio", "HikariPool.getConnection");
     double app_inprog = r.stats_end["db"]["in_progress"].get<double>();
     std::printf("[platform] oracles: app in_progress %.0f (max %.0f), borrowing %s; ss conns with unread median %.0f; "
-                "/proc http-nio in futex median %.0f; jcmd exec threads in getConnection %d; pg active max %.0f, "
+                "/proc http-nio in futex median %.0f; jcmd exec threads in getConnection %d; pg active max %d, "
                 "conns %.0f; wrk %s\n",
                 app_inprog, r.stats_max("db", "in_progress"), r.stats_end["db"]["borrowing"].dump().c_str(),
-                median(unread), median(futex), exec_in_pool, *std::max_element(active.begin(), active.end()),
+                median(unread), median(futex), exec_in_pool, r.pg_active_max(),
                 median(conns), r.wrk.dump().c_str());
     REQUIRE(r.stats_max("db", "in_progress") == kMaxThreads);
-    REQUIRE(*std::max_element(active.begin(), active.end()) == kPool);
+    REQUIRE(r.pg_active_max() == kPool);
     REQUIRE(median(conns) == kPool);
-    REQUIRE(median(unread) >= 1000);
+    // most clients wait at the door: 200 inside, the rest unread (think time aside)
+    REQUIRE(median(unread) >= 0.4 * std::stod(r.env.at("clients")));
     REQUIRE(median(futex) >= 170);
     REQUIRE(exec_in_pool >= 170);
 
@@ -321,8 +403,11 @@ TEST_CASE("platform threads: the spike queues in the connector, 190 workers wait
     CHECK(rq["in_flight_max"].get<double>() <= 1.05 * kMaxThreads);
     // the connector queue: connections whose request bytes nobody has read (ss Recv-Q > 0)
     double unread_max = rq.value("waiting_unread_max", rq["waiting_unread"].get<double>());
+    // the window's max is at least what ss saw at any sample, and at most every client
     CHECK(unread_max >= 0.85 * *std::max_element(unread.begin(), unread.end()));
-    CHECK(unread_max <= 1.15 * *std::max_element(unread.begin(), unread.end()) + 10);
+    CHECK(unread_max <= std::stod(r.env.at("clients")));
+    // now, against ss right after the snapshot
+    CHECK(std::abs(rq["waiting_unread"].get<double>() - r.end["app_unread"]) <= 0.2 * r.end["app_unread"] + 10);
     json db = peer_on(r.qs, kPgPort);
     REQUIRE(!db.is_null());
     CHECK(db["busy_max"].get<int>() == kPool);
@@ -341,22 +426,21 @@ TEST_CASE("virtual threads: everything admitted, parked at the pool, 503 at the 
     if (!setup_ok()) return;
     Run r = run_scenario("virtual");
 
-    std::vector<double> active;
-    for (auto& s : r.samples) active.push_back(s.pg_active);
     int parked_in_pool = vthreads_count(r.vthreads, "HikariPool.getConnection");
     int pinned = r.jfr_count("jdk.VirtualThreadPinned"), cpuload = r.jfr_count("jdk.CPULoad");
     double inprog_max = r.stats_max("db", "in_progress");
     std::vector<double> p503 = r.probe_latencies(503);
     double timeouts = delta(r, "db", "pool_timeout");
     std::printf("[virtual] oracles: app in_progress max %.0f in window, pool timeouts %.0f in window; jcmd threads in "
-                "getConnection %d; JFR VirtualThreadPinned %d (CPULoad %d); pg active max %.0f; curl 503 latency "
+                "getConnection %d; JFR VirtualThreadPinned %d (CPULoad %d); pg active max %d; curl 503 latency "
                 "median %.2f s (%zu probes); wrk %s\n",
-                inprog_max, timeouts, parked_in_pool, pinned, cpuload, *std::max_element(active.begin(), active.end()),
+                inprog_max, timeouts, parked_in_pool, pinned, cpuload, r.pg_active_max(),
                 median(p503), p503.size(), r.wrk.dump().c_str());
+    if (starved(r, delta(r, "db", "ok"))) return;
     REQUIRE(inprog_max >= 3 * kMaxThreads);
     REQUIRE(parked_in_pool >= 2 * kMaxThreads);
     REQUIRE(timeouts > 0);
-    REQUIRE(*std::max_element(active.begin(), active.end()) == kPool);
+    REQUIRE(r.pg_active_max() == kPool);
     REQUIRE(cpuload > 0);  // the recording ran
     REQUIRE(pinned == 0);
     REQUIRE(!p503.empty());
@@ -396,14 +480,18 @@ TEST_CASE("gated: a semaphore of 10 in front of the pool rejects at once, no lat
     std::vector<double> p503 = r.probe_latencies(503);
     double rejected = delta(r, "db", "gate_rejected"), timeouts = delta(r, "db", "pool_timeout");
     std::printf("[gated] oracles: gate rejections %.0f, pool timeouts %.0f in window; app in_progress max %.0f; curl "
-                "503 latency median %.3f s (%zu probes); wrk %s\n",
-                rejected, timeouts, r.stats_max("db", "in_progress"), median(p503), p503.size(),
+                "503 latency median %.3f s (%zu probes); pg active max %d; wrk %s\n",
+                rejected, timeouts, r.stats_max("db", "in_progress"), median(p503), p503.size(), r.pg_active_max(),
                 r.wrk.dump().c_str());
+    if (starved(r, delta(r, "db", "ok"))) return;
     REQUIRE(rejected > 0);
     REQUIRE(timeouts == 0);
     REQUIRE(r.stats_max("db", "in_progress") <= kPool);
+    REQUIRE(r.pg_active_max() == kPool);
+    // fast: ~5 ms on a quiet machine; the bound leaves room for a busy one and still sits
+    // far below the 3 s at which the ungated profile fails
     REQUIRE(!p503.empty());
-    REQUIRE(median(p503) < 0.5);
+    REQUIRE(median(p503) < 1.0);
     REQUIRE(r.wrk["latency_s"]["p50"].get<double>() < 1.0);
 
     REQUIRE(r.qs_rc == 0);
@@ -418,8 +506,8 @@ TEST_CASE("gated: a semaphore of 10 in front of the pool rejects at once, no lat
     CHECK(q5xx >= 0.75 * rejected);
     CHECK(q5xx <= 1.25 * rejected + 20);
     CHECK(rq["latency_seconds"]["p50"].get<double>() < 0.25);
-    // no late failures: nothing waits anywhere near the pool timeout
-    CHECK(rq["latency_seconds"]["max"].get<double>() < kPoolTimeout);
+    // no late failures: (almost) nothing waits anywhere near the pool timeout
+    CHECK(rq["latency_seconds"]["p99"].get<double>() < kPoolTimeout / 3);
     // nothing piles up behind the pool (virtual: thousands)
     CHECK(r.qs["parked_in_runtime"].get<double>() < 100);
 }
@@ -428,20 +516,31 @@ TEST_CASE("silent partner: every platform worker stuck on a partner that never a
     if (!setup_ok()) return;
     Run r = run_scenario("partner");
 
-    std::vector<double> pestab;
-    for (auto& s : r.samples) pestab.push_back(s.partner_estab);
-    double stuck = r.stats_end["quote"]["in_progress"].get<double>();
+    // the app's counters at the moment of qscope's snapshot
+    const json& at1 = taken_at(r.qs) > 0 ? app_at(r, taken_at(r.qs)) : r.stats_end;
+    double stuck = at1["quote"]["in_progress"].get<double>();
+    // its oldest call's age, carried forward from the sample to the snapshot
+    double app_oldest = at1["quote"]["oldest_seconds"].get<double>() +
+                        (taken_at(r.qs) > 0 ? (taken_at(r.qs) - at1["time_ms"].get<double>()) / 1000 : 0);
     int ping_failed = 0;
-    for (auto& [st, t] : r.probes) ping_failed += st != 200;
+    double first_failure = -1;
+    for (auto& p : r.probes)
+        if (p.status != 200) {
+            ping_failed++;
+            if (first_failure < 0) first_failure = p.at - p.total;
+        }
     std::printf("[partner] oracles: app /quote in progress %.0f (started %s), oldest %s s; ss conns to partner %.0f; "
-                "jcmd exec threads in partner read %d; /ping probes failed %d of %zu; wrk %s\n",
-                stuck, r.stats_end["quote"]["started"].dump().c_str(), r.stats_end["quote"]["oldest_seconds"].dump().c_str(),
-                pestab.empty() ? -1 : pestab.back(),
+                "jcmd exec threads in partner read %d; /ping probes failed %d of %zu, the first sent %.1f s into the "
+                "spike; wrk %s\n",
+                stuck, at1["quote"]["started"].dump().c_str(), at1["quote"]["oldest_seconds"].dump().c_str(),
+                r.end["partner_estab"],
                 jstack_count(r.jstack, "http-nio", "HttpURLConnection.getInputStream"), ping_failed, r.probes.size(),
+                first_failure,
                 r.wrk.dump().c_str());
     REQUIRE(stuck == kMaxThreads);                 // every worker took a /quote and never came back
-    REQUIRE(pestab.back() == kMaxThreads);
-    REQUIRE(ping_failed > 0);                      // the health check went dark
+    REQUIRE(r.end["partner_estab"] == kMaxThreads);
+    REQUIRE(!r.probes.empty());
+    REQUIRE(r.probes.back().status != 200);        // the health check went dark (2 s limit)
 
     REQUIRE(r.qs_rc == 0);
     REQUIRE(!r.qs.is_null());
@@ -452,7 +551,6 @@ TEST_CASE("silent partner: every platform worker stuck on a partner that never a
     CHECK(p["busy"].get<double>() == stuck);
     CHECK(p["busy_max"].get<double>() == stuck);
     double oldest = p["oldest_busy_seconds"].get<double>();
-    double app_oldest = r.stats_end["quote"]["oldest_seconds"].get<double>();
     CHECK(oldest >= app_oldest - 1.0);
     CHECK(oldest <= app_oldest + 1.0);
     CHECK(r.qs["verdict"]["stage"].get<std::string>() == "downstream");
@@ -464,7 +562,8 @@ TEST_CASE("silent partner: every platform worker stuck on a partner that never a
     print_qscope("partner-2", r.qs2);
     json p2 = peer_on(r.qs2, kPartnerPort);
     REQUIRE(!p2.is_null());
-    CHECK(p2["busy"].get<double>() == r.stats_end2["quote"]["in_progress"].get<double>());
+    const json& at2 = taken_at(r.qs2) > 0 ? app_at(r, taken_at(r.qs2)) : r.stats_end2;
+    CHECK(p2["busy"].get<double>() == at2["quote"]["in_progress"].get<double>());
     CHECK(p2["oldest_busy_seconds"].get<double>() >= oldest + 2.0);
     CHECK(r.qs2["verdict"]["where"].get<std::string>().find(std::to_string(kPartnerPort)) != std::string::npos);
 }

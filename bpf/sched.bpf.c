@@ -113,13 +113,13 @@ static __always_inline void read_group(struct task_struct *t, char group[QS_COMM
 	qs_group_from_comm(comm, group);
 }
 
-static __always_inline void record_wait(struct task_struct *t, struct tstate *s, __u64 end)
+static __always_inline void record_wait(const char group[QS_COMM_LEN], struct tstate *s, __u64 end)
 {
 	struct qs_wait_key key = {};
 	struct qs_wait_val *v;
 	__u64 dur = end > s->block_start ? end - s->block_start : 0;
 
-	read_group(t, key.group);
+	__builtin_memcpy(key.group, group, QS_COMM_LEN);
 	key.syscall = s->syscall;
 	key.res = s->res;
 	v = bpf_map_lookup_elem(&waits, &key);
@@ -147,12 +147,12 @@ static __always_inline void record_wait(struct task_struct *t, struct tstate *s,
 		__sync_fetch_and_add(&v->slots[slot], 1);
 }
 
-static __always_inline void record_runqueue(struct task_struct *t, __u64 wait_ns)
+static __always_inline void record_runqueue(const char group[QS_COMM_LEN], __u64 wait_ns)
 {
 	struct qs_group_key key = {};
 	struct qs_hist *h;
 
-	read_group(t, key.group);
+	__builtin_memcpy(key.group, group, QS_COMM_LEN);
 	h = bpf_map_lookup_elem(&rq_hist, &key);
 	if (!h) {
 		if (bpf_map_update_elem(&rq_hist, &key, &zero_hist, BPF_NOEXIST) &&
@@ -198,15 +198,18 @@ static __always_inline void switch_out(struct task_struct *prev, bool preempt,
 static __always_inline void switch_in(struct task_struct *next, __u64 now)
 {
 	struct tstate *s = bpf_task_storage_get(&tstates, next, 0, 0);
-	if (!s)
+	char group[QS_COMM_LEN];
+
+	if (!s || !((s->flags & TS_BLOCKED) || s->runnable_since))
 		return;
+	read_group(next, group);	/* once for both records */
 	if (s->flags & TS_BLOCKED) {
-		record_wait(next, s, s->wake_ns ? s->wake_ns : now);
+		record_wait(group, s, s->wake_ns ? s->wake_ns : now);
 		s->flags = 0;
 	}
 	if (s->runnable_since) {
 		if (now > s->runnable_since)
-			record_runqueue(next, now - s->runnable_since);
+			record_runqueue(group, now - s->runnable_since);
 		s->runnable_since = 0;
 	}
 }

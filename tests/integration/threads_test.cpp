@@ -184,10 +184,14 @@ TEST_CASE("threads blocked before attach are counted", "[threads]") {
 
 TEST_CASE("CPU starvation shows as runqueue wait and runnable threads", "[threads]") {
     if (!require_root()) return;
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int workers = static_cast<int>(std::max(4L, cores * 3));
+    // Pinned to (at most) two CPUs so the overload is the same on any CI machine: three
+    // CPU-bound workers per CPU.
+    const long cores = std::min(2L, sysconf(_SC_NPROCESSORS_ONLN));
+    const int workers = static_cast<int>(cores * 3);
     Server srv = start_target("qs_server", {"--port", "19130", "--workers", std::to_string(workers),
                                             "--cpu-ms", "40"});
+    REQUIRE(sh("taskset -a -p -c " + std::string(cores == 2 ? "0,1" : "0") + " " +
+               std::to_string(srv.proc.pid()) + " >/dev/null 2>&1; echo $?") == "0\n");
     Proc load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", std::to_string(srv.port),
                        "--connections", std::to_string(workers), "--duration", "12"});
     sleep_s(1.5);

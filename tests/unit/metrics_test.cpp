@@ -90,7 +90,7 @@ Snapshot busy_snapshot() {
     g.runnable = 2;
     g.blocked = 5;
     g.blocked_by = {{"futex", 4}, {"read", 1}};
-    g.blocked_seconds_by_syscall_total = {{"futex", 12.5}, {"read", 0.25}};
+    g.blocked_seconds_by_syscall_total = {{"futex", 12.5}, {"read", 0.25}, {"nanosleep", 3}};
     s.thread_groups.push_back(g);
     s.carriers.detected = true;
     s.carriers.threads = 2;
@@ -265,6 +265,8 @@ TEST_CASE("the metric contract: every family, HELP and TYPE, _total counters, va
     CHECK(value(fams, "qscope_threads", {{"group", "worker"}, {"state", "blocked"}}) == 5);
     CHECK(value(fams, "qscope_threads_blocked", {{"group", "worker"}, {"syscall", "futex"}}) == 4);
     CHECK(value(fams, "qscope_blocked_seconds_total", {{"group", "worker"}, {"syscall", "futex"}}) == 12.5);
+    // A syscall that blocked the group before but holds nobody now reads 0, not stale.
+    CHECK(value(fams, "qscope_threads_blocked", {{"group", "worker"}, {"syscall", "nanosleep"}}) == 0);
     CHECK(value(fams, "qscope_carriers", {{"state", "stalled"}}) == 1);
     CHECK(value(fams, "qscope_carrier_stalls_total") == 6);
     CHECK(value(fams, "qscope_verdict", {{"stage", "downstream"}, {"where", "pool to 127.0.0.1:5432"}}) == 1);

@@ -89,6 +89,12 @@ public:
             return;  // not a JVM and no pattern: nothing to watch, no probes attached
         }
         jvm_mode_ = jvm_ && jvm_->layout.has_value();
+        if (jvm_mode_ && cfg.carriers_regex.empty() && !jvm_->layout->has_vthread && !jvm_->layout->jt_cont_entry) {
+            // JDK < 21: no virtual threads, so no carriers; its ForkJoinPool workers are
+            // ordinary pool threads (the sched family covers them).
+            pattern_.clear();
+            return;
+        }
         if (jvm_ && !jvm_mode_)
             notes_.push_back("carriers: JVM internals unreadable (" + jvm_->why +
                              "); mounted-vs-idle falls back to the generic rule (blocked outside futex/epoll = stalled)");

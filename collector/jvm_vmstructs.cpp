@@ -189,7 +189,11 @@ std::optional<JvmLayout> JvmLayout::from(const VmStructs& vs, std::string& why) 
     bool ok = need("ThreadsSMRSupport", "_java_thread_list", true, l.java_thread_list);
     ok &= need("ThreadsList", "_length", false, l.tl_length);
     ok &= need("ThreadsList", "_threads", false, l.tl_threads);
-    ok &= need("Thread", "_osthread", false, l.thread_osthread);
+    // Thread::_osthread since JDK 19; JavaThread::_osthread before (JDK 17).
+    if (const VmField* f = vs.field("JavaThread", "_osthread"); f && !f->is_static && !vs.field("Thread", "_osthread"))
+        l.thread_osthread = f->offset;
+    else
+        ok &= need("Thread", "_osthread", false, l.thread_osthread);
     ok &= need("OSThread", "_thread_id", false, l.osthread_tid);
     ok &= need("JavaThread", "_threadObj", false, l.jt_threadobj);
     if (!ok) return std::nullopt;

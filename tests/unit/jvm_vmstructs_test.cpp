@@ -263,3 +263,27 @@ TEST_CASE("module_base finds the offset-0 mapping of a library", "[jvm]") {
     CHECK(*b == 0x7f5253a00000ULL);
     CHECK_FALSE(module_base(maps, "/lib/libc.so.6"));
 }
+
+TEST_CASE("VMStructs: JDK 17 layout (JavaThread::_osthread, no virtual threads)", "[jvm]") {
+    // Debian OpenJDK 17's values.
+    Buffer b(kBase, 0x100000);
+    auto sym = build_tables(b, {
+                                   {"ThreadsSMRSupport", "_java_thread_list", "ThreadsList*", 1, 0, kThreadListVar},
+                                   {"ThreadsList", "_length", "const uint", 0, 4, 0},
+                                   {"ThreadsList", "_threads", "JavaThread *const *const", 0, 16, 0},
+                                   {"JavaThread", "_threadObj", "OopHandle", 0, 648, 0},
+                                   {"JavaThread", "_osthread", "OSThread*", 0, 560, 0},
+                                   {"OSThread", "_thread_id", "OSThread::thread_id_t", 0, 208, 0},
+                               });
+    std::string why;
+    auto vs = VmStructs::read(b, sym, why);
+    REQUIRE(vs);
+    auto l = JvmLayout::from(*vs, why);
+    REQUIRE(l);
+    CHECK(l->thread_osthread == 560);
+    CHECK(l->osthread_tid == 208);
+    CHECK_FALSE(l->has_vthread);
+    CHECK_FALSE(l->jt_cont_entry);
+    CHECK(l->oop_klass == 0);  // no class names: callers fall back to Java names
+    CHECK(thread_mounted(b, *l, kBase + 0x60000) == -1);
+}

@@ -1,0 +1,149 @@
+// Golden screens: the dashboard rendered from hand-built snapshots of each shape, at the
+// sizes an operator actually has (80x24, 120x40, 200x50), text plus a colour-role layer.
+// QSCOPE_UPDATE_GOLDEN=1 rewrites the files; review the diff before committing it.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "tui_fixtures.h"
+#include "view.h"
+
+using namespace qscope;
+using namespace qscope::tui;
+using namespace tui_fixtures;
+
+namespace {
+
+std::string golden_path(const std::string& name) {
+    return std::string(QSCOPE_SOURCE_DIR) + "/tests/unit/golden/tui_" + name + ".txt";
+}
+
+void fixed_clock() {
+    // The header shows local time: pin the zone so the goldens do not depend on the host.
+    setenv("TZ", "UTC", 1);
+    tzset();
+}
+
+void check_golden(const std::string& name, const Snapshot* s, int w, int h, const UiState& ui,
+                  const History& hist) {
+    fixed_clock();
+    const Grid g = render(s, w, h, ui, hist);
+    const std::string got = g.to_text(true);
+    const std::string path = golden_path(name);
+    const char* upd = std::getenv("QSCOPE_UPDATE_GOLDEN");
+    if (upd && std::string(upd) == "1") {
+        std::ofstream(path) << got;
+        WARN("rewrote " << path);
+        return;
+    }
+    std::ifstream in(path);
+    INFO("golden file " << path << " (QSCOPE_UPDATE_GOLDEN=1 to create or update)");
+    REQUIRE(in.good());
+    std::stringstream want;
+    want << in.rdbuf();
+    if (want.str() != got) {
+        std::istringstream a(want.str()), b(got);
+        std::string la, lb;
+        int line = 0;
+        while (true) {
+            const bool ea = !std::getline(a, la), eb = !std::getline(b, lb);
+            ++line;
+            if (ea && eb) break;
+            if (la != lb || ea != eb) {
+                INFO("first difference at line " << line << "\nwant: [" << la << "]\ngot:  [" << lb << "]");
+                CHECK(false);
+                break;
+            }
+        }
+        FAIL("screen differs from " << path << "; full render:\n" << got);
+    }
+}
+
+UiState ui_at(Panel focus = Panel::downstream) {
+    UiState ui;
+    ui.pid = 4242;
+    ui.focus = focus;
+    return ui;
+}
+
+}  // namespace
+
+TEST_CASE("golden: attaching frame", "[tui][golden]") {
+    History h;
+    check_golden("attaching_80x24", nullptr, 80, 24, ui_at(), h);
+}
+
+TEST_CASE("golden: idle server", "[tui][golden]") {
+    const Snapshot s = idle();
+    const History h = history_for(s);
+    check_golden("idle_80x24", &s, 80, 24, ui_at(), h);
+    check_golden("idle_120x40", &s, 120, 40, ui_at(), h);
+    check_golden("idle_200x50", &s, 200, 50, ui_at(), h);
+}
+
+TEST_CASE("golden: accept-queue overflow", "[tui][golden]") {
+    const Snapshot s = accept_overflow();
+    const History h = history_for(s);
+    check_golden("accept_overflow_80x24", &s, 80, 24, ui_at(Panel::listeners), h);
+    check_golden("accept_overflow_120x40", &s, 120, 40, ui_at(Panel::listeners), h);
+}
+
+TEST_CASE("golden: pool gate saturated, downstream 10/10 busy", "[tui][golden]") {
+    const Snapshot s = pool_saturated();
+    const History h = history_for(s);
+    check_golden("pool_saturated_80x24", &s, 80, 24, ui_at(), h);
+    check_golden("pool_saturated_120x40", &s, 120, 40, ui_at(), h);
+    check_golden("pool_saturated_200x50", &s, 200, 50, ui_at(), h);
+
+    // The operator selects the futex wait and opens its stack.
+    UiState ui = ui_at(Panel::waits);
+    REQUIRE(handle_key(ui, kKeyEnter, &s) == Action::redraw);
+    check_golden("pool_saturated_stack_120x40", &s, 120, 40, ui, h);
+}
+
+TEST_CASE("golden: silent partner", "[tui][golden]") {
+    const Snapshot s = silent_partner();
+    const History h = history_for(s);
+    check_golden("silent_partner_80x24", &s, 80, 24, ui_at(), h);
+    check_golden("silent_partner_120x40", &s, 120, 40, ui_at(), h);
+}
+
+TEST_CASE("golden: carriers stalled", "[tui][golden]") {
+    const Snapshot s = carriers_stalled();
+    const History h = history_for(s);
+    check_golden("carriers_stalled_80x24", &s, 80, 24, ui_at(Panel::carriers), h);
+    check_golden("carriers_stalled_120x40", &s, 120, 40, ui_at(Panel::carriers), h);
+    check_golden("carriers_stalled_200x50", &s, 200, 50, ui_at(Panel::carriers), h);
+}
+
+TEST_CASE("golden: target exited", "[tui][golden]") {
+    const Snapshot s = target_exited();
+    const History h = history_for(s);
+    check_golden("target_exited_120x40", &s, 120, 40, ui_at(), h);
+}
+
+TEST_CASE("golden: help overlay and pause", "[tui][golden]") {
+    const Snapshot s = pool_saturated();
+    const History h = history_for(s);
+    UiState ui = ui_at();
+    handle_key(ui, '?', &s);
+    check_golden("help_80x24", &s, 80, 24, ui, h);
+    UiState paused = ui_at();
+    handle_key(paused, 'p', &s);
+    check_golden("paused_120x40", &s, 120, 40, paused, h);
+}
+
+TEST_CASE("golden: empty snapshot (no probes landed) and monochrome ASCII", "[tui][golden]") {
+    Snapshot s = base();
+    s.listeners.clear();
+    s.verdict.summary = "no queue: nothing is waiting";
+    History h;
+    h.feed(s);
+    check_golden("empty_80x24", &s, 80, 24, ui_at(), h);
+    UiState ascii = ui_at();
+    ascii.unicode = false;
+    const Snapshot p = pool_saturated();
+    check_golden("pool_saturated_ascii_80x24", &p, 80, 24, ascii, history_for(p));
+}

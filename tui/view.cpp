@@ -1,0 +1,1139 @@
+#include "view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <functional>
+
+#include "format.h"
+
+namespace qscope::tui {
+
+const char* panel_name(Panel p) {
+    switch (p) {
+        case Panel::listeners: return "listeners";
+        case Panel::requests: return "requests";
+        case Panel::downstream: return "downstream";
+        case Panel::threads: return "thread groups";
+        case Panel::waits: return "waits";
+        case Panel::carriers: return "carriers";
+    }
+    return "?";
+}
+
+// ---- stages -----------------------------------------------------------------------------
+
+namespace {
+
+Role worse(Role a, Role b) {
+    auto rank = [](Role r) { return r == Role::critical ? 3 : r == Role::warn ? 2 : r == Role::ok ? 1 : 0; };
+    return rank(a) >= rank(b) ? a : b;
+}
+
+Role severity_role(const std::string& sev) {
+    if (sev == "critical") return Role::critical;
+    if (sev == "warn") return Role::warn;
+    return Role::ok;
+}
+
+int stage_of_verdict(const std::string& stage) {
+    if (stage == "accept_queue") return static_cast<int>(Stage::accept_queue);
+    if (stage == "connector") return static_cast<int>(Stage::connector);
+    if (stage == "gate" || stage == "downstream") return static_cast<int>(Stage::gates_downstream);
+    if (stage == "carriers") return static_cast<int>(Stage::carriers);
+    return -1;
+}
+
+struct GateDownstream {
+    uint64_t gate = 0, busy = 0, conns = 0;
+    bool saturated = false;
+};
+
+// Requests waiting in "gates / downstream" as the verdict counted them (it knows which
+// futex waiters are idle threads), split back into the gate and the peers' busy calls.
+GateDownstream gate_downstream(const Snapshot& s) {
+    GateDownstream g;
+    for (const auto& d : s.downstream) {
+        g.busy += d.busy;
+        g.conns += d.connections;
+        if (d.connections > 0 && d.busy >= d.connections) g.saturated = true;
+    }
+    for (const auto& r : s.verdict.ranking) {
+        if (r.stage != "gate") continue;
+        uint64_t n = r.waiting;
+        const std::string prefix = "pool to ";
+        if (r.where.rfind(prefix, 0) == 0)  // a pool gate counts the pool's busy calls too
+            for (const auto& d : s.downstream)
+                if (d.peer == r.where.substr(prefix.size())) n -= std::min(n, d.busy);
+        g.gate += n;
+    }
+    return g;
+}
+
+}  // namespace
+
+std::array<uint64_t, kStageCount> stage_counts(const Snapshot& s) {
+    std::array<uint64_t, kStageCount> c{};
+    for (const auto& l : s.listeners) c[0] += l.accept_queue;
+    c[1] = s.requests.waiting_unread;
+    c[2] = s.requests.in_flight;
+    const GateDownstream g = gate_downstream(s);
+    c[3] = g.gate + g.busy;
+    c[4] = s.carriers.detected ? static_cast<uint64_t>(std::max(s.carriers.stalled, 0)) : 0;
+    return c;
+}
+
+size_t history_capacity(double interval_seconds) {
+    if (!(interval_seconds > 0)) return 60;
+    return static_cast<size_t>(std::clamp(std::ceil(60.0 / interval_seconds), 2.0, 600.0));
+}
+
+void History::feed(const Snapshot& s) {
+    if (s.tick == last_tick) return;
+    last_tick = s.tick;
+    const auto c = stage_counts(s);
+    for (int i = 0; i < kStageCount; ++i) {
+        samples[i].push_back(static_cast<double>(c[i]));
+        while (samples[i].size() > capacity) samples[i].pop_front();
+        max_seen[i] = std::max(max_seen[i], c[i]);
+    }
+}
+
+std::array<StageView, kStageCount> stage_views(const Snapshot& s, const History& h, bool u) {
+    std::array<StageView, kStageCount> v;
+    const std::string dot = u ? " · " : " - ";
+    const auto now = stage_counts(s);
+
+    auto& a = v[0];
+    a.name = "accept queue";
+    a.short_name = "accept q";
+    uint64_t backlog = 0, overflows = 0, amax = 0;
+    for (const auto& l : s.listeners) {
+        backlog += l.backlog;
+        overflows += l.overflows;
+        amax += l.accept_queue_max;  // exact for one listener, an upper bound for several
+    }
+    a.now = now[0];
+    a.max = amax;
+    a.observed = !s.listeners.empty();
+    a.detail = a.observed ? "of " + fmt_count(backlog) + (overflows ? dot + "ovf " + fmt_count(overflows) : "")
+                          : "no listeners";
+    a.severity = overflows || (backlog && a.now >= backlog) ? Role::critical : a.now ? Role::warn : Role::ok;
+
+    auto& c = v[1];
+    c.name = "connector";
+    c.short_name = "connector";
+    c.now = now[1];
+    c.max = s.requests.waiting_unread_max;
+    c.detail = c.now ? "oldest " + fmt_secs(s.requests.oldest_unread_seconds, u) : "unread";
+    c.severity = c.now ? Role::warn : Role::ok;
+
+    auto& f = v[2];
+    f.name = "in flight";
+    f.short_name = "in flight";
+    f.now = now[2];
+    f.max = s.requests.in_flight_max;
+    f.detail = f.now ? "oldest " + fmt_secs(s.requests.oldest_in_flight_seconds, u)
+                     : "p99 " + fmt_secs(s.requests.latency.p99, u);
+    f.severity = s.requests.oldest_in_flight_seconds >= 5 ? Role::warn : Role::ok;
+
+    auto& g = v[3];
+    const GateDownstream gd = gate_downstream(s);
+    g.name = "gates / downstream";
+    g.short_name = "gates/dnstr";
+    g.now = now[3];
+    g.max = 0;
+    for (const auto& d : s.downstream) g.max += d.busy_max;
+    g.detail = "gate " + fmt_count(gd.gate) + dot + "busy " + fmt_count(gd.busy) + "/" + fmt_count(gd.conns);
+    g.short_detail = "g" + fmt_count(gd.gate) + " b" + fmt_count(gd.busy) + "/" + fmt_count(gd.conns);
+    g.severity = gd.saturated && gd.busy ? Role::critical : g.now ? Role::warn : Role::ok;
+
+    auto& k = v[4];
+    k.name = "carriers";
+    k.short_name = "carriers";
+    k.observed = s.carriers.detected;
+    k.now = now[4];
+    k.max = 0;
+    if (k.observed) {
+        k.detail = "stalled of " + std::to_string(s.carriers.threads) +
+                   (s.carriers.runnable ? dot + "runq " + std::to_string(s.carriers.runnable) : "");
+        k.severity = s.carriers.stalled ? Role::critical : s.carriers.runnable ? Role::warn : Role::ok;
+    } else {
+        k.detail = "not detected";
+    }
+
+    const int vs = stage_of_verdict(s.verdict.stage);
+    if (vs >= 0 && v[vs].now > 0) v[vs].severity = worse(v[vs].severity, severity_role(s.verdict.severity));
+    for (int i = 0; i < kStageCount; ++i) {
+        v[i].max = std::max({v[i].max, h.max_seen[i], v[i].now});
+        if (!v[i].observed) v[i].severity = Role::dim;
+    }
+    return v;
+}
+
+// ---- sorting and selection ----------------------------------------------------------------
+
+const std::vector<std::string>& sort_keys(Panel p) {
+    static const std::vector<std::string> none;
+    static const std::vector<std::string> listeners = {"queue", "overflows", "port"};
+    static const std::vector<std::string> downstream = {"busy", "calls", "p99", "peer"};
+    static const std::vector<std::string> threads = {"blocked", "threads", "runnable", "name"};
+    static const std::vector<std::string> waits = {"threads now", "blocked time", "count"};
+    static const std::vector<std::string> carriers = {"longest", "tid"};
+    switch (p) {
+        case Panel::listeners: return listeners;
+        case Panel::downstream: return downstream;
+        case Panel::threads: return threads;
+        case Panel::waits: return waits;
+        case Panel::carriers: return carriers;
+        default: return none;
+    }
+}
+
+int panel_items(const Snapshot& s, Panel p) {
+    switch (p) {
+        case Panel::listeners: return static_cast<int>(s.listeners.size());
+        case Panel::downstream: return static_cast<int>(s.downstream.size());
+        case Panel::threads: return static_cast<int>(s.thread_groups.size());
+        case Panel::waits: return static_cast<int>(s.waits.size());
+        case Panel::carriers: return static_cast<int>(s.carriers.stalls.size());
+        default: return 0;
+    }
+}
+
+std::string wait_key(const Wait& w) { return w.group + '\x1f' + w.syscall + '\x1f' + w.resource; }
+
+bool is_jvm(const Snapshot& s) { return s.carriers.runtime == "jvm" || s.target.comm == "java"; }
+
+template <class T, class Less>
+static std::vector<size_t> order_by(const std::vector<T>& v, Less less) {
+    std::vector<size_t> idx(v.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return less(v[a], v[b]); });
+    return idx;
+}
+
+std::vector<size_t> sorted_order(const Snapshot& s, Panel p, int sort) {
+    const int n = static_cast<int>(sort_keys(p).size());
+    const int k = n ? ((sort % n) + n) % n : 0;
+    switch (p) {
+        case Panel::listeners:
+            return order_by(s.listeners, [k](const Listener& a, const Listener& b) {
+                if (k == 0 && a.accept_queue != b.accept_queue) return a.accept_queue > b.accept_queue;
+                if (k == 0 && a.accept_queue_max != b.accept_queue_max) return a.accept_queue_max > b.accept_queue_max;
+                if (k == 1 && a.overflows != b.overflows) return a.overflows > b.overflows;
+                return a.port < b.port;
+            });
+        case Panel::downstream:
+            return order_by(s.downstream, [k](const DownstreamPeer& a, const DownstreamPeer& b) {
+                if (k == 0 && a.busy != b.busy) return a.busy > b.busy;
+                if (k == 0 && a.oldest_busy_seconds != b.oldest_busy_seconds)
+                    return a.oldest_busy_seconds > b.oldest_busy_seconds;
+                if (k == 1 && a.calls != b.calls) return a.calls > b.calls;
+                if (k == 2 && a.call.p99 != b.call.p99) return a.call.p99 > b.call.p99;
+                return a.peer < b.peer;
+            });
+        case Panel::threads:
+            return order_by(s.thread_groups, [k](const ThreadGroup& a, const ThreadGroup& b) {
+                if (k == 0 && a.blocked != b.blocked) return a.blocked > b.blocked;
+                if (k <= 1 && a.threads != b.threads) return a.threads > b.threads;
+                if (k == 2 && a.runnable != b.runnable) return a.runnable > b.runnable;
+                return a.name < b.name;
+            });
+        case Panel::waits:
+            return order_by(s.waits, [k](const Wait& a, const Wait& b) {
+                const int an = std::max(a.threads_now, a.waiters_now), bn = std::max(b.threads_now, b.waiters_now);
+                if (k == 0 && an != bn) return an > bn;
+                if (k <= 1 && a.blocked_seconds != b.blocked_seconds) return a.blocked_seconds > b.blocked_seconds;
+                if (k == 2 && a.count != b.count) return a.count > b.count;
+                return wait_key(a) < wait_key(b);
+            });
+        case Panel::carriers:
+            return order_by(s.carriers.stalls, [k](const CarrierStall& a, const CarrierStall& b) {
+                if (k == 0 && a.seconds != b.seconds) return a.seconds > b.seconds;
+                return a.tid < b.tid;
+            });
+        default: return {};
+    }
+}
+
+// ---- keys -----------------------------------------------------------------------------------
+
+std::vector<std::pair<std::string, std::string>> key_help(bool unicode) {
+    return {
+        {"q", "quit (also Ctrl-C)"},
+        {"p", "pause / resume the display (collection continues)"},
+        {unicode ? "Tab ⇧Tab ← →" : "Tab S-Tab Left Right", "move between panels"},
+        {unicode ? "↑ ↓ PgUp PgDn" : "Up Down PgUp PgDn", "move between rows of the panel"},
+        {"Enter", "expand / collapse the selected wait's or stall's stack"},
+        {"s", "cycle the sort order of the panel"},
+        {"r", "reset maxima and start a new window"},
+        {"j", "JVM targets: thread dump of parked virtual threads"},
+        {"Esc", "close open stacks and messages"},
+        {"?", "this help (any key closes it)"},
+    };
+}
+
+Action handle_key(UiState& ui, int key, const Snapshot* shown) {
+    if (key == 'q') return Action::quit;
+    if (ui.help) {  // any other key just closes the overlay
+        ui.help = false;
+        return Action::redraw;
+    }
+    const int focus = static_cast<int>(ui.focus);
+    const int items = shown ? panel_items(*shown, ui.focus) : 0;
+    auto move_row = [&](int delta) {
+        int& r = ui.row[focus];
+        r = std::clamp(r + delta, 0, std::max(items - 1, 0));
+        return Action::redraw;
+    };
+    switch (key) {
+        case '?':
+            ui.help = true;
+            return Action::redraw;
+        case 'p':
+            ui.paused = !ui.paused;
+            return Action::pause_toggled;
+        case kKeyTab:
+        case kKeyRight:
+        case '\t':
+            ui.focus = static_cast<Panel>((focus + 1) % kPanelCount);
+            return Action::redraw;
+        case kKeyBackTab:
+        case kKeyLeft:
+            ui.focus = static_cast<Panel>((focus + kPanelCount - 1) % kPanelCount);
+            return Action::redraw;
+        case kKeyUp: return move_row(-1);
+        case kKeyDown: return move_row(1);
+        case kKeyPgUp: return move_row(-10);
+        case kKeyPgDn: return move_row(10);
+        case kKeyHome: return move_row(-(1 << 20));
+        case kKeyEnd: return move_row(1 << 20);
+        case 's': {
+            const int n = static_cast<int>(sort_keys(ui.focus).size());
+            if (n == 0) {
+                ui.flash = std::string("the ") + panel_name(ui.focus) + " panel has no sort order";
+                return Action::redraw;
+            }
+            ui.sort[focus] = (ui.sort[focus] + 1) % n;
+            ui.flash = std::string(panel_name(ui.focus)) + " sorted by " + sort_keys(ui.focus)[ui.sort[focus]];
+            return Action::redraw;
+        }
+        case 'r':
+            ui.flash = "maxima reset; a new window starts at the next tick";
+            return Action::reset_window;
+        case 'j':
+            if (!shown || !is_jvm(*shown)) {
+                ui.flash = "j: not a JVM target (thread dumps need a HotSpot JVM)";
+                return Action::redraw;
+            }
+            ui.flash = "JVM thread dump requested; shown in the waits panel after the next tick";
+            return Action::jvm_dump;
+        case kKeyEnter:
+        case '\n':
+        case '\r': {
+            if (!shown || items == 0) return Action::none;
+            const auto order = sorted_order(*shown, ui.focus, ui.sort[focus]);
+            const size_t sel = order[std::clamp(ui.row[focus], 0, items - 1)];
+            if (ui.focus == Panel::waits) {
+                const std::string k = wait_key(shown->waits[sel]);
+                ui.expanded_wait = ui.expanded_wait == k ? std::string() : k;
+                return Action::redraw;
+            }
+            if (ui.focus == Panel::carriers) {
+                const int tid = shown->carriers.stalls[sel].tid;
+                ui.expanded_stall_tid = ui.expanded_stall_tid == tid ? 0 : tid;
+                return Action::redraw;
+            }
+            return Action::none;
+        }
+        case kKeyEscape:
+            ui.expanded_wait.clear();
+            ui.expanded_stall_tid = 0;
+            ui.flash.clear();
+            return Action::redraw;
+        default: return Action::none;
+    }
+}
+
+// ---- panels -----------------------------------------------------------------------------------
+
+namespace {
+
+struct Cell {
+    std::string text;
+    Role role = Role::normal;
+};
+using Row = std::vector<Cell>;
+
+struct Col {
+    std::string label, short_label;
+    int width = 0;       // minimum (and, but for the first and a fill column, exact) width
+    bool right = true;
+    int priority = 0;    // lower shows first when space is short
+    bool fill = false;   // takes whatever width is left (last column only)
+};
+
+struct PanelBody {
+    Line title;                    // the summary after the panel's name
+    Line columns;                  // column labels; empty for non-tables
+    std::vector<Line> rows;
+    std::vector<int> item_of_row;  // selectable item shown on that row, -1 for none
+};
+
+// Lays out a table into lines: drops low-priority columns until the rest fit, gives the
+// first column the natural width of its content (capped), and a `fill` column the rest.
+void layout_table(const std::vector<Col>& cols, const std::vector<Row>& rows, int width, bool unicode,
+                  PanelBody& out, const std::vector<int>& items) {
+    const int n = static_cast<int>(cols.size());
+    std::vector<int> w(n);
+    for (int i = 0; i < n; ++i) w[i] = cols[i].width;
+    int natural = cols[0].width;
+    for (const auto& r : rows) natural = std::max(natural, cell_width(r[0].text));
+    natural = std::max(natural, cell_width(cols[0].label));
+    std::vector<int> order(n);
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cols[a].priority < cols[b].priority; });
+    std::vector<bool> shown(n, false);
+    int used = 0;
+    for (int i : order) {
+        const int need = w[i] + (used ? 1 : 0);
+        if (used + need > width) continue;
+        shown[i] = true;
+        used += need;
+    }
+    if (!shown[0]) {  // too narrow for anything but the name
+        shown.assign(n, false);
+        shown[0] = true;
+        used = w[0] = std::max(width, 0);
+    }
+    // Give the first column its natural width (up to 40 cells) from what is left.
+    const int grow0 = std::clamp(std::min(natural, 40) - w[0], 0, std::max(width - used, 0));
+    w[0] += grow0;
+    used += grow0;
+    for (int i = n - 1; i > 0; --i)
+        if (shown[i] && cols[i].fill) {
+            w[i] += std::max(width - used, 0);
+            break;
+        }
+    bool short_labels = false;
+    for (int i = 0; i < n; ++i)
+        if (shown[i] && cell_width(cols[i].label) > w[i]) short_labels = true;
+    auto emit = [&](auto cell_of) {
+        Line line;
+        bool first = true;
+        for (int i = 0; i < n; ++i) {
+            if (!shown[i]) continue;
+            if (!first) line.push_back({" ", Role::normal});
+            first = false;
+            Cell c = cell_of(i);
+            line.push_back({pad(c.text, w[i], cols[i].right && !cols[i].fill && i > 0, unicode), c.role});
+        }
+        return line;
+    };
+    out.columns = emit([&](int i) { return Cell{short_labels ? cols[i].short_label : cols[i].label, Role::dim}; });
+    for (size_t r = 0; r < rows.size(); ++r) {
+        out.rows.push_back(emit([&](int i) { return rows[r][i]; }));
+        out.item_of_row.push_back(r < items.size() ? items[r] : -1);
+    }
+}
+
+void add_text_row(PanelBody& b, Line l, int item = -1) {
+    b.rows.push_back(std::move(l));
+    b.item_of_row.push_back(item);
+}
+
+Role count_role(uint64_t n, Role when_nonzero) { return n ? when_nonzero : Role::normal; }
+
+std::string dot(bool unicode) { return unicode ? " · " : " - "; }
+
+std::vector<int> iota_items(size_t n) {
+    std::vector<int> items(n);
+    for (size_t i = 0; i < n; ++i) items[i] = static_cast<int>(i);
+    return items;
+}
+
+PanelBody listeners_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    if (s.listeners.empty()) {
+        b.title = {{"none found (is the target listening on TCP?)", Role::dim}};
+        add_text_row(b, {{"no listeners", Role::dim}});
+        return b;
+    }
+    uint64_t q = 0, backlog = 0, ovf = 0;
+    for (const auto& l : s.listeners) {
+        q += l.accept_queue;
+        backlog += l.backlog;
+        ovf += l.overflows;
+    }
+    b.title = {{std::to_string(s.listeners.size()) + (s.listeners.size() == 1 ? " port" : " ports"), Role::normal},
+               {dot(ui.unicode) + "queue ", Role::normal},
+               {fmt_count(q), count_role(q, Role::warn)},
+               {"/" + fmt_count(backlog), Role::normal}};
+    if (ovf) b.title.push_back({dot(ui.unicode) + "overflows " + fmt_count(ovf), Role::critical});
+    const std::vector<Col> cols = {
+        {"listener", "listener", 8, false, 0},  {"queue", "q", 6, true, 0},      {"max", "max", 6, true, 1},
+        {"backlog", "blog", 7, true, 1},        {"accepted", "acc", 8, true, 3}, {"wait p50", "p50", 8, true, 4},
+        {"wait p99", "p99", 8, true, 2},        {"overflows", "ovf", 9, true, 0},
+    };
+    std::vector<Row> rows;
+    for (size_t k : sorted_order(s, Panel::listeners, ui.sort[static_cast<int>(Panel::listeners)])) {
+        const auto& l = s.listeners[k];
+        const bool full = l.backlog && l.accept_queue >= l.backlog;
+        rows.push_back({{(l.addr.empty() ? std::string("*") : l.addr) + ":" + std::to_string(l.port), Role::normal},
+                        {fmt_count(l.accept_queue), full ? Role::critical : count_role(l.accept_queue, Role::warn)},
+                        {fmt_count(l.accept_queue_max), Role::normal},
+                        {fmt_count(l.backlog), Role::normal},
+                        {fmt_count(l.accepted), Role::normal},
+                        {fmt_secs(l.accept_wait.p50, ui.unicode), Role::normal},
+                        {fmt_secs(l.accept_wait.p99, ui.unicode), Role::normal},
+                        {fmt_count(l.overflows), count_role(l.overflows, Role::critical)}});
+    }
+    layout_table(cols, rows, width, ui.unicode, b, iota_items(rows.size()));
+    return b;
+}
+
+PanelBody requests_panel(const Snapshot& s, const UiState& ui, int) {
+    PanelBody b;
+    const auto& r = s.requests;
+    const std::string d = dot(ui.unicode);
+    const bool u = ui.unicode;
+    b.title = {{fmt_rate(r.rate_per_second), Role::normal},
+               {d + "p99 " + fmt_secs(r.latency.p99, u), Role::normal},
+               {d + "in flight " + fmt_count(r.in_flight), Role::normal}};
+    if (r.status.c5xx) b.title.push_back({d + "5xx " + fmt_count(r.status.c5xx), Role::critical});
+    add_text_row(b, {{"rate ", Role::dim},
+                     {fmt_rate(r.rate_per_second), Role::normal},
+                     {d + "in flight ", Role::dim},
+                     {fmt_count(r.in_flight), Role::normal},
+                     {" (max " + fmt_count(r.in_flight_max) + ")", Role::dim},
+                     {d + "unread ", Role::dim},
+                     {fmt_count(r.waiting_unread), count_role(r.waiting_unread, Role::warn)},
+                     {" (max " + fmt_count(r.waiting_unread_max) + ")", Role::dim},
+                     {d + "conns ", Role::dim},
+                     {fmt_count(r.connections), Role::normal},
+                     {d + "done ", Role::dim},
+                     {fmt_count(r.completed), Role::normal}});
+    add_text_row(b, {{"latency p50 ", Role::dim},
+                     {fmt_secs(r.latency.p50, u), Role::normal},
+                     {" p90 ", Role::dim},
+                     {fmt_secs(r.latency.p90, u), Role::normal},
+                     {" p99 ", Role::dim},
+                     {fmt_secs(r.latency.p99, u), Role::normal},
+                     {" max ", Role::dim},
+                     {fmt_secs(r.latency.max, u), Role::normal},
+                     {d + "oldest in flight ", Role::dim},
+                     {fmt_secs(r.oldest_in_flight_seconds, u),
+                      r.oldest_in_flight_seconds >= 5 ? Role::warn : Role::normal}});
+    add_text_row(b, {{"status 2xx ", Role::dim},
+                     {fmt_count(r.status.c2xx), Role::normal},
+                     {"  3xx ", Role::dim},
+                     {fmt_count(r.status.c3xx), Role::normal},
+                     {"  4xx ", Role::dim},
+                     {fmt_count(r.status.c4xx), count_role(r.status.c4xx, Role::warn)},
+                     {"  5xx ", Role::dim},
+                     {fmt_count(r.status.c5xx), count_role(r.status.c5xx, Role::critical)},
+                     {"  other ", Role::dim},
+                     {fmt_count(r.status.unknown), Role::normal}});
+    if (r.ports.size() > 1)
+        for (const auto& p : r.ports)
+            add_text_row(b, {{":" + std::to_string(p.port), Role::normal},
+                             {"  in flight ", Role::dim},
+                             {fmt_count(p.in_flight), Role::normal},
+                             {"  unread ", Role::dim},
+                             {fmt_count(p.waiting_unread), count_role(p.waiting_unread, Role::warn)},
+                             {"  completed ", Role::dim},
+                             {fmt_count(p.completed_total), Role::normal}});
+    return b;
+}
+
+PanelBody downstream_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    const int sk = ui.sort[static_cast<int>(Panel::downstream)];
+    if (s.downstream.empty()) {
+        b.title = {{"no outbound connections seen", Role::dim}};
+        add_text_row(b, {{"no downstream peers", Role::dim}});
+        return b;
+    }
+    uint64_t busy = 0, conns = 0;
+    for (const auto& d : s.downstream) {
+        busy += d.busy;
+        conns += d.connections;
+    }
+    const auto& keys = sort_keys(Panel::downstream);
+    b.title = {{std::to_string(s.downstream.size()) + (s.downstream.size() == 1 ? " peer" : " peers"), Role::normal},
+               {dot(ui.unicode) + "busy ", Role::normal},
+               {fmt_count(busy) + "/" + fmt_count(conns), count_role(busy, Role::warn)},
+               {dot(ui.unicode) + "by " + keys[sk % keys.size()], Role::dim}};
+    const std::vector<Col> cols = {
+        {"peer", "peer", 10, false, 0}, {"conns", "conn", 5, true, 0},  {"busy", "busy", 5, true, 0},
+        {"max", "max", 5, true, 2},     {"calls", "calls", 6, true, 1}, {"p50", "p50", 7, true, 4},
+        {"p99", "p99", 7, true, 1},     {"oldest", "old", 7, true, 0},  {"fail", "fail", 5, true, 3},
+        {"resets", "rst", 6, true, 3},
+    };
+    std::vector<Row> rows;
+    for (size_t k : sorted_order(s, Panel::downstream, sk)) {
+        const auto& d = s.downstream[k];
+        const bool sat = d.connections > 0 && d.busy >= d.connections;
+        rows.push_back({{d.peer, Role::normal},
+                        {fmt_count(d.connections), Role::normal},
+                        {fmt_count(d.busy), sat && d.busy ? Role::critical : count_role(d.busy, Role::warn)},
+                        {fmt_count(d.busy_max), Role::normal},
+                        {fmt_count(d.calls), Role::normal},
+                        {fmt_secs(d.call.p50, ui.unicode), Role::normal},
+                        {fmt_secs(d.call.p99, ui.unicode), Role::normal},
+                        {fmt_secs(d.oldest_busy_seconds, ui.unicode),
+                         d.oldest_busy_seconds >= 10 ? Role::critical
+                         : d.oldest_busy_seconds >= 1 ? Role::warn
+                                                      : Role::normal},
+                        {fmt_count(d.connect_failures), count_role(d.connect_failures, Role::critical)},
+                        {fmt_count(d.resets), count_role(d.resets, Role::warn)}});
+    }
+    layout_table(cols, rows, width, ui.unicode, b, iota_items(rows.size()));
+    return b;
+}
+
+PanelBody threads_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    if (s.thread_groups.empty()) {
+        b.title = {{"no thread data", Role::dim}};
+        add_text_row(b, {{"no thread groups (scheduler probes not running?)", Role::dim}});
+        return b;
+    }
+    int threads = 0, running = 0, runnable = 0, blocked = 0;
+    for (const auto& g : s.thread_groups) {
+        threads += g.threads;
+        running += g.running;
+        runnable += g.runnable;
+        blocked += g.blocked;
+    }
+    const std::string d = dot(ui.unicode);
+    b.title = {{std::to_string(s.thread_groups.size()) + " groups" + d + std::to_string(threads) + " threads" + d,
+                Role::normal},
+               {std::to_string(running) + " run ", Role::normal},
+               {std::to_string(runnable) + " runq ", runnable >= 2 ? Role::warn : Role::normal},
+               {std::to_string(blocked) + " blocked", Role::normal}};
+    const std::vector<Col> cols = {
+        {"group", "group", 10, false, 0}, {"threads", "thr", 7, true, 0}, {"run", "run", 4, true, 1},
+        {"runq", "runq", 4, true, 1},     {"blocked", "blk", 7, true, 0}, {"blocked by", "by", 10, false, 2, true},
+    };
+    std::vector<Row> rows;
+    for (size_t k : sorted_order(s, Panel::threads, ui.sort[static_cast<int>(Panel::threads)])) {
+        const auto& g = s.thread_groups[k];
+        // Most threads first: "futex 190, read 3".
+        std::vector<std::pair<std::string, int>> by(g.blocked_by.begin(), g.blocked_by.end());
+        std::stable_sort(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+        std::string bys;
+        for (const auto& [sc, n] : by) bys += (bys.empty() ? "" : ", ") + sc + " " + std::to_string(n);
+        rows.push_back({{g.name, Role::normal},
+                        {std::to_string(g.threads), Role::normal},
+                        {std::to_string(g.running), Role::normal},
+                        {std::to_string(g.runnable), g.runnable >= 2 ? Role::warn : Role::normal},
+                        {std::to_string(g.blocked), Role::normal},
+                        {bys, Role::dim}});
+    }
+    layout_table(cols, rows, width, ui.unicode, b, iota_items(rows.size()));
+    return b;
+}
+
+void add_stack(PanelBody& b, const std::vector<std::string>& user, const std::vector<std::string>& kernel,
+               int item) {
+    if (user.empty() && kernel.empty()) {
+        add_text_row(b, {{"    (no stack captured)", Role::dim}}, item);
+        return;
+    }
+    for (const auto& f : user) add_text_row(b, {{"    " + f, Role::normal}}, item);
+    if (!kernel.empty()) {
+        add_text_row(b, {{"    -- kernel --", Role::dim}}, item);
+        for (const auto& f : kernel) add_text_row(b, {{"    " + f, Role::dim}}, item);
+    }
+}
+
+PanelBody waits_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    const int sk = ui.sort[static_cast<int>(Panel::waits)];
+    if (s.waits.empty()) {
+        b.title = {{"nothing blocked long enough to record", Role::dim}};
+        add_text_row(b, {{"no waits", Role::dim}});
+    } else {
+        int now = 0;
+        for (const auto& w : s.waits) now += std::max(w.threads_now, w.waiters_now);
+        const auto& keys = sort_keys(Panel::waits);
+        b.title = {{std::to_string(s.waits.size()) + " waits" + dot(ui.unicode) + std::to_string(now) + " threads now",
+                    Role::normal},
+                   {dot(ui.unicode) + "by " + keys[sk % keys.size()] + dot(ui.unicode) + "Enter: stack", Role::dim}};
+        const std::vector<Col> cols = {
+            {"group", "group", 8, false, 0}, {"syscall", "syscall", 12, false, 0}, {"now", "now", 4, true, 0},
+            {"blocked", "blk", 7, true, 1},  {"count", "cnt", 6, true, 2},          {"p99", "p99", 7, true, 3},
+            {"resource", "resource", 8, false, 1, true},
+        };
+        std::vector<Row> rows;
+        const std::vector<size_t> order = sorted_order(s, Panel::waits, sk);
+        for (size_t k : order) {
+            const auto& w = s.waits[k];
+            const int n = std::max(w.threads_now, w.waiters_now);
+            rows.push_back({{w.group, Role::normal},
+                            {w.syscall, Role::normal},
+                            {std::to_string(n), n >= 10 ? Role::warn : Role::normal},
+                            {fmt_secs(w.blocked_seconds, ui.unicode), Role::normal},
+                            {fmt_count(w.count), Role::normal},
+                            {fmt_secs(w.wait.p99, ui.unicode), Role::normal},
+                            {w.resource.empty() ? w.kind : w.resource, Role::normal}});
+        }
+        PanelBody t;
+        layout_table(cols, rows, width, ui.unicode, t, iota_items(rows.size()));
+        b.columns = t.columns;
+        for (size_t i = 0; i < t.rows.size(); ++i) {
+            add_text_row(b, t.rows[i], static_cast<int>(i));
+            const auto& w = s.waits[order[i]];
+            if (!ui.expanded_wait.empty() && wait_key(w) == ui.expanded_wait)
+                add_stack(b, w.stack, w.kernel_stack, static_cast<int>(i));
+        }
+    }
+    if (!s.parked_virtual_threads.empty()) {
+        add_text_row(b, {{"parked virtual threads (thread dump):", Role::header}});
+        for (const auto& p : s.parked_virtual_threads) {
+            std::string frames;
+            for (size_t i = 0; i < p.frames.size() && i < 3; ++i)
+                frames += (i ? (ui.unicode ? " ← " : " <- ") : "") + p.frames[i];
+            add_text_row(b, {{"  " + fmt_count(p.count) + " ", Role::warn}, {frames, Role::normal}});
+        }
+    }
+    return b;
+}
+
+Role carrier_role(const std::string& state) {
+    if (state == "running") return Role::ok;
+    if (state == "idle") return Role::dim;
+    if (state == "stalled") return Role::critical;
+    if (state == "runnable" || state == "blocked") return Role::warn;
+    return Role::normal;
+}
+
+std::string carrier_letter(const std::string& state) {
+    if (state == "running") return "R";
+    if (state == "idle") return "I";
+    if (state == "stalled") return "S";
+    if (state == "runnable") return "Q";
+    if (state == "blocked") return "B";
+    return "?";
+}
+
+PanelBody carriers_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    const auto& c = s.carriers;
+    const std::string d = dot(ui.unicode);
+    if (!c.detected) {
+        b.title = {{"not detected", Role::dim}};
+        add_text_row(b, {{"no carrier threads" +
+                              (c.pattern.empty() ? std::string(" (no JVM virtual-thread pool; --carriers REGEX)")
+                                                 : " match " + c.pattern),
+                          Role::dim}});
+        return b;
+    }
+    b.title = {{std::to_string(c.threads) + " carriers" + d, Role::normal},
+               {std::to_string(c.stalled) + " stalled", count_role(c.stalled, Role::critical)},
+               {d + fmt_count(c.stall_events) + " stall events", Role::normal}};
+    add_text_row(b, {{std::to_string(c.threads) + " " + (c.pattern.empty() ? "carriers" : c.pattern) +
+                          (c.runtime.empty() ? "" : " (" + c.runtime + ")") + ": ",
+                      Role::dim},
+                     {std::to_string(c.running) + " running", Role::ok},
+                     {d + std::to_string(c.idle) + " idle", Role::normal},
+                     {d + std::to_string(c.runnable) + " runnable", count_role(c.runnable, Role::warn)},
+                     {d + std::to_string(c.stalled) + " stalled", count_role(c.stalled, Role::critical)}});
+    if (!c.per_carrier.empty()) {
+        // One letter per carrier; wraps onto a second line, then elides.
+        const std::string lead = "state ";
+        const int per_line = std::max(width - cell_width(lead) - 1, 1);
+        const int total = static_cast<int>(c.per_carrier.size());
+        for (int start = 0, line = 0; start < total && line < 2; start += per_line, ++line) {
+            Line l = {{line == 0 ? lead : std::string(lead.size(), ' '), Role::dim}};
+            const int end = std::min(total, start + per_line);
+            for (int i = start; i < end; ++i) {
+                if (line == 1 && i == end - 1 && end < total) {
+                    l.push_back({ui.unicode ? "…" : "+", Role::dim});
+                    break;
+                }
+                l.push_back({carrier_letter(c.per_carrier[i].state), carrier_role(c.per_carrier[i].state)});
+            }
+            add_text_row(b, l);
+        }
+        add_text_row(b, {{"      R running  I idle  Q runnable  B blocked  S stalled", Role::dim}});
+    }
+    if (!c.stalls.empty()) {
+        const std::vector<Col> cols = {
+            {"tid", "tid", 7, true, 0},  {"syscall", "syscall", 14, false, 0}, {"reason", "reason", 12, false, 1},
+            {"for", "for", 7, true, 0},  {"", "", 3, false, 2},                 {"top frame", "frame", 8, false, 3, true},
+        };
+        std::vector<Row> rows;
+        const auto order = sorted_order(s, Panel::carriers, ui.sort[static_cast<int>(Panel::carriers)]);
+        for (size_t k : order) {
+            const auto& st = c.stalls[k];
+            rows.push_back({{std::to_string(st.tid), Role::normal},
+                            {st.syscall, Role::normal},
+                            {st.reason, Role::normal},
+                            {fmt_secs(st.seconds, ui.unicode), st.seconds >= 1 ? Role::critical : Role::warn},
+                            {st.ongoing ? "now" : "", Role::critical},
+                            {st.stack.empty() ? std::string() : st.stack.front(), Role::dim}});
+        }
+        PanelBody t;
+        layout_table(cols, rows, width, ui.unicode, t, iota_items(rows.size()));
+        add_text_row(b, t.columns);
+        for (size_t i = 0; i < t.rows.size(); ++i) {
+            add_text_row(b, t.rows[i], static_cast<int>(i));
+            if (ui.expanded_stall_tid && c.stalls[order[i]].tid == ui.expanded_stall_tid)
+                add_stack(b, c.stalls[order[i]].stack, {}, static_cast<int>(i));
+        }
+    }
+    return b;
+}
+
+PanelBody build_panel(Panel p, const Snapshot& s, const UiState& ui, int width) {
+    switch (p) {
+        case Panel::listeners: return listeners_panel(s, ui, width);
+        case Panel::requests: return requests_panel(s, ui, width);
+        case Panel::downstream: return downstream_panel(s, ui, width);
+        case Panel::threads: return threads_panel(s, ui, width);
+        case Panel::waits: return waits_panel(s, ui, width);
+        case Panel::carriers: return carriers_panel(s, ui, width);
+    }
+    return {};
+}
+
+// Draws a line clipped to [x, x+width): a cut line ends in an ellipsis, so truncation is
+// visible rather than silent.
+void put_line(Grid& g, int x, int y, const Line& line, int width, bool unicode) {
+    if (width <= 0) return;
+    const int end = x + width;
+    g.put(x, y, line, end);
+    if (line_width(line) > width) g.put(end - 1, y, unicode ? "…" : "~", Role::dim, end);
+}
+
+int desired_lines(const PanelBody& b) {
+    return 1 + (b.columns.empty() ? 0 : 1) + static_cast<int>(b.rows.size());
+}
+
+// Draws one panel into a box of `h` lines: title; then column labels and as many rows as
+// fit, scrolled so the selected item (and its open stack) stays visible.
+void draw_panel(Grid& g, Panel p, const PanelBody& b, int x, int y, int w, int h, const UiState& ui, int items) {
+    if (h <= 0 || w <= 0) return;
+    const bool focused = ui.focus == p;
+    const bool u = ui.unicode;
+    const Role title_role = focused ? Role::selected : Role::header;
+    int cx = g.put(x, y, std::string(focused ? (u ? "▶ " : "> ") : "  "), title_role, x + w);
+    cx = g.put(cx, y, panel_name(p), title_role, x + w);
+    cx = g.put(cx, y, " ", title_role, x + w);
+    cx = g.put(cx, y, " ", Role::normal, x + w);
+    put_line(g, cx, y, b.title, x + w - cx, u);
+    const int rule_from = cx + line_width(b.title) + 1;
+    if (rule_from < x + w) g.fill(rule_from, y, x + w - rule_from, u ? U'─' : U'-', Role::dim);
+    if (h == 1) return;
+
+    const int selected = items ? std::clamp(ui.row[static_cast<int>(p)], 0, items - 1) : -1;
+    // Body indented under the title's marker, so panel boundaries read at a glance.
+    const int bx = x + std::min(2, w / 4), bw = w - (bx - x);
+    int body_y = y + 1, body_h = h - 1;
+    if (!b.columns.empty() && h >= 3) {
+        put_line(g, bx, body_y, b.columns, bw, u);
+        ++body_y;
+        --body_h;
+    }
+    const int n = static_cast<int>(b.rows.size());
+    int first_sel = -1, last_sel = -1;
+    for (int r = 0; r < n; ++r)
+        if (selected >= 0 && b.item_of_row[r] == selected) {
+            if (first_sel < 0) first_sel = r;
+            last_sel = r;
+        }
+    int first = 0;
+    if (first_sel >= 0) {
+        if (last_sel - body_h + 1 > first) first = last_sel - body_h + 1;  // show the open stack
+        if (first > first_sel) first = first_sel;                           // but never lose the row
+    }
+    for (int i = 0; i < body_h && first + i < n; ++i) {
+        const int r = first + i;
+        put_line(g, bx, body_y + i, b.rows[r], bw, u);
+        if (focused && r == first_sel) g.set_role(x, body_y + i, w, Role::selected);
+    }
+    // Say so when rows are hidden below, on the last visible line's right edge.
+    if (first + body_h < n && body_h > 0) {
+        const std::string more = (u ? " ↓" : " +") + std::to_string(n - first - body_h) + " ";
+        const int mw = cell_width(more);
+        if (mw < w) g.put(x + w - mw, body_y + body_h - 1, more, Role::dim, x + w);
+    }
+}
+
+// Splits `total` lines between panels: each visible panel gets its title line, then lines
+// go round-robin to panels that want more, the focused panel taking two per round.
+std::vector<int> allocate(const std::vector<int>& desired, int total, int focus) {
+    const int n = static_cast<int>(desired.size());
+    std::vector<int> got(n, 0);
+    if (total <= 0 || n == 0) return got;
+    if (total < n) {
+        // Not even a title each: the focused panel first, then in order.
+        got[focus] = 1;
+        for (int i = 0, left = total - 1; i < n && left > 0; ++i)
+            if (i != focus) {
+                got[i] = 1;
+                --left;
+            }
+        return got;
+    }
+    int left = total - n;
+    got.assign(n, 1);
+    bool progress = true;
+    while (left > 0 && progress) {
+        progress = false;
+        for (int k = 0; k < n && left > 0; ++k) {
+            const int i = (focus + k) % n;
+            const int take = std::min({i == focus ? 2 : 1, desired[i] - got[i], left});
+            if (take > 0) {
+                got[i] += take;
+                left -= take;
+                progress = true;
+            }
+        }
+    }
+    return got;
+}
+
+std::string clock_text(int64_t unix_ms) {
+    if (unix_ms <= 0) return {};
+    const time_t t = static_cast<time_t>(unix_ms / 1000);
+    struct tm tm {};
+    localtime_r(&t, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+    return buf;
+}
+
+void draw_header(Grid& g, const Snapshot& s, const UiState& ui) {
+    const int w = g.width();
+    const std::string d = dot(ui.unicode);
+    Line left = {{"qscope ", Role::header},
+                 {"pid " + std::to_string(s.target.pid) + " ", Role::normal},
+                 {s.target.comm, Role::header},
+                 {d + std::to_string(s.target.threads) + " threads" + d + "attached " + fmt_elapsed(s.attached_seconds),
+                  Role::normal}};
+    if (std::abs(s.window_seconds - s.attached_seconds) > 0.5)
+        left.push_back({d + "window " + fmt_elapsed(s.window_seconds), Role::normal});
+    if (s.lost_events) left.push_back({d + "lost " + fmt_count(s.lost_events), Role::warn});
+    Line right;
+    if (s.target.exited) right.push_back({" EXITED ", Role::critical});
+    if (ui.paused) right.push_back({" PAUSED ", Role::selected});
+    const std::string clock = clock_text(s.taken_at_unix_ms);
+    right.push_back({" tick " + std::to_string(s.tick) + (clock.empty() ? "" : d + clock), Role::dim});
+    const int rw = line_width(right);
+    // The badges matter more than the tail of the left side.
+    if (rw + 10 <= w) {
+        put_line(g, 0, 0, left, w - rw - 1, ui.unicode);
+        g.put(w - rw, 0, right);
+    } else {
+        Line all = right;
+        all.insert(all.end(), left.begin(), left.end());
+        put_line(g, 0, 0, all, w, ui.unicode);
+    }
+}
+
+// The verdict: a severity badge and the summary; with `lines` = 2 a long summary wraps at a
+// word instead of being cut. Returns the lines used.
+int draw_verdict(Grid& g, int y, const Snapshot& s, const UiState& ui, int lines) {
+    const Role r = severity_role(s.verdict.severity);
+    const std::string badge = r == Role::critical ? " CRITICAL " : r == Role::warn ? " WARN " : " OK ";
+    const std::string summary = s.verdict.summary.empty() ? "no verdict yet" : s.verdict.summary;
+    const Role text = r == Role::ok ? Role::normal : r;
+    const int indent = cell_width(badge) + 1;
+    const int room = g.width() - indent;
+    const std::u32string cells = to_cells(summary);
+    if (lines < 2 || room < 20 || static_cast<int>(cells.size()) <= room) {
+        put_line(g, 0, y, {{badge, r}, {" ", Role::normal}, {summary, text}}, g.width(), ui.unicode);
+        return 1;
+    }
+    size_t cut = cells.rfind(U' ', static_cast<size_t>(room));
+    if (cut == std::u32string::npos || cut < static_cast<size_t>(room) / 2) cut = room;
+    size_t rest_from = cut;
+    while (rest_from < cells.size() && cells[rest_from] == U' ') ++rest_from;
+    put_line(g, 0, y, {{badge, r}, {" ", Role::normal}, {to_utf8(cells.substr(0, cut)), text}}, g.width(), ui.unicode);
+    put_line(g, indent, y + 1, {{to_utf8(cells.substr(rest_from)), text}}, room, ui.unicode);
+    return 2;
+}
+
+// Four lines per stage: name, count now and max, a detail, the sparkline of the last minute.
+// `one_line` (short terminals) or a narrow terminal: names and counts on a single line.
+void draw_stages(Grid& g, int y, const Snapshot& s, const UiState& ui, const History& h, bool one_line) {
+    const bool u = ui.unicode;
+    const auto v = stage_views(s, h, u);
+    const std::string arrow = u ? " → " : " > ";
+    const int w = g.width();
+    const int col = (w - 3 * (kStageCount - 1)) / kStageCount;
+    if (one_line || col < 8) {
+        Line l;
+        const bool wide = w >= 90;
+        static const char* const tiny[] = {"acc", "conn", "fly", "gate", "carr"};
+        static const char* const names[] = {"accept", "connector", "in flight", "gates/dn", "carriers"};
+        for (int i = 0; i < kStageCount; ++i) {
+            if (i) l.push_back({arrow, Role::dim});
+            l.push_back({std::string(wide ? names[i] : tiny[i]) + " ", Role::dim});
+            l.push_back({v[i].observed ? fmt_count(v[i].now) : "-", v[i].severity});
+        }
+        put_line(g, 0, y, l, w, u);
+        return;
+    }
+    for (int i = 0; i < kStageCount; ++i) {
+        const int x = i * (col + 3);
+        const int cw = i == kStageCount - 1 ? w - x : col;
+        const StageView& sv = v[i];
+        const std::string name = cell_width(sv.name) <= cw ? sv.name : sv.short_name;
+        g.put(x, y, fit(name, cw, u), sv.severity == Role::dim ? Role::dim : Role::header, x + cw);
+        if (i < kStageCount - 1) g.put(x + col, y, arrow, Role::dim);
+        if (sv.observed) {
+            const Line nums = {{fmt_count(sv.now), sv.severity}, {" max " + fmt_count(sv.max), Role::dim}};
+            put_line(g, x, y + 1, nums, cw, u);
+        } else {
+            g.put(x, y + 1, "-", Role::dim, x + cw);
+        }
+        const std::string& detail =
+            cell_width(sv.detail) <= cw || sv.short_detail.empty() ? sv.detail : sv.short_detail;
+        g.put(x, y + 2, fit(detail, cw, u), Role::dim, x + cw);
+        const std::vector<double> samples(h.samples[i].begin(), h.samples[i].end());
+        if (sv.observed) g.put(x, y + 3, sparkline(samples, cw, 1, u), sv.severity, x + cw);
+    }
+}
+
+void draw_footer(Grid& g, int y, const Snapshot* s, const UiState& ui) {
+    const int w = g.width();
+    const std::string help = " ? help ";
+    Line l;
+    if (!ui.flash.empty()) {
+        l = {{ui.flash, Role::warn}};
+    } else if (s && s->target.exited) {
+        l = {{s->target.exit_note.empty() ? "target exited" : s->target.exit_note, Role::critical}};
+    } else if (s && !s->partial.empty()) {
+        l = {{"partial: " + s->partial.front(), Role::warn}};
+    } else if (s && !s->warnings.empty()) {
+        l = {{s->warnings.front(), Role::warn}};
+    } else {
+        const bool u = ui.unicode;
+        l = {{"q", Role::header},     {" quit  ", Role::dim},  {"p", Role::header},
+             {" pause  ", Role::dim}, {"Tab", Role::header},   {" panel  ", Role::dim},
+             {u ? "↑↓" : "Up/Dn", Role::header}, {" row  ", Role::dim}, {"Enter", Role::header},
+             {" stack  ", Role::dim}, {"s", Role::header},     {" sort  ", Role::dim},
+             {"r", Role::header},     {" reset  ", Role::dim}};
+        if (s && is_jvm(*s)) l.insert(l.end(), {{"j", Role::header}, {" thread dump  ", Role::dim}});
+    }
+    const int hw = cell_width(help);
+    if (w > hw + 10) {
+        put_line(g, 0, y, l, w - hw, ui.unicode);
+        g.put(w - hw, y, help, Role::header);
+    } else {
+        put_line(g, 0, y, l, w, ui.unicode);
+    }
+}
+
+void draw_help(Grid& g, const UiState& ui) {
+    const auto keys = key_help(ui.unicode);
+    int kw = 0, dw = 0;
+    for (const auto& [k, d] : keys) {
+        kw = std::max(kw, cell_width(k));
+        dw = std::max(dw, cell_width(d));
+    }
+    const int bw = std::min(g.width(), kw + dw + 7);
+    const int bh = std::min(g.height(), static_cast<int>(keys.size()) + 4);
+    if (bw < 4 || bh < 3) return;
+    const int x0 = (g.width() - bw) / 2, y0 = (g.height() - bh) / 2;
+    const bool u = ui.unicode;
+    for (int y = y0; y < y0 + bh; ++y) g.fill(x0, y, bw, U' ', Role::normal);
+    g.fill(x0, y0, bw, u ? U'─' : U'-', Role::header);
+    g.fill(x0, y0 + bh - 1, bw, u ? U'─' : U'-', Role::header);
+    for (int y = y0; y < y0 + bh; ++y) {
+        g.fill(x0, y, 1, u ? U'│' : U'|', Role::header);
+        g.fill(x0 + bw - 1, y, 1, u ? U'│' : U'|', Role::header);
+    }
+    g.fill(x0, y0, 1, u ? U'┌' : U'+', Role::header);
+    g.fill(x0 + bw - 1, y0, 1, u ? U'┐' : U'+', Role::header);
+    g.fill(x0, y0 + bh - 1, 1, u ? U'└' : U'+', Role::header);
+    g.fill(x0 + bw - 1, y0 + bh - 1, 1, u ? U'┘' : U'+', Role::header);
+    g.put(x0 + 2, y0, fit(" keys ", bw - 4, u), Role::header, x0 + bw - 1);
+    const int inner = bw - 4;
+    int y = y0 + 2;
+    for (const auto& [k, d] : keys) {
+        if (y >= y0 + bh - 1) break;
+        const Line l = {{pad(k, kw, false, u), Role::header}, {"  " + d, Role::normal}};
+        put_line(g, x0 + 2, y++, l, inner, u);
+    }
+}
+
+void draw_attaching(Grid& g, const UiState& ui) {
+    const int w = g.width();
+    put_line(g, 0, 0,
+             {{"qscope ", Role::header},
+              {"attaching to pid " + std::to_string(ui.pid) + (ui.unicode ? "…" : "..."), Role::normal}},
+             w, ui.unicode);
+    if (g.height() > 2) put_line(g, 0, 1, {{"loading probes; the first snapshot follows", Role::dim}}, w, ui.unicode);
+}
+
+}  // namespace
+
+Grid render(const Snapshot* snap, int width, int height, const UiState& ui, const History& history) {
+    Grid g(width, height);
+    if (width <= 0 || height <= 0) return g;
+    if (!snap) {
+        draw_attaching(g, ui);
+        if (height >= 3) draw_footer(g, height - 1, nullptr, ui);
+        if (ui.help) draw_help(g, ui);
+        return g;
+    }
+    const Snapshot& s = *snap;
+    draw_header(g, s, ui);
+    int y = 1;
+    if (height >= 2) y += draw_verdict(g, y, s, ui, height >= 20 ? 2 : 1);
+    const bool footer = height >= 4;
+    const int bottom = footer ? height - 1 : height;
+    if (height >= 14) {
+        draw_stages(g, y, s, ui, history, false);
+        y += 4;
+    } else if (height >= 3) {
+        draw_stages(g, y, s, ui, history, true);  // short terminals: one line, no detail
+        ++y;
+    }
+
+    // Panels: two columns on wide terminals, one otherwise.
+    const int area_h = bottom - y;
+    if (area_h > 0) {
+        std::vector<std::vector<Panel>> columns;
+        if (width >= 160)
+            columns = {{Panel::listeners, Panel::requests, Panel::downstream},
+                       {Panel::threads, Panel::waits, Panel::carriers}};
+        else
+            columns = {{Panel::listeners, Panel::requests, Panel::downstream, Panel::threads, Panel::waits,
+                        Panel::carriers}};
+        const int ncol = static_cast<int>(columns.size());
+        const int sep = ncol > 1 ? 1 : 0;
+        const int colw = (width - sep * (ncol - 1)) / ncol;
+        for (int c = 0; c < ncol; ++c) {
+            const int x = c * (colw + sep);
+            const int w = c == ncol - 1 ? width - x : colw;
+            std::vector<PanelBody> bodies;
+            std::vector<int> want;
+            int focus_idx = 0;
+            for (size_t i = 0; i < columns[c].size(); ++i) {
+                bodies.push_back(build_panel(columns[c][i], s, ui, w - std::min(2, w / 4)));
+                want.push_back(desired_lines(bodies.back()));
+                if (columns[c][i] == ui.focus) focus_idx = static_cast<int>(i);
+            }
+            const auto got = allocate(want, area_h, focus_idx);
+            int py = y;
+            for (size_t i = 0; i < bodies.size(); ++i) {
+                draw_panel(g, columns[c][i], bodies[i], x, py, w, got[i], ui, panel_items(s, columns[c][i]));
+                py += got[i];
+            }
+            if (c > 0)
+                for (int yy = y; yy < bottom; ++yy) g.fill(x - 1, yy, 1, ui.unicode ? U'│' : U'|', Role::dim);
+        }
+    }
+    if (footer) draw_footer(g, height - 1, &s, ui);
+    if (ui.help) draw_help(g, ui);
+    return g;
+}
+
+}  // namespace qscope::tui

@@ -69,18 +69,14 @@ struct {
 	__type(value, struct qs_hist);
 } rq_hist SEC(".maps");
 
-/* (tid, syscall, res) whose stack was already captured: one capture per distinct wait
- * site per thread, LRU so new sites still get a turn. */
-struct stack_seen_key {
-	__u32 tid;
-	__s32 syscall;
-	__u64 res;
-};
-
+/* Wait keys (group, syscall, res) whose stack was already captured: one capture per key,
+ * which is all user space keeps (a stack per wait key). Per key rather than per (tid, key):
+ * 10,000 threads waiting at one gate cost one capture, not 10,000. LRU so new keys still
+ * get a turn. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
-	__type(key, struct stack_seen_key);
+	__type(key, struct qs_wait_key);
 	__type(value, __u64);
 } stack_seen SEC(".maps");
 
@@ -271,12 +267,15 @@ static __always_inline void capture_stack(struct task_struct *task, struct pt_re
 					  __u32 tid, struct tstate *s, const char group[QS_COMM_LEN],
 					  __u64 now)
 {
-	struct stack_seen_key sk = {.tid = tid, .syscall = s->syscall, .res = s->res};
+	struct qs_wait_key sk = {};
 	struct qs_stack_event *e;
 	__u64 sp;
 	long ks;
 	int i;
 
+	__builtin_memcpy(sk.group, group, QS_COMM_LEN);
+	sk.syscall = s->syscall;
+	sk.res = s->res;
 	if (bpf_map_lookup_elem(&stack_seen, &sk))
 		return;
 	if (iter_captures >= max_stacks_per_iter)
@@ -338,8 +337,8 @@ static __always_inline void capture_stack(struct task_struct *task, struct pt_re
  * plus ~460 ns for a kernel stack id, against ~700 ns for the whole blocking switch. Here
  * it runs off the scheduler path, only for threads blocked at least stack_min_ns right now
  * (long waits are what explain a queue; a thread blocked for one tick is sampled in it),
- * once per (tid, syscall, resource) thanks to stack_seen, and at most max_stacks_per_iter
- * per tick. */
+ * once per wait key (group, syscall, resource) thanks to stack_seen, and at most
+ * max_stacks_per_iter per tick. */
 SEC("iter.s/task")
 int qs_task_iter(struct bpf_iter__task *ctx)
 {

@@ -268,6 +268,29 @@ TEST_CASE("setuid: refused with exit 4 before doing anything", "[errors]") {
     CHECK(r.out.empty());
 }
 
+TEST_CASE("a hostile thread name (invalid UTF-8, quote, newline) is escaped, never fatal", "[errors]") {
+    if (!require_root()) return;
+    // The target chooses its comm and thread names; qscope prints them in JSON, the report
+    // and Prometheus labels. Bytes: "bad", 0xff, 0xfe, '"', '\\', '\n'.
+    const std::string hostile = std::string("bad\xff\xfe\"\\\n", 8);
+    auto t = start_target("qs_churn", {"--rate", "20", "--duration", "60", "--spawners", "2", "--comm", hostile});
+    REQUIRE(read_text("/proc/" + std::to_string(t.proc.pid()) + "/comm").rfind("bad\xff", 0) == 0);
+    for (const bool json : {true, false}) {
+        std::vector<std::string> args{"snapshot", "--pid", std::to_string(t.proc.pid()), "--duration", "2"};
+        if (json) args.push_back("--json");
+        auto r = run_qscope(args, 60);
+        INFO((json ? "json" : "report") << ": rc " << r.rc << " stderr: " << r.err);
+        CHECK(r.rc == 0);
+        CHECK(contains(r.out, "bad"));
+        if (json) CHECK(r.json.is_object());
+        if (json && r.json.is_object()) {
+            const std::string comm = r.json["target"]["comm"];
+            CHECK(comm.rfind("bad", 0) == 0);
+            CHECK(comm.find('\n') == std::string::npos);  // JSON-escaped or replaced, never raw
+        }
+    }
+}
+
 TEST_CASE("target exits mid-run: exit 6, JSON still printed and marked exited", "[errors]") {
     if (!require_root()) return;
     auto srv = start_target("qs_server", {"--port", "0", "--workers", "2"});

@@ -1,7 +1,7 @@
 // qs_churn: a process whose threads never stop coming and going — the lifecycle stress for
 // qscope's per-thread state (thread pools that grow and shrink, fork/join frameworks).
 //
-//   qs_churn [--rate N=2000] [--duration S=30] [--spawners K=4] [--linger]
+//   qs_churn [--rate N=2000] [--duration S=30] [--spawners K=4] [--linger] [--comm NAME]
 //            [--exec-when-file F -- PROGRAM ARGS...]
 //
 // K spawner threads ("churn-spawner") each create and join short-lived threads ("job-<seq>",
@@ -9,7 +9,9 @@
 // Prints "READY port=0" at start and "DONE created=<n> seconds=<t>" when the churn ends;
 // then exits, or with --linger idles until SIGTERM. --exec-when-file: as soon as F exists,
 // a spawner thread (not the leader: the kernel then moves the leader's PID onto it) execs
-// PROGRAM — the same PID becomes another program mid-observation.
+// PROGRAM — the same PID becomes another program mid-observation. --comm NAME names the
+// leader and the spawners NAME (raw bytes, truncated to 15): a target-chosen name is
+// hostile input for qscope (invalid UTF-8, quotes, newlines).
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -31,6 +33,7 @@ double g_duration = 30;
 int g_spawners = 4;
 bool g_linger = false;
 std::string g_exec_file;
+std::string g_comm;
 std::vector<std::string> g_exec_argv;
 
 std::atomic<long> g_created{0};
@@ -39,7 +42,7 @@ std::atomic<bool> g_stop{false};
 
 [[noreturn]] void usage(const std::string& why) {
     std::fprintf(stderr,
-                 "qs_churn: %s\nusage: qs_churn [--rate N] [--duration S] [--spawners K] [--linger]\n"
+                 "qs_churn: %s\nusage: qs_churn [--rate N] [--duration S] [--spawners K] [--linger] [--comm NAME]\n"
                  "                [--exec-when-file F -- PROGRAM ARGS...]\n",
                  why.c_str());
     std::exit(2);
@@ -93,7 +96,7 @@ void maybe_exec() {
 }
 
 void* spawner_main(void*) {
-    pthread_setname_np(pthread_self(), "churn-spawner");
+    pthread_setname_np(pthread_self(), g_comm.empty() ? "churn-spawner" : g_comm.c_str());
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 64 * 1024);
@@ -141,6 +144,7 @@ int main(int argc, char** argv) {
         else if (a == "--spawners") g_spawners = static_cast<int>(num(a, next(), 1, 256));
         else if (a == "--linger") g_linger = true;
         else if (a == "--exec-when-file") g_exec_file = next();
+        else if (a == "--comm") g_comm = std::string(next()).substr(0, 15);
         else if (a == "--") {
             for (++i; i < argc; ++i) g_exec_argv.push_back(argv[i]);
         } else usage("unknown flag " + a);
@@ -155,6 +159,7 @@ int main(int argc, char** argv) {
     // Only the leader takes stop signals (sigtimedwait); every thread inherits the mask.
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+    if (!g_comm.empty()) pthread_setname_np(pthread_self(), g_comm.c_str());
     std::printf("READY port=0\n");
     std::fflush(stdout);
     const double start = now_s();

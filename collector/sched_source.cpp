@@ -98,9 +98,18 @@ static bool runtime_module(const std::string& m) {
 }
 
 std::string first_app_frame(const std::vector<std::string>& frames) {
+    std::string last_runtime;
     for (const auto& f : frames) {
         const std::string m = frame_module(f);
-        if (!m.empty() && !runtime_module(m)) return frame_function(f);
+        if (!m.empty() && runtime_module(m)) {
+            last_runtime = frame_function(f);
+            continue;
+        }
+        const std::string fn = frame_function(f);
+        // Unsymbolized code outside any module (JIT or interpreter without a perf map): the
+        // runtime's entry point says more ("Unsafe_Park") than an address.
+        if (m.empty() && fn.rfind("0x", 0) == 0 && !last_runtime.empty()) return last_runtime;
+        return fn;
     }
     return {};
 }
@@ -110,7 +119,9 @@ std::string wait_site_signature(const std::vector<std::string>& frames) {
     bool app = false;
     for (const auto& f : frames) {
         const std::string m = frame_module(f);
-        if (!app && (m.empty() || runtime_module(m))) continue;
+        // Frames without a module are JIT/interpreter code: application frames, and their
+        // addresses are the same for every thread running that code.
+        if (!app && !m.empty() && runtime_module(m)) continue;
         app = true;
         sig += frame_function(f);
         sig += ';';

@@ -127,6 +127,14 @@ TEST_CASE("stack frames: function, module, first application frame, site", "[sch
         "Interpreted java.util.concurrent.locks.LockSupport.parkNanos (perf-1234.map)"};
     CHECK(first_app_frame(jvm) == "Interpreted java.util.concurrent.locks.LockSupport.parkNanos");
     CHECK(wait_site_signature({"read+0x4c (libc.so.6)"}).empty());
+    // Without a perf map the Java frames are bare addresses, the same for every thread
+    // parked by the same code: one site, named by the runtime's entry point.
+    const std::vector<std::string> jvm_a = {
+        "__futex_abstimed_wait_common+0xc6 (libc.so.6)", "pthread_cond_wait+0x1e8 (libc.so.6)",
+        "Parker::park(bool, long)+0x1a3 (libjvm.so)", "Unsafe_Park+0x1a0 (libjvm.so)", "0x7f46d3945085",
+        "0x7f46d3940438"};
+    CHECK(first_app_frame(jvm_a) == "Unsafe_Park");
+    CHECK(wait_site_signature(jvm_a) == "0x7f46d3945085;0x7f46d3940438;");
 }
 
 TEST_CASE("short function names for resource labels", "[sched]") {

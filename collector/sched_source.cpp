@@ -252,7 +252,12 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     iopts.link_info = &linfo;
     iopts.link_info_len = sizeof(linfo);
     iter_link_ = bpf_program__attach_iter(skel_->progs.qs_task_iter, &iopts);
-    if (!iter_link_) throw_bpf_error("sched: attach iter.s/task (pid-filtered task iterator)", errno);
+    if (!iter_link_) {
+        // Kernels before 6.1 have no pid filter for task iterators: walk every task and let
+        // the program's tgid check skip the others (slower on a busy machine, same result).
+        iter_link_ = bpf_program__attach_iter(skel_->progs.qs_task_iter, nullptr);
+        if (!iter_link_) throw_bpf_error("sched: attach iter.s/task (task iterator)", errno);
+    }
 
     rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.stacks), &SchedSource::ringbuf_cb, this, nullptr);
     if (!rb_) throw_bpf_error("sched: open ring buffer stacks", errno);

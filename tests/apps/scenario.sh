@@ -16,8 +16,8 @@
 #   RAMP          seconds of load before qscope attaches [4]
 #   WINDOW        qscope snapshot --duration            [8]
 #   APP_BUILD     where the app's classes go (shared between runs)   [OUTDIR/app-build]
-#   QS_REPORT=1   also a text report snapshot of the same window (a second qscope)
-#   QS_TUI=1      also a `qscope top` screen at the window's end (tmux capture-pane)
+#   QS_REPORT=1   then a text report snapshot (a second window, same spike)
+#   QS_TUI=1      then a `qscope top` screen after WINDOW seconds (tmux capture-pane)
 #   APP_PORT [23080]  PG_PORT [23432]  PARTNER_PORT [23090]  POOL_TIMEOUT_MS [3000]
 #
 # Outputs in OUTDIR: qscope.json (+ .err, qscope.txt, top.txt), wrk.out + wrk.json (the
@@ -198,45 +198,48 @@ run_qscope() {  # name duration args...
     echo $? >"$out/$name.rc"
 }
 
-# The JSON snapshot, and for the docs a text report and a `qscope top` screen of the same
-# window (separate qscope instances attached at the same moment).
+# The JSON snapshot (what the test asserts on).
 start_observers() {
     run_qscope qscope.json "$WINDOW" --json &
     qs=$!
-    qsr=""
-    if [ "$QSCOPE" != none ] && [ "${QS_REPORT:-0}" = 1 ]; then
-        run_qscope qscope.txt "$WINDOW" &
-        qsr=$!
-    fi
-    if [ "$QSCOPE" != none ] && [ "${QS_TUI:-0}" = 1 ]; then
-        tmux_sock="$out/.tmux"
-        tmux -S "$tmux_sock" new-session -d -x 150 -y 60 "$QSCOPE top --pid $app --no-color 2>$out/top.err; sleep 600"
-    fi
 }
 finish_observers() {
     wait "$qs"
-    [ -n "$qsr" ] && wait "$qsr"
     # end.txt: oracles at the window's end
     {
         echo "partner_estab $(ss -Htn state established "( dport = :$PARTNER_PORT )" | wc -l)"
         echo "pg_estab $(ss -Htn state established "( dport = :$PG_PORT )" | wc -l)"
         echo "app_unread $(ss -Htn state established "( sport = :$APP_PORT )" | awk '$1 > 0' | wc -l)"
     } >"$out/end.txt"
-    if [ -n "${tmux_sock:-}" ]; then
+}
+# For the docs, after the JSON window and still in the spike: a text report and a `qscope
+# top` screen, one after the other (one qscope at a time, as an operator would run them).
+extra_views() {
+    [ "$QSCOPE" = none ] && return
+    if [ "${QS_REPORT:-0}" = 1 ]; then
+        run_qscope qscope.txt "$WINDOW"
+    fi
+    if [ "${QS_TUI:-0}" = 1 ]; then
+        tmux_sock="$out/.tmux"
+        tmux -S "$tmux_sock" new-session -d -x 150 -y 60 "$QSCOPE top --pid $app --no-color 2>$out/top.err; sleep 600"
+        sleep "$WINDOW"
         tmux -S "$tmux_sock" capture-pane -p -t 0 >"$out/top.txt" 2>/dev/null
         tmux -S "$tmux_sock" kill-server 2>/dev/null
         tmux_sock=""
     fi
 }
+extra=0
+[ "${QS_REPORT:-0}" = 1 ] && extra=$((extra + WINDOW + 8))
+[ "${QS_TUI:-0}" = 1 ] && extra=$((extra + WINDOW + 2))
 
 # ---- the spike ---------------------------------------------------------------------------
 if [ "$profile" = partner ]; then
     path=/ping; quote_pct=20
-    wrk_secs=$((WINDOW + 10))
+    wrk_secs=$((WINDOW + 10 + extra))
 else
     path=/db; quote_pct=0
     # qscope needs a few seconds to load its probes before its window starts
-    wrk_secs=$((RAMP + WINDOW + 8))
+    wrk_secs=$((RAMP + WINDOW + 8 + extra))
 fi
 
 if [ "$profile" = virtual ]; then
@@ -279,6 +282,7 @@ if [ "$profile" = partner ]; then
     # a second operator attaching mid-spike: the stuck calls must still be there, older
     run_qscope qscope2.json 3 --json
     cp "$out/stats-live.json" "$out/stats-end2.json"
+    extra_views
 else
     log "wrk: $CLIENTS clients on $path, think ${THINK_MS} ms, ${wrk_secs}s; qscope attaches after ${RAMP}s"
     T0_MS=$(date +%s%3N)
@@ -295,6 +299,7 @@ else
     sleep $((WINDOW / 2)); jstack_summary
     finish_observers
     cp "$out/stats-live.json" "$out/stats-end.json"
+    extra_views
 fi
 wait "$smp" "$prb" "$pgs" 2>/dev/null
 

@@ -73,7 +73,14 @@ for _ in $(seq 300); do
   kill -0 "$q_pid" 2>/dev/null || { echo "soak: qscope died at start:" >&2; cat "$work/qscope.err" >&2; exit 1; }
   sleep 0.2
 done
+# /metrics is served before the probes load (bind first, then attach): wait for programs.
+for _ in $(seq 300); do
+  grep -qs '^prog_id:' /proc/"$q_pid"/fdinfo/* && break
+  sleep 0.2
+done
+sleep 2
 maps=$(held_hash_maps "$q_pid")
+[[ -n $maps ]] || { echo "soak: qscope holds no hash maps: did it attach?" >&2; cat "$work/qscope.err" >&2; exit 1; }
 echo "soak: ${SECS}s; server pid $srv_pid port $srv_port; qscope pid $q_pid; hash maps: ${maps:-none}" >&2
 
 tsv=${OUT:-$work/soak.tsv}

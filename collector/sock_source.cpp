@@ -320,16 +320,37 @@ private:
     }
 
     // Listeners the target holds: /proc/PID/fd socket inodes ∩ sock_diag LISTEN sockets.
+    // The machine's listeners come from one small sock_diag dump per tick; which of them are
+    // the target's needs its fd table, which for a server with 10,000 connections is 10,000
+    // readlinks: so it is read only when a listener appears that was never classified.
     void refresh_listeners() {
         listen_error_.clear();
-        const std::set<uint64_t> inodes = socket_inodes(pid_);
+        std::vector<DiagSocket> all;
         try {
-            listen_diag_ = sock_diag_by_inode(kListenMask, inodes, true);
+            for (int fam : {AF_INET, AF_INET6})
+                for (auto& d : sock_diag_dump(fam, kListenMask, true)) all.push_back(std::move(d));
         } catch (const Error& e) {
             listen_error_ = e.what();
             listen_diag_.clear();
             return;
         }
+        bool unknown = false;
+        for (const auto& d : all)
+            if (!listen_sockets_.count(d.inode) && !not_ours_.count(d.inode)) unknown = true;
+        if (unknown) {
+            const std::set<uint64_t> inodes = socket_inodes(pid_);
+            for (const auto& d : all)
+                if (!inodes.count(d.inode)) not_ours_.insert(d.inode);
+        }
+        listen_diag_.clear();
+        std::set<uint64_t> live;
+        for (auto& d : all) {
+            live.insert(d.inode);
+            if (!not_ours_.count(d.inode)) listen_diag_.push_back(std::move(d));
+        }
+        // Inodes are recycled: forget closed sockets so a new one is classified afresh.
+        for (auto it = not_ours_.begin(); it != not_ours_.end();)
+            it = live.count(*it) ? std::next(it) : not_ours_.erase(it);
         for (auto& [ino, ls] : listen_sockets_) ls.present = false;
         for (const auto& d : listen_diag_) {
             auto it = listen_sockets_.find(d.inode);
@@ -567,7 +588,8 @@ private:
     std::vector<std::string> warnings_;
     std::string listen_error_;
     std::vector<DiagSocket> listen_diag_;
-    std::map<uint64_t, ListenSocket> listen_sockets_;  // by inode
+    std::map<uint64_t, ListenSocket> listen_sockets_;  // the target's, by inode
+    std::set<uint64_t> not_ours_;                      // other processes' listeners
     std::map<uint16_t, uint32_t> port_index_;
     std::map<uint16_t, uint64_t> overflow_floor_;
     std::map<uint32_t, PortWindow> port_base_;

@@ -20,11 +20,14 @@ chmod 755 "$work"
 trap '"$here/pg.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
 "$here/pg.sh" start "$work/pg" 23432
 
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 profiles=(platform virtual gated partner)
 for p in "${profiles[@]}"; do
     QSCOPE="$build/qscope" QS_DOWNSTREAM="$build/targets/qs_downstream" PG_DIR="$work/pg" APP_BUILD="$work/app-build" \
         QS_REPORT=1 QS_TUI=1 "$here/scenario.sh" "$p" "$work/$p"
 done
+
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- helpers over one run's files -----------------------------------------------------------
 q() { jq -r "$2" "$work/$1/qscope.json"; }                 # qscope JSON
@@ -44,16 +47,21 @@ jstack_n() {  # platform threads named $2* whose stack shows $3
 }
 vthreads_n() { jq "[.threadDump.threadContainers[].threads[] | select(any(.stack[]; contains(\"$2\")))] | length" "$work/$1/vthreads.json"; }
 jfr_n() { awk -v e="$2" '$1==e{print $2}' "$work/$1/jfr-summary.txt"; }
+okrate() {  # /db requests/s the pool served between the app's counters at the window's ends
+    awk -v a="$(jq .db.ok "$work/$1/stats-start.json")" -v b="$(jq .db.ok "$work/$1/stats-end.json")" \
+        -v t0="$(jq .time_ms "$work/$1/stats-start.json")" -v t1="$(jq .time_ms "$work/$1/stats-end.json")" \
+        'BEGIN{ if (t1 > t0) printf "%.0f", (b - a) * 1000 / (t1 - t0); else print "n/a" }'
+}
 env_of() { sed -n "s/.*\\b$2=\\([^ ]*\\).*/\\1/p" "$work/$1/env.txt" | head -1; }
 block() {  # a file as a fenced block, or a note
     if [ -s "$1" ]; then echo '```'; sed 's/[[:space:]]*$//' "$1"; echo '```'; else echo "_($2)_"; fi
 }
 shots() {
-    echo "#### qscope snapshot (report)"
+    echo "#### qscope snapshot (the readable report, over the next $window s of the same spike)"
     echo
     block "$work/$1/qscope.txt" "no report captured"
     echo
-    echo "#### qscope top"
+    echo "#### qscope top (after that, $window s into its own run)"
     echo
     block "$work/$1/top.txt" "qscope top produced no screen in this run"
     echo
@@ -80,6 +88,12 @@ kernel $(uname -r), $(sed -n 's/^JAVA_VERSION=//p' "$(env_of platform java)/rele
 $(sed -n 's/.*Apache Tomcat\/\([0-9.]*\).*/\1/p' "$work/platform/app.log" | head -1)). Every number
 below comes from that run; the same scenarios are asserted by \`tests/integration/scenario_test.cpp\`.
 
+**Machine load during this run:** load average $load_start at the start, $load_end at the end, on
+$(nproc) CPUs. The pool can serve 200 requests/s; around the qscope windows the app served
+$(okrate platform)/s (platform), $(okrate virtual)/s (virtual) and $(okrate gated)/s (gated). When those are far
+below 200 the machine starved the app of CPU, and the numbers show that as much as the story (the
+integration test skips a starved run rather than judge qscope on it).
+
 **The service** (\`tests/apps/tomcat/\`): embedded Tomcat on 127.0.0.1:$(env_of platform app_port); \`/db\` borrows a
 connection from a HikariCP pool of **$(env_of platform pool)** to PostgreSQL on 127.0.0.1:$(env_of platform pg_port) and
 runs \`select pg_sleep(0.05)\`, so the pool can serve at most 200 requests/s. The pool's borrow timeout
@@ -103,23 +117,23 @@ p=platform
 cat <<EOF
 ## 1. platform: 200 threads, the spike waits in the connector
 
-**What qscope says:** _$(q $p .verdict.summary)_
+**What to look for:** requests in flight capped at 200 (the worker pool is the admission limit), the rest of
+the spike waiting *before* Tomcat reads it (the connector queue), the pool 10 of 10 busy, and ~190 http-nio
+threads parked in futex inside \`HikariPool.getConnection\`. Slow for clients, but cheap: few failures.
 
-With Tomcat's default 200 worker threads, requests in flight never exceed **$(q $p .requests.in_flight_max)**:
-the worker pool is the admission limit. Everything beyond it waits *before* Tomcat reads it —
-**$(q $p .requests.waiting_unread)** connections have request bytes nobody has read (the connector queue,
-up to $(q $p .requests.waiting_unread_max) in the window). Behind the workers, the pool to
-$(peer $p 23432 .peer) is **$(peer $p 23432 .busy_max) of $(peer $p 23432 .connections)** busy and
-**$(q $p '[.thread_groups[] | select(.name | startswith("http-nio")) | .blocked_by.futex // 0] | add')** http-nio threads sleep in
-futex — parked in \`HikariPool.getConnection\`. The spike is slow (wrk p50 $(ms "$(w $p .latency_s.p50)")) but
-it queues cheaply at the door; few requests fail ($(w $p '.status."5xx"') of $(w $p .requests), borrows that waited
-past the timeout).
+**qscope's verdict:** _$(q $p .verdict.summary)_
 
-Oracles in the same window: PostgreSQL's \`pg_stat_activity\` showed at most **$(pgmax $p)** active backends of the
-pool; \`/proc/PID/task/*/syscall\` put a median of **$(futex_med $p)** http-nio threads in futex; \`jcmd Thread.print\`
-found **$(jstack_n $p http-nio HikariPool.getConnection)** exec threads in \`HikariPool.getConnection\`; \`ss\` counted a
-median of **$(unread_med $p)** app connections with unread bytes (Recv-Q > 0); the app counted
-$(st $p .db.in_progress) requests inside \`/db\`, $(st $p .db.borrowing) of them borrowing.
+**Measured by qscope:** in flight max **$(q $p .requests.in_flight_max)**; unread in the connector
+**$(q $p .requests.waiting_unread)** now, max $(q $p .requests.waiting_unread_max); pool to $(peer $p 23432 .peer)
+busy max **$(peer $p 23432 .busy_max)** of $(peer $p 23432 .connections) connections; http-nio threads in futex
+**$(q $p '[.thread_groups[] | select(.name | startswith("http-nio")) | .blocked_by.futex // 0] | add')**;
+$(q $p '.requests.status."5xx"') × 5xx of $(q $p .requests.completed) responses in the window.
+
+**Oracles, same window:** \`pg_stat_activity\` at most **$(pgmax $p)** active backends of the pool;
+\`/proc/PID/task/*/syscall\` median **$(futex_med $p)** http-nio threads in futex; \`jcmd Thread.print\`
+**$(jstack_n $p http-nio HikariPool.getConnection)** exec threads in \`HikariPool.getConnection\`; \`ss\` median
+**$(unread_med $p)** app connections with unread bytes; the app: $(st $p .db.in_progress) requests inside \`/db\`,
+$(st $p .db.borrowing) borrowing; wrk: $(w $p '.status."2xx"') × 2xx, $(w $p '.status."5xx"') × 5xx, p50 $(ms "$(w $p .latency_s.p50)").
 
 EOF
 shots $p
@@ -129,24 +143,28 @@ p=virtual
 cat <<EOF
 ## 2. virtual: every request admitted, parked at the pool, failing at the timeout
 
-**What qscope says:** _$(q $p .verdict.summary)_
+**What to look for:** same service, same spike, \`useVirtualThreads=true\`. In flight is no longer capped:
+about as many requests as connected clients are inside the app. The pool is still 10 of 10 busy, but hardly
+any OS thread waits for it: the waiters are unmounted virtual threads, invisible to futex and scheduler
+probes, which qscope counts as *parked in the runtime* and places in front of the saturated pool. They fail
+with 503 when the borrow times out (3 s). Carriers are not stalled and JFR records no pinning: it is not
+pinning.
 
-Same service, same spike, \`useVirtualThreads=true\`. Now **$(q $p .requests.in_flight_max)** requests are in flight
-at once — the limit of 200 is gone and nearly every connected client has a request inside the app. The pool to
-$(peer $p 23432 .peer) is still **$(peer $p 23432 .busy_max) of $(peer $p 23432 .connections)** busy, but hardly any
-OS thread waits for it: the waiters are virtual threads, unmounted, invisible to futex and scheduler probes.
-qscope accounts for them as **$(q $p .parked_in_runtime) parked in the runtime** and places that hidden queue in
-front of the saturated pool. Requests there fail when the borrow times out: qscope counted
-**$(q $p '.requests.status."5xx"')** 5xx in the window with a request latency p50 of **$(ms "$(q $p .requests.latency_seconds.p50)")**
-(the pool timeout is $((timeout_ms / 1000)) s). The carriers: $(q $p .carriers.threads) ForkJoinPool workers,
-**$(q $p .carriers.stalled) stalled**, $(q $p .carriers.stall_events) stall events — it is not pinning.
+**qscope's verdict:** _$(q $p .verdict.summary)_
 
-Oracles in the same window: the app counted up to **$(jq -s 'map(.db.in_progress) | max' "$work/$p/stats.jsonl")** requests
-inside \`/db\` and **$(dst $p .db.pool_timeout)** pool timeouts; \`jcmd Thread.dump_to_file -format=json\` listed
-**$(vthreads_n $p HikariPool.getConnection)** virtual threads in \`HikariPool.getConnection\`; JFR recorded
+**Measured by qscope:** in flight max **$(q $p .requests.in_flight_max)**; parked in the runtime
+**$(q $p .parked_in_runtime)**; pool to $(peer $p 23432 .peer) busy max **$(peer $p 23432 .busy_max)** of
+$(peer $p 23432 .connections); **$(q $p '.requests.status."5xx"')** × 5xx of $(q $p .requests.completed) responses,
+request latency p50 **$(ms "$(q $p .requests.latency_seconds.p50)")**; carriers: $(q $p .carriers.threads)
+ForkJoinPool workers, **$(q $p .carriers.stalled)** stalled, $(q $p .carriers.stall_events) stall events.
+
+**Oracles, same window:** the app: up to **$(jq -s 'map(.db.in_progress) | max' "$work/$p/stats.jsonl")** requests
+inside \`/db\`, **$(dst $p .db.pool_timeout)** pool timeouts; \`jcmd Thread.dump_to_file -format=json\`:
+**$(vthreads_n $p HikariPool.getConnection)** virtual threads in \`HikariPool.getConnection\`; JFR:
 **$(jfr_n $p jdk.VirtualThreadPinned)** \`jdk.VirtualThreadPinned\` events (threshold 20 ms; $(jfr_n $p jdk.CPULoad)
-\`jdk.CPULoad\` events show the recording ran); \`pg_stat_activity\` peaked at **$(pgmax $p)** active backends; single
-curl probes got 503 after a median **$(ms "$(probe_med $p 503)")**.
+\`jdk.CPULoad\` events show the recording ran); \`pg_stat_activity\`: at most **$(pgmax $p)** active backends;
+curl probes: 503 after a median **$(ms "$(probe_med $p 503)")**; wrk: $(w $p '.status."2xx"') × 2xx,
+$(w $p '.status."5xx"') × 5xx, p50 $(ms "$(w $p .latency_s.p50)").
 
 EOF
 shots $p
@@ -156,19 +174,21 @@ p=gated
 cat <<EOF
 ## 3. gated: an explicit limit of 10, fast 503s, no late failures
 
-**What qscope says:** _$(q $p .verdict.summary)_
+**What to look for:** virtual threads plus \`Semaphore(10)\` in front of the pool; a request that cannot get a
+permit at once gets 503 at once. About 10 requests at the pool, almost nothing parked, 503s in milliseconds
+instead of after the 3 s borrow timeout, and no pool timeouts at all.
 
-Virtual threads plus \`Semaphore(10)\` in front of the pool: a request that cannot get a permit at once gets
-503 at once. In flight peaks at **$(q $p .requests.in_flight_max)**, the pool to $(peer $p 23432 .peer) still reaches
-**$(peer $p 23432 .busy_max) of $(peer $p 23432 .connections)** busy, and only **$(q $p .parked_in_runtime)** requests are
-parked in the runtime. Of the **$(q $p .requests.completed)** responses in the window, **$(q $p '.requests.status."5xx"')**
-are 503s, and the request latency p50 is **$(ms "$(q $p .requests.latency_seconds.p50)")** (p99
-$(ms "$(q $p .requests.latency_seconds.p99)")): clients learn at once instead of after $((timeout_ms / 1000)) s.
+**qscope's verdict:** _$(q $p .verdict.summary)_
 
-Oracles in the same window: the app rejected **$(dst $p .db.gate_rejected)** requests at the gate and had
-**$(dst $p .db.pool_timeout)** pool timeouts (no late failures); wrk's latency p50 was $(ms "$(w $p .latency_s.p50)");
-single curl probes got their 503 after a median **$(ms "$(probe_med $p 503)")** (connect time excluded);
-\`pg_stat_activity\` peaked at **$(pgmax $p)** active backends.
+**Measured by qscope:** in flight max **$(q $p .requests.in_flight_max)**; parked in the runtime
+**$(q $p .parked_in_runtime)**; pool to $(peer $p 23432 .peer) busy max **$(peer $p 23432 .busy_max)** of
+$(peer $p 23432 .connections); **$(q $p '.requests.status."5xx"')** × 5xx of $(q $p .requests.completed) responses;
+request latency p50 **$(ms "$(q $p .requests.latency_seconds.p50)")**, p99 $(ms "$(q $p .requests.latency_seconds.p99)").
+
+**Oracles, same window:** the app: **$(dst $p .db.gate_rejected)** rejected at the gate, **$(dst $p .db.pool_timeout)**
+pool timeouts; curl probes: 503 after a median **$(ms "$(probe_med $p 503)")** (connecting excluded);
+\`pg_stat_activity\`: at most **$(pgmax $p)** active backends; wrk: $(w $p '.status."2xx"') × 2xx,
+$(w $p '.status."5xx"') × 5xx, p50 $(ms "$(w $p .latency_s.p50)").
 
 EOF
 shots $p
@@ -178,18 +198,21 @@ p=partner
 cat <<EOF
 ## 4. silent partner: a platform-thread app taken down in seconds
 
-**What qscope says:** _$(q $p .verdict.summary)_
+**What to look for:** the platform profile, **$pclients** clients calling \`/ping\` and one request in five
+calling \`/quote\`, whose partner (\`qs_downstream --silent\` on 127.0.0.1:$(env_of $p partner_port)) accepts and
+never answers. One by one the 200 workers get stuck reading from the partner; then nothing, health checks
+included, is served. qscope attaches before the spike, so it sees every call from its first byte: the
+partner's busy calls equal the calls the app sent, and the oldest one ages with the wall clock.
 
-The platform profile again, now with **$pclients** clients calling \`/ping\` and one request in five calling
-\`/quote\`, whose partner (\`qs_downstream --silent\` on 127.0.0.1:$(env_of $p partner_port)) accepts and never answers.
-qscope was attached before the spike: **$(peer $p 23090 .busy) calls** to $(peer $p 23090 .peer) are awaiting a
-reply, the oldest for **$(ms "$(peer $p 23090 .oldest_busy_seconds)")**; in flight is pinned at
-**$(q $p .requests.in_flight)** (every worker) and **$(q $p .requests.waiting_unread)** requests sit unread in the
-connector, health checks included.
+**qscope's verdict:** _$(q $p .verdict.summary)_
 
-Oracles: the app counted **$(st $p .quote.in_progress)** \`/quote\` calls in progress (oldest
-$(st $p .quote.oldest_seconds) s); \`ss\` showed **$(awk -F'\t' 'END{print $7}' "$work/$p/samples.tsv")** established
-connections to the partner; \`jcmd Thread.print\` found **$(jstack_n $p http-nio HttpURLConnection.getInputStream)** exec
+**Measured by qscope:** **$(peer $p 23090 .busy)** calls to $(peer $p 23090 .peer) awaiting a reply (max
+$(peer $p 23090 .busy_max)), the oldest for **$(ms "$(peer $p 23090 .oldest_busy_seconds)")**; in flight
+**$(q $p .requests.in_flight)**; unread in the connector **$(q $p .requests.waiting_unread)**.
+
+**Oracles:** the app at the window's end: **$(st $p .quote.in_progress)** \`/quote\` calls in progress (oldest
+$(st $p .quote.oldest_seconds) s); \`ss\`: **$(awk '$1=="partner_estab"{print $2}' "$work/$p/end.txt")** established
+connections to the partner; \`jcmd Thread.print\`: **$(jstack_n $p http-nio HttpURLConnection.getInputStream)** exec
 threads reading from it; \`/ping\` probes with a 2 s limit: $(awk '$1==200{ok++} $1!=200{bad++} END{printf "%d answered, %d did not", ok, bad}' "$work/$p/probes.txt").
 
 EOF

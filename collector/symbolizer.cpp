@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -427,7 +428,20 @@ struct Symbolizer::Impl {
         dwfl_report_end(dwfl, nullptr, nullptr);
     }
 
+    std::chrono::steady_clock::time_point last_refresh{};
+
+    // Callers need not call refresh(): an address outside every known executable mapping
+    // means the maps changed (dlopen, new JIT region). Rate-limited, since a garbage
+    // address from a broken unwind would otherwise re-read the maps on every call.
+    void refresh_if_unknown(uint64_t addr) {
+        if (exec_map_of(addr)) return;
+        auto now = std::chrono::steady_clock::now();
+        if (now - last_refresh < std::chrono::seconds(1)) return;
+        refresh();
+    }
+
     void refresh() {
+        last_refresh = std::chrono::steady_clock::now();
         auto maps = parse_proc_maps(read_file(proc + "/maps"));
         std::string sig;
         exec_maps.clear();
@@ -491,12 +505,11 @@ struct Symbolizer::Impl {
                 return hex(addr) + " (" + module + ")";
             }
         }
+        // Not in any ELF module: anonymous JIT code, or a JIT's memfd/shm code mapping.
+        in_module = false;
+        if (const PerfMapEntry* e = find_perf_map_entry(perf_map, lookup))
+            return frame_text(e->name, addr - e->start, "jit");
         const MapEntry* m = exec_map_of(lookup);
-        if (!m || !m->file_backed()) {
-            in_module = false;
-            if (const PerfMapEntry* e = find_perf_map_entry(perf_map, lookup))
-                return frame_text(e->name, addr - e->start, "jit");
-        }
         if (m && !m->path.empty()) return hex(addr) + " (" + basename_of(m->path) + ")";
         return hex(addr);
     }
@@ -531,8 +544,8 @@ std::vector<std::string> Symbolizer::symbolize_user(const std::vector<uint64_t>&
             out.push_back(it->second);
             continue;
         }
-        const MapEntry* m = impl_->exec_map_of(addr);
-        if (!perf_checked && (!m || !m->file_backed())) {
+        impl_->refresh_if_unknown(addr);
+        if (!perf_checked && !(impl_->dwfl && dwfl_addrmodule(impl_->dwfl, addr))) {
             // Unknown or anonymous code: JIT output may be new since the last refresh.
             // Checked before the JIT cache so a rewritten perf map is seen at once.
             impl_->reload_perf_map();
@@ -617,6 +630,7 @@ std::vector<uint64_t> Symbolizer::unwind(const qs_ustack& sample, size_t max_fra
     Impl& im = *impl_;
     if (sample.regs[QS_REG_RIP] == 0) return out;
     if (!im.dwfl) im.refresh();
+    else im.refresh_if_unknown(sample.regs[QS_REG_RIP]);
     if (im.dwfl && !im.attached) {
         // elf=nullptr: libdwfl takes the architecture from the first reported module.
         im.attached = dwfl_attach_state(im.dwfl, nullptr, im.pid, &kThreadCallbacks, &im.unwind_ctx);

@@ -26,7 +26,10 @@ public:
     Symbolizer& operator=(const Symbolizer&) = delete;
 
     // "func+0xoff (module)" per frame, innermost first; unknown frames as "0xADDR (module)"
-    // or "0xADDR". Results are cached per address.
+    // or "0xADDR"; JIT frames from the perf map as "name+0xoff (jit)". ips[0] is taken as
+    // an exact address (the sampled IP), ips[1..] as return addresses (looked up at addr-1,
+    // so a call that ends a function is not blamed on the next one): pass whole stacks.
+    // Results are cached per address.
     std::vector<std::string> symbolize_user(const std::vector<uint64_t>& ips);
     std::vector<std::string> symbolize_kernel(const std::vector<uint64_t>& ips);
     // Unwind a copied stack into return addresses (innermost first): DWARF CFI where the

@@ -216,6 +216,27 @@ TEST_CASE("symbolizer names vDSO functions", "[symbolizer]") {
     CHECK((out[0] == "__vdso_clock_gettime+0x1 ([vdso])" || out[0] == "clock_gettime+0x1 ([vdso])"));
 }
 
+TEST_CASE("symbolizer picks up a library loaded after it started", "[symbolizer]") {
+    const auto& v = blocker::variants();
+    REQUIRE(v.error.empty());
+    auto syms = blocker::nm(v.plug);
+    REQUIRE(syms.count("plug_fn") == 1);
+    Symbolizer sym(getpid());
+    // Refreshes on unknown addresses are rate-limited to one per second.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    void* h = dlopen(v.plug.c_str(), RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(h);
+    auto fn = reinterpret_cast<uint64_t>(dlsym(h, "plug_fn"));
+    REQUIRE(fn);
+    // No refresh() call: the unknown address triggers one.
+    CHECK(sym.symbolize_user({fn + 1})[0] == "plug_fn+0x1 (libqsplug.so)");
+    CHECK(sym.symbolize_user({fn + 2})[0] == "plug_fn+0x2 (libqsplug.so)");
+    dlclose(h);
+    // Unloaded: after an explicit refresh the cached name must not survive.
+    sym.refresh();
+    CHECK(sym.symbolize_user({fn + 1})[0].find("plug_fn") == std::string::npos);
+}
+
 TEST_CASE("symbolizer survives a vanished target", "[symbolizer]") {
     // A pid that cannot exist (above pid_max): every address is unknown, nothing throws.
     Symbolizer sym(1 << 30);

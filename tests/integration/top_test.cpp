@@ -360,6 +360,26 @@ TEST_CASE("qscope top --iterations with stdout not a terminal prints the last fr
     CHECK(listener);               // the listener row, port as ss sees it
     CHECK(ss_listen_recvq(srv.port) >= 0);
 
+    // --listen: the same process shows and exports. Oracle: the /metrics body names the
+    // target qscope is drawing (pid label of qscope_target_info).
+    {
+        const uint16_t mport = kServerPort + 10;
+        Proc top = spawn({qscope_bin(), "top", "--pid", std::to_string(srv.proc.pid()), "--interval", "0.5",
+                          "--iterations", "16", "--listen", "127.0.0.1:" + std::to_string(mport)},
+                         {{"COLUMNS", "100"}, {"LINES", "30"}});
+        std::string body;
+        const double end = now_s() + 8;
+        while (now_s() < end && !has(body, "qscope_target_info")) {
+            sleep_s(0.3);
+            body = http_get("127.0.0.1", mport, "/metrics", 2);
+        }
+        INFO(body << top.err());
+        CHECK(has(body, "qscope_target_info{"));
+        CHECK(has(body, "pid=\"" + std::to_string(srv.proc.pid()) + "\""));
+        CHECK(top.wait(15) == 0);
+        CHECK(top.out().rfind("qscope pid " + std::to_string(srv.proc.pid()), 0) == 0);
+    }
+
     // Without --iterations and without a terminal: a clear refusal, not a garbled screen.
     auto bad = run({qscope_bin(), "top", "--pid", std::to_string(srv.proc.pid())}, 10);
     CHECK(bad.rc == 2);

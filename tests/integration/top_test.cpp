@@ -31,8 +31,12 @@ public:
                " 'env PS1=\"$ \" sh'",
            &rc);
         ok_ = rc == 0;
+        path_ = fmt("#{socket_path}");
     }
-    ~Tmux() { sh(base() + " kill-server 2>/dev/null"); }
+    ~Tmux() {
+        sh(base() + " kill-server 2>/dev/null");
+        if (!path_.empty()) std::remove(path_.c_str());  // kill-server leaves the socket file
+    }
     bool ok() const { return ok_; }
     std::string base() const { return "tmux -L " + sock_; }
     void keys(const std::string& k) { sh(base() + " send-keys -t top " + k); }
@@ -67,7 +71,7 @@ public:
     }
 
 private:
-    std::string sock_;
+    std::string sock_, path_;
     bool ok_ = false;
 };
 

@@ -40,6 +40,19 @@ make_seeds() {
   printf 'pipe:[1]' > "$c/fuzz_proc_fds/pipe"
   printf 'worker "a"\\b\nc\xff\xfe' > "$c/fuzz_prom_escape/mixed"
   printf 'http-nio-8080-exec-17' > "$c/fuzz_prom_escape/name"
+  mkdir -p "$c"/fuzz_proc_tasks "$c"/fuzz_jvm_dump "$c"/fuzz_elf "$c"/fuzz_frames
+  cat /proc/self/net/tcp > "$c/fuzz_proc_tasks/tcp"
+  cat /proc/self/net/tcp6 > "$c/fuzz_proc_tasks/tcp6"
+  printf '202 0x7ffd 0x80 0x0 0x0 0x0 0x0 0x7ffe0000 0x7f0000001000\n' > "$c/fuzz_proc_tasks/syscall"
+  printf 'running\n' > "$c/fuzz_proc_tasks/running"
+  printf '"main" #1 [4242] prio=5 os_prio=0 cpu=1.2ms elapsed=3.4s tid=0x00007f0000001000 nid=4242 waiting\n"ForkJoinPool-1-worker-3" #30 daemon [4300] prio=5 tid=0x00007f0000002000 nid=4300 waiting\n' \
+    > "$c/fuzz_jvm_dump/print"
+  printf '{"threadDump":{"processId":"1","threadContainers":[{"container":"<root>","threads":[{"tid":"31","name":"","stack":["java.base/java.lang.VirtualThread.park(VirtualThread.java:1)","java.base/java.util.concurrent.SynchronousQueue.poll(SynchronousQueue.java:338)","app.Pool.get(Pool.java:9)"]}]}]}}' \
+    > "$c/fuzz_jvm_dump/dump"
+  head -c 65536 "$(command -v true)" > "$c/fuzz_elf/true"
+  printf 'pool_borrow()+0x3e (qs_server)' > "$c/fuzz_frames/frame"
+  printf '(anonymous namespace)::serve_connection(int) const+0x10 (libfoo.so.1)' > "$c/fuzz_frames/cxx"
+  printf 'http-nio-8080-exec-17' > "$c/fuzz_frames/comm"
   # A sock_diag seed: a 16-byte NLMSG_DONE header (len 20, type 3) plus a 4-byte payload.
   printf '\x14\x00\x00\x00\x03\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' \
     > "$c/fuzz_sock_diag/done"

@@ -116,6 +116,8 @@ json to_json(const Snapshot& s) {
                           {"seconds", secs(st.seconds)},
                           {"ongoing", st.ongoing},
                           {"stack", st.stack}});
+    json per = json::array();
+    for (const auto& t : c.per_carrier) per.push_back({{"tid", t.tid}, {"name", t.name}, {"state", t.state}});
     j["carriers"] = {{"detected", c.detected},
                      {"pattern", c.pattern},
                      {"runtime", c.runtime},
@@ -126,7 +128,9 @@ json to_json(const Snapshot& s) {
                      {"runnable", c.runnable},
                      {"stalled", c.stalled},
                      {"stall_events", c.stall_events},
-                     {"stalls", stalls}};
+                     {"stall_events_total", c.stall_events_total},
+                     {"stalls", stalls},
+                     {"per_carrier", per}};
 
     json rk = json::array();
     for (const auto& st : s.verdict.ranking)

@@ -34,11 +34,13 @@ B=${QSCOPE_BUILD_DIR:-build}
 cmake --build "$B" -j2 --target qscope qs_server qs_load qs_downstream >/dev/null
 Q=$B/qscope T=$B/targets
 work=$(mktemp -d /tmp/qscope-soak-XXXXXX)
+# tmpfs: the server rewrites it every 10 ms; on disk that would be I/O in the target.
+counters=/dev/shm/qscope-soak-$$.json
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$work"
+  rm -rf "$work" "$counters"
 }
 trap cleanup EXIT
 
@@ -58,7 +60,7 @@ map_entries() { bpftool -j map dump id "$1" 2>/dev/null | jq 'length' 2>/dev/nul
 "$T/qs_downstream" --port 0 --delay-ms 1 >"$work/ds.log" 2>&1 & pids+=($!)
 ds_port=$(ready_port "$work/ds.log")
 "$T/qs_server" --port 0 --workers 16 --service-ms 2 --downstream "127.0.0.1:$ds_port" --pool 4 \
-  --counters-file /dev/shm/qscope-soak-$$.json >"$work/srv.log" 2>&1 & pids+=($!)
+  --counters-file "$counters" >"$work/srv.log" 2>&1 & pids+=($!)
 srv_pid=$!
 srv_port=$(ready_port "$work/srv.log")
 "$T/qs_load" --host 127.0.0.1 --port "$srv_port" --connections 16 --duration "$((SECS + 30))" \
@@ -100,7 +102,7 @@ while (( SECONDS - start < SECS )); do
     per+=$'\t'"$n"
     (( n > 0 )) && total=$((total + n))
   done
-  done_reqs=$(jq -r '.completed' /dev/shm/qscope-soak-$$.json 2>/dev/null || echo -1)
+  done_reqs=$(jq -r '.completed' "$counters" 2>/dev/null || echo -1)
   printf '%d\t%d\t%s\t%d\t%d\t%s%s\n' "$t" "$rss" "$(cpu_s "$q_pid")" "$total" "$lost" "$done_reqs" "$per" >>"$tsv"
   if (( t >= 60 )); then
     if (( base_rss == 0 )); then base_rss=$rss base_maps=$total; fi
@@ -108,7 +110,6 @@ while (( SECONDS - start < SECS )); do
     (( total > max_maps )) && max_maps=$total
   fi
 done
-rm -f /dev/shm/qscope-soak-$$.json
 
 kill -INT "$q_pid" 2>/dev/null || true
 for _ in $(seq 100); do kill -0 "$q_pid" 2>/dev/null || break; sleep 0.1; done

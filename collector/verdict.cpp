@@ -74,7 +74,12 @@ const DownstreamPeer* busiest_peer(const Snapshot& s) {
     return best && best->busy > 0 ? best : nullptr;
 }
 
-bool saturated(const DownstreamPeer& d) { return d.connections > 0 && d.busy >= d.connections; }
+// Every connection busy at some point in the window. "Busy now" alone flickers: between
+// a reply and the next query a pooled connection is idle for microseconds, and a snapshot
+// landing there must not lose the pool.
+bool saturated(const DownstreamPeer& d) {
+    return d.connections > 0 && (d.busy >= d.connections || (d.busy_max >= d.connections && d.busy > 0));
+}
 
 }  // namespace
 
@@ -109,10 +114,18 @@ void compute_verdict(Snapshot& s) {
     // groups (GC, housekeeping, idle carriers) park on futexes all the time.
     std::set<std::string> carrier_groups;
     for (const auto& c : s.carriers.per_carrier) carrier_groups.insert(thread_group_name(c.name));
+    // Count from the live thread states (blocked_by, what /proc would say now): wait rows
+    // split one gate across call sites and miss waits that began since the last tick.
     std::map<std::string, uint64_t> futex_by_group;
-    for (const auto& w : s.waits)
-        if (w.kind == "futex" && !carrier_groups.count(w.group))
-            futex_by_group[w.group] += static_cast<uint64_t>(std::max(w.threads_now, w.waiters_now));
+    for (const auto& g : s.thread_groups) {
+        if (carrier_groups.count(g.name)) continue;
+        auto it = g.blocked_by.find("futex");
+        if (it != g.blocked_by.end() && it->second > 0) futex_by_group[g.name] += static_cast<uint64_t>(it->second);
+    }
+    if (futex_by_group.empty())  // no thread view (e.g. --no-threads tests): fall back to wait rows
+        for (const auto& w : s.waits)
+            if (w.kind == "futex" && !carrier_groups.count(w.group))
+                futex_by_group[w.group] += static_cast<uint64_t>(std::max(w.threads_now, w.waiters_now));
     std::string gate_group;
     uint64_t futex_waiters = 0;
     for (const auto& [g, n] : futex_by_group)

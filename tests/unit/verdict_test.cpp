@@ -171,3 +171,27 @@ TEST_CASE("an exited target is marked in the summary", "[verdict]") {
     compute_verdict(s);
     CHECK(s.verdict.summary.rfind("(target exited)", 0) == 0);
 }
+
+TEST_CASE("gate waiters come from live thread states; a pool whose window peak filled it is saturated", "[verdict]") {
+    Snapshot s;
+    s.listeners.push_back(listener(8080, 0, 100));
+    s.requests.in_flight = 200;
+    auto d = peer("127.0.0.1:5432", 10, 9);  // one connection between two queries right now
+    d.busy_max = 10;
+    s.downstream.push_back(d);
+    ThreadGroup g;
+    g.name = "http-nio-8080-exec";
+    g.threads = 200;
+    g.blocked = 200;
+    g.blocked_by = {{"futex", 190}, {"read", 10}};
+    s.thread_groups.push_back(g);
+    // the wait rows see only part of it: split by call site, some without a stack yet
+    s.waits.push_back(futex_wait("http-nio-8080-exec", 84, {"HikariPool.getConnection"}));
+    Wait anon = futex_wait("http-nio-8080-exec", 3, {});
+    anon.resource = "futex@0x7f1234";
+    s.waits.push_back(anon);
+    compute_verdict(s);
+    CHECK(s.verdict.stage == "gate");
+    CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
+    CHECK(s.verdict.summary == "requests queue at the pool to 127.0.0.1:5432: 9 of 10 connections busy, 190 threads waiting");
+}

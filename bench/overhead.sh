@@ -72,15 +72,20 @@ attach() {
   sleep 0.5   # first tick: seeding of existing sockets/threads is done
   echo $qp
 }
-detach() { kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+# SIGINT must end a snapshot promptly; the time it takes is recorded (stop_ms).
+detach() { local t0; t0=$(date +%s%N); kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true
+  record stop_ms any 0 $(( ($(date +%s%N)-t0)/1000000 )); }
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 # Per-program stats of qscope's programs (names are set by our .bpf.c files).
+# Only programs held by collector $1: other qscope instances on a shared machine load the same names.
 prog_stats() { bpftool prog show -j 2>/dev/null | python3 -c '
 import json,sys
+me=int(sys.argv[1])
 for p in json.load(sys.stdin):
-    if p.get("run_cnt"): print(p.get("name","?"), p["run_cnt"], p["run_time_ns"])'; }
+    if p.get("run_cnt") and any(h.get("pid")==me for h in p.get("pids",[])):
+        print(p.get("name","?"), p["run_cnt"], p["run_time_ns"])' "$1"; }
 
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }  # bench condition round value
 
@@ -90,14 +95,14 @@ for r in $(seq "$ROUNDS"); do
   for cond in $(printf 'base\nother\ntarget\n' | shuf); do
     qp=""
     case $cond in other) qp=$(attach "$idle_pid");; target) qp=$(attach "$nginx_worker");; esac
-    [[ -n $qp ]] && { c0=$(cpu_ticks "$qp"); prog_stats >"$work/ps0"; }
+    [[ -n $qp ]] && { c0=$(cpu_ticks "$qp"); prog_stats "$qp" >"$work/ps0"; }
     rps=$(wrk -t1 -c32 -d"${SECS}s" http://127.0.0.1:25080/ 2>/dev/null | awk '/Requests\/sec/{print $2}')
     record nginx "$cond" "$r" "$rps"
     if [[ -n $qp ]]; then
       c1=$(cpu_ticks "$qp")
       record collector_cpu_pct "$cond" "$r" "$(python3 -c "print(($c1-$c0)/$(getconf CLK_TCK)/$SECS*100)")"
       record collector_rss_kib "$cond" "$r" "$(rss_kib "$qp")"
-      prog_stats >"$work/ps1"
+      prog_stats "$qp" >"$work/ps1"
       python3 - "$work/ps0" "$work/ps1" "$SECS" "$cond" "$r" >>"$results" <<'PY'
 import sys
 def load(p):
@@ -184,6 +189,8 @@ for cond in ("other","target"):
     cpu=[float(v) for v in by["collector_cpu_pct"].get(cond,{}).values()]
     rss=[float(v) for v in by["collector_rss_kib"].get(cond,{}).values()]
     if cpu: print(f"| collector during (a) | {cond} | CPU {st.median(cpu):.2f}% of a core, RSS {st.median(rss)/1024:.1f} MiB |")
+stops=[float(r[3]) for r in rows if r[0]=="stop_ms"]
+if stops: print(f"| qscope snapshot exit after SIGINT | all attaches | median {st.median(stops):.0f} ms, max {max(stops):.0f} ms (n={len(stops)}) |")
 print()
 print("| BPF program (during (a), qscope on nginx) | avg ns per run | runs/s |")
 print("|---|---|---|")

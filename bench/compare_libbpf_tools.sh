@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# qscope next to Debian's libbpf-tools (runqlat, offcputime) on the same target, nginx's worker
+# under wrk: (1) throughput cost of each tool in interleaved paired rounds, (2) whether their
+# numbers agree with qscope's when all three watch the same window. Needs root; loopback only.
+#
+#   sudo bench/compare_libbpf_tools.sh [--rounds N=5] [--seconds S=5] [--out FILE]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+ROUNDS=5 SECS=5 OUT=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --rounds) ROUNDS=$2; shift 2;;
+    --seconds) SECS=$2; shift 2;;
+    --out) OUT=$2; shift 2;;
+    *) echo "usage: $0 [--rounds N] [--seconds S] [--out FILE]" >&2; exit 2;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "compare: needs root (BPF)" >&2; exit 1; }
+for t in runqlat offcputime wrk nginx; do command -v $t >/dev/null || { echo "compare: $t missing (apt-get install libbpf-tools wrk nginx)" >&2; exit 1; }; done
+B=${QSCOPE_BUILD_DIR:-build}
+cmake --build "$B" -j2 --target qscope >/dev/null
+Q=$B/qscope
+work=$(mktemp -d /tmp/qscope-cmp-XXXXXX)
+tool_pids=()
+cleanup() {
+  for p in "${tool_pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+  [[ -f $work/nginx.pid ]] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+PORT=${COMPARE_PORT:-25180}
+mkdir -p "$work/nginx/logs"
+cat >"$work/nginx.conf" <<NGX
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/nginx/logs/error.log warn;
+events { worker_connections 1024; }
+http { access_log off; server { listen 127.0.0.1:$PORT backlog=1024; location / { return 200 "ok"; } } }
+NGX
+nginx -c "$work/nginx.conf" -p "$work/nginx"
+sleep 0.5
+W=$(pgrep -P "$(cat "$work/nginx.pid")" | head -1)
+results=$work/results.tsv; : >"$results"
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$results"; }
+
+# Starts tool $1 on the worker and waits until it is attached; echoes its pid.
+start_tool() {
+  local log=$work/$1.log p
+  case $1 in
+    runqlat) runqlat -p "$W" >"$log" 2>&1 & p=$!;;
+    offcputime) offcputime -p "$W" >"$log" 2>&1 & p=$!;;
+    qscope) $Q snapshot --pid "$W" --duration 3600 >"$log" 2>&1 & p=$!
+            for _ in $(seq 200); do grep -q 'observing PID' "$log" 2>/dev/null && break; sleep 0.05; done;;
+  esac
+  sleep 1.5   # libbpf-tools print nothing when attached: give them the time qscope needs
+  kill -0 "$p" 2>/dev/null || { echo "compare: $1 exited at start:" >&2; cat "$log" >&2; exit 1; }
+  echo "$p"
+}
+stop_tool() { kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+echo "compare: overhead, $ROUNDS rounds x 4 conditions x ${SECS}s" >&2
+for r in $(seq "$ROUNDS"); do
+  for cond in $(printf 'base\nrunqlat\noffcputime\nqscope\n' | shuf); do
+    p=""; [[ $cond != base ]] && p=$(start_tool "$cond")
+    rps=$(wrk -t1 -c32 -d"${SECS}s" "http://127.0.0.1:$PORT/" 2>/dev/null | awk '/Requests\/sec/{print $2}')
+    record "$cond" "$r" "$rps"
+    [[ -n $p ]] && stop_tool "$p"
+  done
+done
+
+echo "compare: agreement, all three on the worker during one ${SECS}s wrk window" >&2
+runqlat -p "$W" "$SECS" 1 >"$work/rq.txt" 2>&1 & a=$!
+offcputime -p "$W" "$SECS" >"$work/off.txt" 2>&1 & b=$!
+$Q snapshot --pid "$W" --duration "$SECS" --json >"$work/q.json" 2>"$work/q.err" & c=$!
+sleep 1.5
+wrk -t1 -c32 -d"$((SECS + 2))s" "http://127.0.0.1:$PORT/" >/dev/null 2>&1 || true
+wait $a $b $c || true
+
+python3 - "$results" "$work/rq.txt" "$work/off.txt" "$work/q.json" <<'PY' | tee "${OUT:-/dev/null}"
+import sys, json, re, statistics as st, collections
+rows=[l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+by=collections.defaultdict(dict)
+for cond,rnd,v in rows:
+    if v: by[cond][rnd]=float(v)
+print("| tool attached to nginx's worker | req/s change vs. baseline, median of paired rounds |")
+print("|---|---|")
+for cond in ("runqlat","offcputime","qscope"):
+    rs=[by[cond][r]/by["base"][r] for r in by[cond] if by["base"].get(r)]
+    if rs: print(f"| {cond} | {(st.median(rs)-1)*100:+.1f}% (range {(min(rs)-1)*100:+.1f}%..{(max(rs)-1)*100:+.1f}%, n={len(rs)}) |")
+print()
+# runqlat: log2 histogram in usecs -> count and bucket of p50 / p99
+hist=[]
+for l in open(sys.argv[2]):
+    m=re.match(r"\s*(\d+)\s*->\s*(\d+)\s*:\s*(\d+)",l)
+    if m: hist.append((int(m[1]),int(m[2]),int(m[3])))
+def bucket(q):
+    tot=sum(c for *_,c in hist); acc=0
+    for lo,hi,c in hist:
+        acc+=c
+        if tot and acc>=q*tot: return f"{lo}..{hi} us"
+    return "n/a"
+try: q=json.load(open(sys.argv[4]))
+except Exception as e: q={}; print(f"qscope JSON unreadable: {e}")
+groups=q.get("thread_groups",[])
+print("| run-queue wait of nginx's worker | runqlat -p | qscope (thread_groups) |")
+print("|---|---|---|")
+print(f"| wake-ups counted | {sum(c for *_,c in hist)} | n/a (qscope keeps total seconds) |")
+for name,key,qq in (("p50","p50",0.5),("p99","p99",0.99)):
+    qs=", ".join(f"{g['name']}: {g['runqueue_wait'][key]*1e6:.0f} us" for g in groups if g.get("runqueue_wait"))
+    print(f"| {name} | {bucket(qq)} | {qs or 'n/a'} |")
+tw=", ".join("%s: %.1f ms" % (g["name"], g["runqueue_wait_seconds"]*1e3) for g in groups)
+print(f"| total wait | n/a | {tw} |")
+print()
+# offcputime: folded-ish output, stacks separated by blank lines, last line of each block = usecs
+text=open(sys.argv[3]).read()
+blocks=[b for b in text.split("\n\n") if b.strip()]
+stacks=[]
+for b in blocks:
+    ls=[l.strip() for l in b.splitlines() if l.strip()]
+    if ls and ls[-1].isdigit(): stacks.append((int(ls[-1]), ls[:-1]))
+stacks.sort(reverse=True)
+tot=sum(u for u,_ in stacks)
+print("| off-CPU of nginx's worker | offcputime -p | qscope (waits) |")
+print("|---|---|---|")
+ws=sorted(q.get("waits",[]), key=lambda w:-w.get("blocked_seconds",0))
+print(f"| total blocked | {tot/1e3:.1f} ms over {len(stacks)} stacks | {sum(w.get('blocked_seconds',0) for w in ws)*1e3:.1f} ms over {len(ws)} waits |")
+for i in range(3):
+    a=f"{stacks[i][0]/1e3:.1f} ms: {' <- '.join(s.split()[-1] if s.split() else s for s in stacks[i][1][:3])}" if i<len(stacks) else ""
+    b=f"{ws[i].get('blocked_seconds',0)*1e3:.1f} ms: {ws[i].get('syscall','')} {ws[i].get('resource','')}" if i<len(ws) else ""
+    print(f"| #{i+1} | {a} | {b} |")
+err=[l for l in open(sys.argv[3]) if "fail" in l.lower() or "error" in l.lower()][:3]
+if err: print("\noffcputime said:", *err)
+PY

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The collector at scale: CPU at ~10k requests/s, peak RSS and lost events with 10,000
+# connections and 10,000 threads, and the wall time to the first full `top` frame.
+# Needs root; loopback only; bounded (~1 minute).
+#   sudo bench/scale.sh [--seconds S=10] [--out FILE]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+SECS=10 OUT=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --seconds) SECS=$2; shift 2;;
+    --out) OUT=$2; shift 2;;
+    *) echo "usage: $0 [--seconds S] [--out FILE]" >&2; exit 2;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "scale: needs root (BPF)" >&2; exit 1; }
+B=${QSCOPE_BUILD_DIR:-build}
+cmake --build "$B" -j2 --target qscope qs_server qs_load >/dev/null
+Q=$B/qscope T=$B/targets
+work=$(mktemp -d /tmp/qscope-scale-XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+ulimit -n 65536
+ready_port() { for _ in $(seq 600); do grep -q 'READY port=' "$1" 2>/dev/null && { sed -n 's/.*READY port=\([0-9]*\).*/\1/p' "$1" | head -1; return; }; sleep 0.05; done; echo "not ready: $1" >&2; exit 1; }
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+out() { echo "$*" | tee -a "${OUT:-/dev/null}"; }
+: >"${OUT:-/dev/null}"
+out "| measurement | result |"
+out "|---|---|"
+
+# --- collector CPU at ~10k req/s: 64 connections x 6 ms service time caps the rate near 10.7k/s.
+$T/qs_server --port 0 --workers 64 --service-ms 6 >"$work/s1.log" 2>&1 & pids+=($!); s1=$!
+p1=$(ready_port "$work/s1.log")
+$Q snapshot --pid "$s1" --duration $((SECS + 4)) --json >"$work/q1.json" 2>"$work/q1.err" & qp=$!
+for _ in $(seq 200); do grep -q 'observing PID' "$work/q1.err" 2>/dev/null && break; sleep 0.05; done
+sleep 1
+c0=$(cpu_ticks "$qp")
+$T/qs_load --host 127.0.0.1 --port "$p1" --connections 64 --duration "$SECS" >"$work/l1.json" 2>/dev/null
+c1=$(cpu_ticks "$qp")
+wait "$qp" || true
+rps=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["rps"])' "$work/l1.json")
+out "| collector CPU at $(printf %.0f "$rps") req/s (qs_server 64 workers, 6 ms service) | $(python3 -c "print(f'{($c1-$c0)/$(getconf CLK_TCK)/$SECS*100:.2f}% of a core')") |"
+out "| lost_events in that snapshot | $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("lost_events"))' "$work/q1.json") |"
+kill "$s1"
+
+# --- 10,000 threads and 10,000 connections in one target.
+$T/qs_server --port 0 --workers 10000 --backlog 16384 >"$work/s2.log" 2>&1 & pids+=($!); s2=$!
+p2=$(ready_port "$work/s2.log")
+$T/qs_load --host 127.0.0.1 --port "$p2" --connect-only 10000 --hold $((SECS + 25)) >"$work/l2.json" 2>"$work/l2.err" & pids+=($!)
+for _ in $(seq 300); do
+  n=$(ss -Htn state established "( sport = :$p2 )" | wc -l); [[ $n -ge 10000 ]] && break; sleep 0.1; done
+threads=$(awk '/^Threads/{print $2}' /proc/$s2/status)
+t0=$(date +%s%N)
+$Q snapshot --pid "$s2" --duration "$SECS" --json >"$work/q2.json" 2>"$work/q2.err" & qp=$!
+hwm=0; while kill -0 "$qp" 2>/dev/null; do
+  h=$(awk '/VmHWM/{print $2}' /proc/$qp/status 2>/dev/null || echo 0); [[ ${h:-0} -gt $hwm ]] && hwm=$h; sleep 0.2; done
+wait "$qp" || true
+out "| peak RSS (VmHWM) with $threads target threads and $n established connections | $((hwm / 1024)) MiB (snapshot of ${SECS}s, wall $(( ($(date +%s%N)-t0)/1000000 )) ms) |"
+out "| lost_events in that snapshot | $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("lost_events"))' "$work/q2.json" 2>/dev/null || echo "no JSON: $(tail -2 "$work/q2.err")") |"
+
+# --- time to the first full top frame against that same large target, and a small one.
+for tgt in small large; do
+  pid=$s2; [[ $tgt == small ]] && { $T/qs_server --port 0 --workers 4 >"$work/s3.log" 2>&1 & pids+=($!); pid=$!; ready_port "$work/s3.log" >/dev/null; }
+  t0=$(date +%s%N)
+  TERM=xterm script -qec "$Q top --pid $pid --iterations 1" /dev/null >"$work/top.out" 2>&1 || true
+  ms=$(( ($(date +%s%N)-t0)/1000000 ))
+  out "| wall time, start to exit after first top frame ($tgt target: $(awk '/^Threads/{print $2}' /proc/$pid/status) threads) | $ms ms ($(wc -c <"$work/top.out") bytes drawn) |"
+done

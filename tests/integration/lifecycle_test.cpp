@@ -260,6 +260,7 @@ TEST_CASE("exec of the target: same PID, new program, still observed", "[lifecyc
     const auto server = read_counters(counters);
     target.signal(SIGTERM);
     target.wait(5);
+    sh("rm -rf " + dir);
     INFO("attached " << attached << " rc " << rc << " stderr: " << q.err() << "\nload: " << load.out
                      << "\nserver: " << server.dump() << "\nstdout: " << q.out().substr(0, 800));
     REQUIRE(rc == 0);

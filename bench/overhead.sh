@@ -79,13 +79,19 @@ cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 # Per-program stats of qscope's programs (names are set by our .bpf.c files).
-# Only programs held by collector $1: other qscope instances on a shared machine load the same names.
+# Only programs held by collector $1 (prog ids from its fds' fdinfo; this bpftool reports no
+# pids): other qscope instances on a shared machine load programs with the same names.
 prog_stats() { bpftool prog show -j 2>/dev/null | python3 -c '
-import json,sys
-me=int(sys.argv[1])
+import json,sys,os,re
+d="/proc/%s/fdinfo" % sys.argv[1]; ids=set()
+for f in os.listdir(d):
+    try: m=re.search(r"^prog_id:\s*(\d+)", open(os.path.join(d,f)).read(), re.M)
+    except OSError: continue
+    if m: ids.add(int(m.group(1)))
 for p in json.load(sys.stdin):
-    if p.get("run_cnt") and any(h.get("pid")==me for h in p.get("pids",[])):
-        print(p.get("name","?"), p["run_cnt"], p["run_time_ns"])' "$1"; }
+    if p.get("run_cnt") and p.get("id") in ids: print(p.get("name","?"), p["run_cnt"], p["run_time_ns"])' "$1"; }
+# CPU of all the collector's threads in ns (clock ticks are too coarse for 5 s windows).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s+=$1} END{print s+0}'; }
 
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }  # bench condition round value
 
@@ -95,12 +101,12 @@ for r in $(seq "$ROUNDS"); do
   for cond in $(printf 'base\nother\ntarget\n' | shuf); do
     qp=""
     case $cond in other) qp=$(attach "$idle_pid");; target) qp=$(attach "$nginx_worker");; esac
-    [[ -n $qp ]] && { c0=$(cpu_ticks "$qp"); prog_stats "$qp" >"$work/ps0"; }
+    [[ -n $qp ]] && { c0=$(cpu_ns "$qp"); prog_stats "$qp" >"$work/ps0"; }
     rps=$(wrk -t1 -c32 -d"${SECS}s" http://127.0.0.1:25080/ 2>/dev/null | awk '/Requests\/sec/{print $2}')
     record nginx "$cond" "$r" "$rps"
     if [[ -n $qp ]]; then
-      c1=$(cpu_ticks "$qp")
-      record collector_cpu_pct "$cond" "$r" "$(python3 -c "print(($c1-$c0)/$(getconf CLK_TCK)/$SECS*100)")"
+      c1=$(cpu_ns "$qp")
+      record collector_cpu_pct "$cond" "$r" "$(python3 -c "print(($c1-$c0)/1e9/$SECS*100)")"
       record collector_rss_kib "$cond" "$r" "$(rss_kib "$qp")"
       prog_stats "$qp" >"$work/ps1"
       python3 - "$work/ps0" "$work/ps1" "$SECS" "$cond" "$r" >>"$results" <<'PY'

@@ -186,7 +186,7 @@ QueryResult prom_query(const std::string& expr) {
 struct Rig {
     Server downstream, server;
     Proc load, hold;
-    std::string counters, pause;
+    std::string counters, pause, tmp;
 };
 
 // qs_server with 4 workers and a pool of 2 to a 30 ms peer, under 12 keep-alive clients:
@@ -195,6 +195,7 @@ struct Rig {
 // snapshot taken a second apart must agree.
 void start_rig(Rig& rig) {
     const std::string tmp = temp_dir("qs-export-rig");
+    rig.tmp = tmp;
     rig.counters = "/dev/shm/qs-export-counters-" + std::to_string(getpid()) + ".json";
     rig.pause = tmp + "/pause";
     rig.downstream = start_target("qs_downstream", {"--port", std::to_string(kDownstreamPort), "--delay-ms", "30"});
@@ -473,6 +474,7 @@ TEST_CASE("export: promtool, a real Prometheus runs every dashboard query, value
     CHECK(took < 6);
     CHECK(exp.err().find("exited") != std::string::npos);
     unlink(rig.counters.c_str());
+    sh("rm -rf " + rig.tmp);
 }
 
 TEST_CASE("export: binds loopback by default; remote binds need --allow-remote; busy port named", "[export]") {

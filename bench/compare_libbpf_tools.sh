@@ -19,7 +19,8 @@ done
 [[ $(id -u) -eq 0 ]] || { echo "compare: needs root (BPF)" >&2; exit 1; }
 for t in runqlat offcputime wrk nginx; do command -v $t >/dev/null || { echo "compare: $t missing (apt-get install libbpf-tools wrk nginx)" >&2; exit 1; }; done
 B=${QSCOPE_BUILD_DIR:-build}
-cmake --build "$B" -j2 --target qscope >/dev/null
+# QSCOPE_BENCH_NO_BUILD=1: measure the binaries as built (a shared tree changes under you).
+[[ -n ${QSCOPE_BENCH_NO_BUILD:-} ]] || cmake --build "$B" -j2 --target qscope >/dev/null
 Q=$B/qscope
 work=$(mktemp -d /tmp/qscope-cmp-XXXXXX)
 tool_pids=()
@@ -127,7 +128,10 @@ print("|---|---|---|")
 ws=sorted(q.get("waits",[]), key=lambda w:-w.get("blocked_seconds",0))
 print(f"| total blocked | {tot/1e3:.1f} ms over {len(stacks)} stacks | {sum(w.get('blocked_seconds',0) for w in ws)*1e3:.1f} ms over {len(ws)} waits |")
 for i in range(3):
-    a=f"{stacks[i][0]/1e3:.1f} ms: {' <- '.join(s.split()[-1] if s.split() else s for s in stacks[i][1][:3])}" if i<len(stacks) else ""
+    # the innermost frames are the tracer itself and schedule(): show the first three beyond them
+    fr=[s.split()[-1] for s in stacks[i][1]] if i<len(stacks) else []
+    fr=[f for f in fr if not re.match(r"(bpf_|__traceiter|__bpf_trace|__schedule|schedule|__traceiter|finish_task|trace_)", f)]
+    a=f"{stacks[i][0]/1e3:.1f} ms: {' <- '.join(fr[:3])}" if i<len(stacks) else ""
     b=f"{ws[i].get('blocked_seconds',0)*1e3:.1f} ms: {ws[i].get('syscall','')} {ws[i].get('resource','')}" if i<len(ws) else ""
     print(f"| #{i+1} | {a} | {b} |")
 err=[l for l in open(sys.argv[3]) if "fail" in l.lower() or "error" in l.lower()][:3]

@@ -26,7 +26,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench: needs root (BPF)" >&2; exit 1; }
 B=${QSCOPE_BUILD_DIR:-build}
-cmake --build "$B" -j2 --target qscope qs_server qs_load qs_syscall_bench >/dev/null
+# QSCOPE_BENCH_NO_BUILD=1: measure the binaries as built (a shared tree changes under you).
+[[ -n ${QSCOPE_BENCH_NO_BUILD:-} ]] || cmake --build "$B" -j2 --target qscope qs_server qs_load qs_syscall_bench >/dev/null
 Q=$B/qscope T=$B/targets
 work=$(mktemp -d /tmp/qscope-bench-XXXXXX)
 pids=()
@@ -91,7 +92,7 @@ for f in os.listdir(d):
 for p in json.load(sys.stdin):
     if p.get("run_cnt") and p.get("id") in ids: print(p.get("name","?"), p["run_cnt"], p["run_time_ns"])' "$1"; }
 # CPU of all the collector's threads in ns (clock ticks are too coarse for 5 s windows).
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s+=$1} END{print s+0}'; }
+cpu_ns() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{s+=$1} END{print s+0}'; }
 
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }  # bench condition round value
 

@@ -2,6 +2,8 @@
 
 #include <linux/types.h>
 
+#include <initializer_list>
+
 #include "carrier.h"
 
 namespace qscope::carrier {
@@ -54,6 +56,46 @@ std::string stall_reason(int64_t nr, bool jvm_reported_pinned) {
     if (nr == 202 || nr == 449 || nr == 455) return "futex wait";
     if (is_io(nr)) return "blocking io";
     return "blocked syscall";
+}
+
+namespace {
+bool native_runtime_frame(const std::string& f) {
+    const auto open = f.rfind(" (");
+    if (open == std::string::npos) return false;
+    const std::string mod = f.substr(open + 2);
+    return mod.find("libjvm") != std::string::npos || mod.find("libc.so") != std::string::npos ||
+           mod.find("libc-") != std::string::npos || mod.find("libpthread") != std::string::npos ||
+           mod.find("ld-linux") != std::string::npos || mod.find("kernel") != std::string::npos;
+}
+
+bool has_any(const std::string& f, std::initializer_list<const char*> pats) {
+    for (const char* p : pats)
+        if (f.find(p) != std::string::npos) return true;
+    return false;
+}
+}  // namespace
+
+std::string vm_wait_reason(const std::vector<std::string>& stack) {
+    bool gc = false, safepoint = false, jit = false, vmop = false;
+    for (const auto& f : stack) {
+        // Java or JIT code reached: whatever the VM does further out did not cause this block.
+        if (!native_runtime_frame(f)) break;
+        if (f.find("libjvm") == std::string::npos) continue;
+        gc = gc || has_any(f, {"G1CollectedHeap::", "CollectedHeap::", "ParallelScavengeHeap::",
+                               "SerialHeap::", "ShenandoahHeap::", "ZCollectedHeap::", "ZPageAllocator::",
+                               "MemAllocator::", "GCLocker::", "G1Policy::"});
+        // ThreadBlockInVM and friends are inlined RAII guards: an out-of-line frame of theirs
+        // is the transition back into the VM stopping for a safepoint or handshake.
+        safepoint = safepoint || has_any(f, {"SafepointSynchronize::", "SafepointMechanism::",
+                                             "ThreadBlockInVM", "HandshakeState::"});
+        jit = jit || has_any(f, {"CompileBroker::", "CompileQueue::", "CompilationPolicy::"});
+        vmop = vmop || has_any(f, {"VMThread::wait_until_executed", "VMThread::execute"});
+    }
+    if (gc) return "vm: gc";
+    if (safepoint) return "vm: safepoint";
+    if (jit) return "vm: jit compile queue";
+    if (vmop) return "vm: vm operation";
+    return {};
 }
 
 std::string classify(const Observation& o) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace qscope::carrier {
 
@@ -31,5 +32,14 @@ std::string syscall_label(int64_t nr);
 // "native call" (sleep), "blocking io", "futex wait" (class init, VM lock, a park the JVM
 // did not report), "blocked syscall".
 std::string stall_reason(int64_t syscall_nr, bool jvm_reported_pinned);
+
+// A mounted block that the VM caused, not the virtual thread's code: the carrier waits for a
+// safepoint, a VM operation (GC pause), a GC allocation slow path or the JIT compile queue
+// lock. JFR does not call these pins and an operator cannot unpin them. Decided from the
+// symbolized native frames at the top of the stack (innermost first, "func+0xOFF (module)"),
+// up to the first frame outside libjvm/libc. Returns "vm: gc", "vm: safepoint",
+// "vm: jit compile queue", "vm: vm operation", or "" when the stack shows none of them
+// (or is missing: an unexplained block stays a stall).
+std::string vm_wait_reason(const std::vector<std::string>& stack);
 
 }  // namespace qscope::carrier

@@ -2,6 +2,7 @@
 // the on-demand JVM enrichments (thread-dump aggregation, perf map). BPF side:
 // bpf/carrier.bpf.c; model: carrier_model.h; JVM internals: jvm_vmstructs.h.
 #include <dirent.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,11 +38,19 @@ constexpr size_t kSymbolizePerTick = 64;    // stacks are symbolized when they a
 constexpr double kRescanSeconds = 2.0;      // carrier set refresh when the thread count is stable
 constexpr double kJcmdTimeout = 15.0;
 
+// bpf_ktime_get_ns() clock.
+uint64_t mono_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 struct StallRec {
     int tid = 0;
     uint64_t start_ns = 0, duration_ns = 0;
     int64_t syscall = -1;
     bool pinned = false;
+    std::string vm_reason;  // non-empty: a VM wait, not a stall
     std::vector<std::string> stack;
 };
 
@@ -114,23 +123,39 @@ public:
         const uint64_t now = tick.now_ns;
         // The first window starts when the probes attached (before the collector's first
         // tick, which waits for every other source to start): stalls in between count.
+        // The kernel counts every mounted block >= the threshold; VM waits are told apart only
+        // here, from the records' stacks, and subtracted. A record read now may belong to a
+        // block the counter read just before did not include yet: only VM waits that ended
+        // before that read are subtracted this tick, the rest at the next one, so the count
+        // never dips below the truth. Records without a stack (ring buffer short of room,
+        // symbolizing capped) stay stalls.
+        const uint64_t read_at = mono_ns();
+        const uint64_t stalls_total = read_counter(QS_CC_STALLS);
         if (tick.window_reset && tick.index > 0) {
-            window_stalls_base_ = read_counter(QS_CC_STALLS);
             window_stalls_.clear();
             window_stalls_dropped_ = false;
         }
         refresh_carriers(false);
         symbolized_this_tick_ = 0;
         ring_buffer__consume(rb_);
+        while (!vm_pending_.empty() && vm_pending_.front() < read_at) {
+            vm_pending_.pop_front();
+            vm_waits_total_++;
+        }
+        if (tick.window_reset && tick.index > 0) {
+            window_stalls_base_ = stalls_total;
+            vm_waits_base_ = vm_waits_total_;
+        }
 
         Carriers& c = snap.carriers;
         c.detected = !carriers_.empty();
         c.pattern = pattern_;
         c.runtime = runtime();
         c.mount_state_known = jvm_mode_;
-        const uint64_t stalls_total = read_counter(QS_CC_STALLS);
-        c.stall_events_total = stalls_total;
-        c.stall_events = stalls_total - std::min(stalls_total, window_stalls_base_);
+        c.stall_events_total = stalls_total - std::min(stalls_total, vm_waits_total_);
+        const uint64_t window_all = stalls_total - std::min(stalls_total, window_stalls_base_);
+        c.vm_waits = std::min(window_all, vm_waits_total_ - std::min(vm_waits_total_, vm_waits_base_));
+        c.stall_events = window_all - c.vm_waits;
         if (cfg_->verbose >= 2)
             std::fprintf(stderr, "qscope: carriers: tick %llu reset %d stalls total %llu base %llu records %zu\n",
                          (unsigned long long)tick.index, (int)tick.window_reset, (unsigned long long)stalls_total,
@@ -153,12 +178,17 @@ public:
             t.tid = tid;
             t.name = info.name;
             t.state = carrier::classify(o);
+            // Blocked right now with a virtual thread mounted, but on the VM (a safepoint, a GC
+            // pause): not a stall of the carrier's task. Shown as "blocked", counted nowhere.
+            std::string vm_now;
+            if (have && k.state == QS_CS_STALLED && jvm_mode_ && cfg_->want_stacks) vm_now = current_vm_wait(tid);
+            if (!vm_now.empty()) t.state = "blocked";
             c.threads++;
             if (t.state == "running") c.running++;
             else if (t.state == "runnable") c.runnable++;
             else if (t.state == "idle") c.idle++;
             else if (t.state == "stalled") c.stalled++;
-            if (have && k.state == QS_CS_STALLED && k.block_start_ns && now > k.block_start_ns &&
+            if (have && k.state == QS_CS_STALLED && vm_now.empty() && k.block_start_ns && now > k.block_start_ns &&
                 now - k.block_start_ns >= kStallThresholdNs) {
                 CarrierStall s;
                 s.tid = tid;
@@ -171,7 +201,8 @@ public:
             c.per_carrier.push_back(t);
         }
         std::vector<const StallRec*> done;
-        for (const auto& s : window_stalls_) done.push_back(&s);
+        for (const auto& s : window_stalls_)
+            if (s.vm_reason.empty()) done.push_back(&s);
         std::sort(done.begin(), done.end(),
                   [](const StallRec* a, const StallRec* b) { return a->duration_ns > b->duration_ns; });
         std::sort(ongoing.begin(), ongoing.end(),
@@ -280,6 +311,16 @@ private:
             s.syscall = r->syscall;
             if (kind == QS_CARRIER_REC_STALL_STACK)
                 self->symbolize(static_cast<const qs_carrier_stall_stack*>(data)->stack, s.stack);
+            s.vm_reason = carrier::vm_wait_reason(s.stack);
+            if (!s.vm_reason.empty()) {
+                self->vm_pending_.push_back(s.start_ns + s.duration_ns);
+                if (self->cfg_ && self->cfg_->verbose >= 1) {
+                    std::string top;
+                    for (size_t i = 0; i < s.stack.size() && i < 8; i++) top += (i ? " <- " : "") + s.stack[i];
+                    std::fprintf(stderr, "qscope: carriers: tid %d %.1f ms %s, not a stall: %s\n", s.tid,
+                                 s.duration_ns / 1e6, s.vm_reason.c_str(), top.c_str());
+                }
+            }
             if (self->window_stalls_.size() >= kMaxWindowStalls) {
                 self->window_stalls_dropped_ = true;
                 return 0;
@@ -297,6 +338,18 @@ private:
             }
         }
         return 0;
+    }
+
+    // The stack copied when the carrier's current block began (its slot is marked with
+    // start_ns 0 until the block ends), judged like a finished record's.
+    std::string current_vm_wait(int tid) {
+        if (!stack_buf_) stack_buf_ = std::make_unique<qs_carrier_stall_stack>();
+        const uint32_t key = static_cast<uint32_t>(tid);
+        if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stack_slots), &key, stack_buf_.get()) != 0) return {};
+        if (stack_buf_->hdr.start_ns != 0 || stack_buf_->stack.tid != key) return {};
+        std::vector<std::string> frames;
+        symbolize(stack_buf_->stack, frames);
+        return carrier::vm_wait_reason(frames);
     }
 
     void symbolize(const qs_ustack& st, std::vector<std::string>& out) {
@@ -514,8 +567,11 @@ private:
     std::deque<StallRec> window_stalls_;
     bool window_stalls_dropped_ = false;
     uint64_t window_stalls_base_ = 0;
+    std::deque<uint64_t> vm_pending_;   // end times of VM-wait records not yet subtracted
+    uint64_t vm_waits_total_ = 0, vm_waits_base_ = 0;
     size_t symbolized_this_tick_ = 0;
     std::unique_ptr<Symbolizer> symbolizer_;
+    std::unique_ptr<qs_carrier_stall_stack> stack_buf_;  // 8 KiB: not on the stack
     std::vector<ParkedFrames> parked_;
 };
 

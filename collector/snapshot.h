@@ -129,6 +129,8 @@ struct Carriers {
     int threads = 0, running = 0, idle = 0, runnable = 0, stalled = 0;
     uint64_t stall_events = 0;          // window
     uint64_t stall_events_total = 0;    // since attach
+    uint64_t vm_waits = 0;              // window: mounted blocks >= 20 ms the VM caused (safepoint,
+                                        // GC, VM operation, JIT queue), not in stall_events
     std::vector<CarrierStall> stalls;   // longest recent first
     std::vector<CarrierThread> per_carrier;
     Histogram stall_total;              // since attach

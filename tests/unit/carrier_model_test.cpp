@@ -65,3 +65,108 @@ TEST_CASE("stall reasons and syscall labels", "[carrier]") {
     CHECK(syscall_label(9999) == "syscall_9999");
     CHECK(syscall_label(-1) == "-");
 }
+
+// Stacks shaped like the ones qscope symbolized from Temurin 25 carriers (innermost first,
+// "function+0xOFF (module)"; JIT code as bare addresses or "name (jit)").
+TEST_CASE("VM waits: safepoint, GC, VM operation and JIT queue blocks are not stalls", "[carrier]") {
+    const std::vector<std::string> safepoint = {
+        "__futex_abstimed_wait_common+0x174 (libc.so.6)",
+        "__pthread_cond_wait+0x23b (libc.so.6)",
+        "PlatformMonitor::wait(unsigned long)+0x5d (libjvm.so)",
+        "Monitor::wait_without_safepoint_check(unsigned long)+0x36 (libjvm.so)",
+        "SafepointSynchronize::block(JavaThread*)+0x15e (libjvm.so)",
+        "SafepointMechanism::process(JavaThread*, bool, bool)+0x2e (libjvm.so)",
+        "ThreadBlockInVMPreprocess<void (*)(JavaThread*)>::~ThreadBlockInVMPreprocess()+0x5c (libjvm.so)",
+        "Unsafe_Park+0x1a3 (libjvm.so)",
+        "0x7f3a1c0a2f8c",
+    };
+    CHECK(vm_wait_reason(safepoint) == "vm: safepoint");
+
+    const std::vector<std::string> gc = {
+        "__futex_abstimed_wait_common+0x174 (libc.so.6)",
+        "__pthread_cond_wait+0x23b (libc.so.6)",
+        "PlatformMonitor::wait(unsigned long)+0x5d (libjvm.so)",
+        "Monitor::wait(unsigned long)+0x96 (libjvm.so)",
+        "VMThread::wait_until_executed(VM_Operation*)+0x91 (libjvm.so)",
+        "VMThread::execute(VM_Operation*)+0x1c2 (libjvm.so)",
+        "G1CollectedHeap::do_collection_pause(unsigned long, unsigned int, bool*, GCCause::Cause)+0x6c (libjvm.so)",
+        "G1CollectedHeap::attempt_allocation_slow(unsigned long)+0x3c9 (libjvm.so)",
+        "G1CollectedHeap::mem_allocate_work(unsigned long, bool)+0x4a (libjvm.so)",
+        "MemAllocator::allocate() const+0x9a (libjvm.so)",
+        "OptoRuntime::new_array_C(Klass*, int, JavaThread*)+0x11d (libjvm.so)",
+        "_new_array_Java+0x2b (jit)",
+        "java.util.Arrays.copyOf+0x54 (jit)",
+    };
+    CHECK(vm_wait_reason(gc) == "vm: gc");
+
+    const std::vector<std::string> vmop = {
+        "__futex_abstimed_wait_common+0x174 (libc.so.6)",
+        "PlatformMonitor::wait(unsigned long)+0x5d (libjvm.so)",
+        "Monitor::wait(unsigned long)+0x96 (libjvm.so)",
+        "VMThread::wait_until_executed(VM_Operation*)+0x91 (libjvm.so)",
+        "VMThread::execute(VM_Operation*)+0x1c2 (libjvm.so)",
+        "Deoptimization::deoptimize_all_marked()+0x8a (libjvm.so)",
+        "0x7f3a1c0a2f8c",
+    };
+    CHECK(vm_wait_reason(vmop) == "vm: vm operation");
+
+    const std::vector<std::string> jit = {
+        "__futex_abstimed_wait_common+0x174 (libc.so.6)",
+        "__lll_lock_wait+0x30 (libc.so.6)",
+        "PlatformMutex::lock()+0x12 (libjvm.so)",
+        "Mutex::lock(Thread*)+0x85 (libjvm.so)",
+        "MutexLocker::MutexLocker(Mutex*, Mutex::SafepointCheckFlag)+0x2f (libjvm.so)",
+        "CompileBroker::compile_method_base(methodHandle const&, int, int, methodHandle const&, int, "
+        "CompileTask::CompileReason, bool, JavaThread*)+0x1b6 (libjvm.so)",
+        "CompileBroker::compile_method(methodHandle const&, int, int, methodHandle const&, int, "
+        "DirectiveSet*, CompileTask::CompileReason, JavaThread*)+0x5c1 (libjvm.so)",
+        "CompilationPolicy::event(methodHandle const&, methodHandle const&, int, int, CompLevel, "
+        "nmethod*, JavaThread*)+0x1c4 (libjvm.so)",
+        "Runtime1::counter_overflow(JavaThread*, int, Method*)+0x1a5 (libjvm.so)",
+        "0x7f3a1c0a2f8c",
+    };
+    CHECK(vm_wait_reason(jit) == "vm: jit compile queue");
+}
+
+TEST_CASE("VM waits: pinned parks, native calls and class init stay stalls", "[carrier]") {
+    // A pinned park: the virtual thread's own code parks the carrier.
+    const std::vector<std::string> pinned = {
+        "__futex_abstimed_wait_common+0x174 (libc.so.6)",
+        "__pthread_cond_wait+0x23b (libc.so.6)",
+        "Parker::park(bool, long)+0x18b (libjvm.so)",
+        "Unsafe_Park+0x1a3 (libjvm.so)",
+        "0x7f3a1c0a2f8c",
+        "java.lang.VirtualThread.parkOnCarrierThread+0x90 (jit)",
+    };
+    CHECK(vm_wait_reason(pinned).empty());
+    // FFM downcall into usleep.
+    const std::vector<std::string> native = {
+        "clock_nanosleep@GLIBC_2.2.5+0x65 (libc.so.6)",
+        "__nanosleep+0x13 (libc.so.6)",
+        "usleep+0x34 (libc.so.6)",
+        "0x7f3a1c0b1234",
+    };
+    CHECK(vm_wait_reason(native).empty());
+    // Waiting for another thread's class initializer.
+    const std::vector<std::string> clinit = {
+        "__futex_abstimed_wait_common+0x174 (libc.so.6)",
+        "PlatformMonitor::wait(unsigned long)+0x5d (libjvm.so)",
+        "ObjectMonitor::wait(long, bool, JavaThread*)+0x2f4 (libjvm.so)",
+        "ObjectSynchronizer::wait(Handle, long, JavaThread*)+0xa3 (libjvm.so)",
+        "InstanceKlass::initialize_impl(JavaThread*)+0x3a9 (libjvm.so)",
+        "InterpreterRuntime::_new(JavaThread*, ConstantPool*, int)+0x5c (libjvm.so)",
+        "0x7f3a1c0a2f8c",
+    };
+    CHECK(vm_wait_reason(clinit).empty());
+    // VM frames further out than Java code did not cause this block: the scan stops there.
+    const std::vector<std::string> outer = {
+        "__futex_abstimed_wait_common+0x174 (libc.so.6)",
+        "Parker::park(bool, long)+0x18b (libjvm.so)",
+        "0x7f3a1c0a2f8c",
+        "SafepointSynchronize::block(JavaThread*)+0x15e (libjvm.so)",
+    };
+    CHECK(vm_wait_reason(outer).empty());
+    // No stack (not captured, or symbolizing skipped): an unexplained block stays a stall.
+    CHECK(vm_wait_reason({}).empty());
+    CHECK(vm_wait_reason({"0x7f3a1c0a2f8c", "0x7f3a1c0a2000"}).empty());
+}

@@ -220,19 +220,22 @@ TEST_CASE("heavy virtual-thread parking without pins: no stalls", "[carriers]") 
                 static_cast<long long>(c["stall_events"].get<int64_t>()));
     REQUIRE(c["detected"] == true);
     CHECK(m.jfr == 0);  // oracle: the JVM agrees nothing pinned
-    // 400 parks/sleeps unmount: none of them may count. On this shared 2-core box a carrier
-    // occasionally waits >= 20 ms on a HotSpot-internal mutex while mounted (seen: the JIT's
-    // CompileBroker queue lock, its holder descheduled). That is a real stall, not a park,
-    // so at most one is tolerated, never labelled a pinned park; a mount test that failed
-    // would count hundreds here.
+    // 400 parks/sleeps unmount: none of them may count (a mount test that failed would count
+    // hundreds). On this shared 2-core box a carrier now and then waits >= 20 ms inside the
+    // VM while mounted (the JIT's CompileBroker queue lock, a safepoint): those are VM waits,
+    // told apart by their stacks and not counted, so the count is exact.
     for (const auto& s : c["stalls"]) {
         std::printf("parking: stall %s\n", s.dump().substr(0, 1500).c_str());
         CHECK(s["reason"] != "pinned park");
     }
-    CHECK(c["stall_events"].get<int>() <= 1);
+    CHECK(c["stall_events"].get<int>() == 0);
     CHECK(c["stalled"] == 0);
     CHECK(c["threads"].get<int>() >= 1);
-    CHECK(c["idle"].get<int>() + c["running"].get<int>() + c["runnable"].get<int>() == c["threads"].get<int>());
+    // A carrier caught inside a VM wait at the last tick is "blocked", in no count.
+    int vm_blocked = 0;
+    for (const auto& t : c["per_carrier"]) vm_blocked += t["state"] == "blocked";
+    CHECK(c["idle"].get<int>() + c["running"].get<int>() + c["runnable"].get<int>() + vm_blocked ==
+          c["threads"].get<int>());
 }
 
 TEST_CASE("blocking native call (FFM usleep): stalls JFR cannot see", "[carriers]") {

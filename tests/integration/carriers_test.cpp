@@ -24,6 +24,13 @@ using nlohmann::json;
 
 namespace {
 
+// The generic target's bash ends in `sleep 600`: killing bash alone would orphan it.
+void kill_children(int pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    int child = 0;
+    while (f >> child) kill(child, SIGKILL);
+}
+
 std::string temurin25() {
     DIR* d = opendir("/usr/lib/jvm");
     if (!d) return {};
@@ -354,6 +361,7 @@ TEST_CASE("--carriers REGEX on a non-JVM target: blocked outside futex/epoll is 
     REQUIRE_FALSE(b.wait_for_output("DONE", 60).empty());
     sleep_s(0.2);
     json snap = finish_qscope(q);
+    kill_children(b.pid());
     const auto& c = snap["carriers"];
     INFO(c.dump(1).substr(0, 2000));
     CHECK(c["detected"] == true);

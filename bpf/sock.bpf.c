@@ -644,6 +644,36 @@ int BPF_PROG(qs_rst_out, const struct sock *sk, const struct sk_buff *skb)
 
 /* ---- connections that predate the attach ------------------------------------------------- */
 
+/* libbpf fills this from /proc/config.gz or /boot/config-*; 0 when neither is readable, and
+ * then seeded starts stay at the attach (a lower bound, as before). */
+extern int CONFIG_HZ __kconfig __weak;
+
+/* The true start of a call/request found in progress at attach, on the bpf_ktime_get_ns()
+ * clock: `stamp` is the socket's last data sent (lsndtime: an outbound call started when its
+ * request went out) or received (icsk_ack.lrcvtime: an inbound request arrived), in 32-bit
+ * jiffies. Resolution is one jiffy (4 ms at HZ=250). Without HZ, or for an age that cannot be
+ * right (older than the clock), the attach time `now` is kept. */
+static __always_inline __u64 seed_start(__u64 now, __u32 stamp)
+{
+	__u64 hz = CONFIG_HZ > 0 ? (__u64)CONFIG_HZ : 0;
+	__u64 age_ns;
+
+	if (!hz)
+		return now;
+	age_ns = (__u64)(__u32)((__u32)bpf_jiffies64() - stamp) * (1000000000ULL / hz);
+	return age_ns < now ? now - age_ns : now;
+}
+
+static __always_inline __u32 last_data_sent(struct sock *sk)
+{
+	return BPF_CORE_READ((struct tcp_sock *)sk, lsndtime);
+}
+
+static __always_inline __u32 last_data_recv(struct sock *sk)
+{
+	return BPF_CORE_READ((struct inet_connection_sock *)sk, icsk_ack.lrcvtime);
+}
+
 SEC("iter/task_file")
 int qs_seed(struct bpf_iter__task_file *ctx)
 {
@@ -690,6 +720,11 @@ int qs_seed(struct bpf_iter__task_file *ctx)
 		qs_conn_seed(&nc, QS_DIR_OUT, peer_index(&pk), bpf_ktime_get_ns(), 0,
 			     qs_seed_is_busy(unread, snd_una, snd_nxt, snd_wl1, rcv_nxt), &e);
 	}
+	/* The state machine stamps seeded work with the attach; the socket knows better. */
+	if (nc.state == QS_ST_REQUEST)
+		nc.t_req = seed_start(nc.t_req, last_data_recv(sk));
+	else if (nc.state == QS_ST_BUSY)
+		nc.t_req = seed_start(nc.t_req, last_data_sent(sk));
 	/* NOEXIST: a connection the live hooks already track keeps its state and gauges. */
 	if (!conn_insert_new(key, &nc))
 		return 0;
@@ -731,6 +766,8 @@ int qs_seed_busy(struct bpf_iter__task *ctx)
 	if (!c)
 		return 0;
 	qs_seed_blocked_read(c, bpf_ktime_get_ns(), &e);
+	if (e.d_busy > 0)
+		c->t_req = seed_start(c->t_req, last_data_sent(sk));
 	apply(c, &e, 0);
 	return 0;
 }

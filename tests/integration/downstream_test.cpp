@@ -166,3 +166,80 @@ TEST_CASE("connect failures to a closed port, counted per peer, not as resets", 
     CHECK(d["connections"].get<uint64_t>() == 0);
     CHECK(d["busy"].get<uint64_t>() == 0);
 }
+
+namespace {
+
+// Polls the target's own counters until `key` reaches `want`; the time it did.
+double wait_counter(const std::string& counters, const char* key, uint64_t want, double timeout_seconds) {
+    const double end = now_s() + timeout_seconds;
+    while (now_s() < end) {
+        const json c = read_counters(counters);
+        if (c.is_object() && c.contains(key) && c[key].get<uint64_t>() >= want) return now_s();
+        sleep_s(0.02);
+    }
+    return -1;
+}
+
+}  // namespace
+
+// Ports 26200-26299 (the helper's range). Oracle: the wall clock around the target's own
+// counters. Calls/requests begin between `t_load` and the moment the counters show them all
+// in progress (`t_stuck`); qscope attaches `T` s later, so a true start makes the oldest age at
+// least `t_attach - t_stuck` and at most `t_done - t_load`; an age counted from the attach
+// (the lower bound seeding used to give) is about the 1 s window.
+TEST_CASE("attaching mid-spike: calls stuck before the attach keep their true age", "[sock][integration]") {
+    if (!require_root()) return;
+    const std::string counters = shm_path("late");
+    auto ds = start_target("qs_downstream", {"--port", "26211", "--silent"});
+    auto srv = start_target("qs_server", {"--port", "26201", "--workers", "4", "--downstream", "127.0.0.1:26211",
+                                          "--downstream-per-request", "--counters-file", counters});
+    const double t_load = now_s();
+    auto load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "26201", "--connections", "6",
+                       "--duration", "15"});
+    const double t_stuck = wait_counter(counters, "in_flight", 4, 10);
+    REQUIRE(t_stuck > 0);
+    sleep_s(3);
+    const double t_attach = now_s();
+    auto snap = start_snapshot(srv.proc.pid(), 1);
+    const json s = finish(snap, 60);
+    const double t_done = now_s();
+    load.kill_and_wait();
+    const json d = peer_of(s, "127.0.0.1:26211");
+    INFO(d.dump() << "\nsent within [" << 0 << ", " << t_stuck - t_load << "] s of the load, attach at +"
+                  << t_attach - t_load << " s, done at +" << t_done - t_load << " s");
+    REQUIRE(d.is_object());
+    CHECK(d["busy"].get<uint64_t>() == 4);
+    const double oldest = d["oldest_busy_seconds"].get<double>();
+    CHECK(oldest >= t_attach - t_stuck - 0.05);
+    CHECK(oldest <= t_done - t_load + 0.05);
+    ::unlink(counters.c_str());
+}
+
+TEST_CASE("attaching mid-request: requests read before the attach keep their true age", "[sock][integration]") {
+    if (!require_root()) return;
+    const std::string counters = shm_path("late-in");
+    auto srv = start_target("qs_server", {"--port", "26202", "--workers", "4", "--service-ms", "8000",
+                                          "--counters-file", counters});
+    const double t_load = now_s();
+    auto load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "26202", "--connections", "2",
+                       "--duration", "6"});
+    const double t_stuck = wait_counter(counters, "in_flight", 2, 10);
+    REQUIRE(t_stuck > 0);
+    sleep_s(2);
+    const double t_attach = now_s();
+    auto snap = start_snapshot(srv.proc.pid(), 1);
+    const json s = finish(snap, 60);
+    const double t_done = now_s();
+    load.kill_and_wait();
+    const json r = s["requests"];
+    INFO(r.dump() << "\nread within [" << 0 << ", " << t_stuck - t_load << "] s of the load, attach at +"
+                  << t_attach - t_load << " s, done at +" << t_done - t_load << " s");
+    REQUIRE(r.is_object());
+    // The 8 s requests outlive the snapshot only if it finished in time; otherwise say so.
+    REQUIRE(t_done - t_load < 8);
+    CHECK(r["in_flight"].get<uint64_t>() == 2);
+    const double oldest = r["oldest_in_flight_seconds"].get<double>();
+    CHECK(oldest >= t_attach - t_stuck - 0.05);
+    CHECK(oldest <= t_done - t_load + 0.05);
+    ::unlink(counters.c_str());
+}

@@ -46,7 +46,7 @@ void check_bpf_privileges() {
     if (!bpf)
         throw Error(Exit::permission,
                     "not permitted to load BPF tracing programs: run as root, or grant "
-                    "CAP_BPF,CAP_PERFMON,CAP_SYS_PTRACE,CAP_NET_ADMIN (docs/security.md)");
+                    "CAP_BPF,CAP_PERFMON,CAP_DAC_READ_SEARCH,CAP_SYS_PTRACE (docs/security.md)");
     (void)CAP_SYS_PTRACE_;
 }
 

@@ -1,5 +1,8 @@
 #include "collector.h"
 
+#include <dirent.h>
+
+#include <cerrno>
 #include <chrono>
 #include <ctime>
 
@@ -31,6 +34,15 @@ void Collector::add_source(std::unique_ptr<Source> s) { sources_.push_back(std::
 void Collector::start() {
     target_ = Target::open(cfg_.pid);
     check_bpf_privileges();
+    // Without the target's fd table its listeners are invisible and its clients would read
+    // as downstream peers: refuse rather than print plausible wrong numbers.
+    const std::string fd_dir = "/proc/" + std::to_string(cfg_.pid) + "/fd";
+    if (DIR* d = opendir(fd_dir.c_str())) {
+        closedir(d);
+    } else if (errno == EACCES || errno == EPERM) {
+        throw Error(Exit::permission, "cannot read " + fd_dir + " (the target's sockets): run as root, or add "
+                                      "CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE (docs/security.md)");
+    }
     check_btf();
     init_libbpf_logging(cfg_.verbose);
     for (auto& s : sources_) s->start(target_, cfg_);

@@ -129,6 +129,7 @@ json to_json(const Snapshot& s) {
                      {"stalled", c.stalled},
                      {"stall_events", c.stall_events},
                      {"stall_events_total", c.stall_events_total},
+                     {"vm_waits", c.vm_waits},
                      {"stalls", stalls},
                      {"per_carrier", per}};
 
@@ -153,7 +154,10 @@ json to_json(const Snapshot& s) {
     return j;
 }
 
-std::string render_json(const Snapshot& s, int indent) { return to_json(s).dump(indent); }
+// Thread names and paths come from the target and need not be UTF-8: replace, never fail.
+std::string render_json(const Snapshot& s, int indent) {
+    return to_json(s).dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 static std::string ms(double s) {
     char b[32];

@@ -32,6 +32,13 @@ static void add_common(CLI::App* app, Config& cfg) {
     app->add_flag("-v,--verbose", cfg.verbose, "more diagnostics on stderr (-vv: libbpf debug)");
 }
 
+// CLI11 has an exit code per parse error kind; ours is one: 2, bad usage. --help and
+// --version stay 0.
+static int usage_exit(CLI::App& app, const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : static_cast<int>(Exit::usage);
+}
+
 int main(int argc, char** argv) {
     if (geteuid() != getuid()) {
         std::fprintf(stderr, "qscope: refusing to run setuid: grant capabilities instead (docs/security.md)\n");
@@ -81,10 +88,14 @@ int main(int argc, char** argv) {
         try {
             app.parse(args);
         } catch (const CLI::ParseError& e) {
-            return app.exit(e);
+            return usage_exit(app, e);
         }
     } else {
-        CLI11_PARSE(app, argc, argv);
+        try {
+            app.parse(argc, argv);
+        } catch (const CLI::ParseError& e) {
+            return usage_exit(app, e);
+        }
     }
 
     install_stop_signals();

@@ -3,7 +3,9 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -38,12 +40,14 @@ bool parse_proc_stat(const std::string& text, ProcStat& out) {
     std::string tok;
     while (rest >> tok) f.push_back(tok);
     if (f.size() < 20) return false;
+    // Foreign input: strtoull saturates instead of throwing on out-of-range fields.
+    auto num = [](const std::string& t) { return std::strtoull(t.c_str(), nullptr, 10); };
     out.state = f[0].empty() ? '?' : f[0][0];
-    out.flags = static_cast<unsigned>(std::stoul(f[6]));
-    out.utime = std::stoull(f[11]);
-    out.stime = std::stoull(f[12]);
-    out.num_threads = std::stoi(f[17]);
-    out.start_time = std::stoull(f[19]);
+    out.flags = static_cast<unsigned>(num(f[6]));
+    out.utime = num(f[11]);
+    out.stime = num(f[12]);
+    out.num_threads = static_cast<int>(std::min<unsigned long long>(num(f[17]), 1u << 30));
+    out.start_time = num(f[19]);
     return true;
 }
 
@@ -139,7 +143,14 @@ std::vector<int> Target::tids() const {
 TargetInfo Target::info() const {
     TargetInfo i;
     i.pid = pid_;
-    i.comm = comm_;
+    // exec changes the name; the PID and start time stay, so it is still our target.
+    std::string comm;
+    if (read_file("/proc/" + std::to_string(pid_) + "/comm", comm) && !comm.empty()) {
+        if (comm.back() == '\n') comm.pop_back();
+        i.comm = comm;
+    } else {
+        i.comm = comm_;
+    }
     i.cmdline = cmdline_;
     i.start_time_ticks = start_ticks_;
     i.threads = thread_count(pid_);

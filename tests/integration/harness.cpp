@@ -141,6 +141,12 @@ Proc spawn(const std::vector<std::string>& argv, const std::map<std::string, std
     p.err_path_ = err_t;
     pid_t pid = fork();
     if (pid == 0) {
+        // Catch2's handlers are inherited until exec: a child killed in that window would
+        // print a fake test failure.
+        for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGSEGV, SIGABRT, SIGPIPE}) ::signal(sig, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, nullptr);
         if (new_session) setsid();
         dup2(ofd, 1);
         dup2(efd, 2);

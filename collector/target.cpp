@@ -63,6 +63,14 @@ std::string thread_group_name(const std::string& comm) {
     return comm.substr(0, end);
 }
 
+// A process names itself (prctl PR_SET_NAME): control characters would break the report,
+// the TUI and log lines, so they become '?'.
+static std::string sanitize_name(std::string n) {
+    for (auto& c : n)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    return n;
+}
+
 static constexpr unsigned PF_KTHREAD_FLAG = 0x00200000;
 
 Target Target::open(int pid) {
@@ -90,7 +98,7 @@ Target Target::open(int pid) {
     }
     Target t;
     t.pid_ = pid;
-    t.comm_ = st.comm;
+    t.comm_ = sanitize_name(st.comm);
     t.start_ticks_ = st.start_time;
     std::string cmd;
     if (read_file("/proc/" + std::to_string(pid) + "/cmdline", cmd)) {
@@ -145,9 +153,10 @@ TargetInfo Target::info() const {
     i.pid = pid_;
     // exec changes the name; the PID and start time stay, so it is still our target.
     std::string comm;
-    if (read_file("/proc/" + std::to_string(pid_) + "/comm", comm) && !comm.empty()) {
+    // ...but only while the PID is still ours: a reused PID's newcomer must not lend its name.
+    if (alive() && read_file("/proc/" + std::to_string(pid_) + "/comm", comm) && !comm.empty()) {
         if (comm.back() == '\n') comm.pop_back();
-        i.comm = comm;
+        i.comm = sanitize_name(comm);
     } else {
         i.comm = comm_;
     }

@@ -1,6 +1,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -226,6 +227,28 @@ bool wait_for_port(uint16_t port, double timeout, const char* host) {
         const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
         close(fd);
         if (ok) return true;
+        sleep_s(0.05);
+    }
+    return false;
+}
+
+bool wait_attached(pid_t qscope_pid, double timeout_seconds) {
+    const double end = now_s() + timeout_seconds;
+    const std::string dir = "/proc/" + std::to_string(qscope_pid) + "/fd";
+    while (now_s() < end) {
+        int links = 0;
+        if (DIR* d = opendir(dir.c_str())) {
+            char buf[64];
+            while (dirent* e = readdir(d)) {
+                const ssize_t n = readlink((dir + "/" + e->d_name).c_str(), buf, sizeof(buf) - 1);
+                if (n > 0 && std::string(buf, static_cast<size_t>(n)) == "anon_inode:bpf_link") ++links;
+            }
+            closedir(d);
+        }
+        if (links >= 5) {
+            sleep_s(0.3);
+            return true;
+        }
         sleep_s(0.05);
     }
     return false;

@@ -79,6 +79,9 @@ struct Server {
 Server start_target(const std::string& name, const std::vector<std::string>& args, double timeout_seconds = 10);
 
 bool wait_for_port(uint16_t port, double timeout_seconds, const char* host = "127.0.0.1");
+// qscope has attached when its process holds the sock family's BPF links (it prints nothing
+// in --json mode); waits for them, then 0.3 s for the seeding walk.
+bool wait_attached(pid_t qscope_pid, double timeout_seconds);
 void sleep_s(double seconds);
 double now_s();  // monotonic seconds
 

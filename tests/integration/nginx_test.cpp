@@ -19,28 +19,6 @@ using nlohmann::json;
 
 namespace {
 
-bool wait_attached(pid_t qscope_pid, double timeout_seconds) {
-    const double end = now_s() + timeout_seconds;
-    const std::string dir = "/proc/" + std::to_string(qscope_pid) + "/fd";
-    while (now_s() < end) {
-        int links = 0;
-        if (DIR* d = opendir(dir.c_str())) {
-            char buf[64];
-            while (dirent* e = readdir(d)) {
-                const ssize_t n = readlink((dir + "/" + e->d_name).c_str(), buf, sizeof(buf) - 1);
-                if (n > 0 && std::string(buf, static_cast<size_t>(n)) == "anon_inode:bpf_link") ++links;
-            }
-            closedir(d);
-        }
-        if (links >= 5) {
-            sleep_s(0.3);
-            return true;
-        }
-        sleep_s(0.05);
-    }
-    return false;
-}
-
 // stub_status "Writing" (requests whose response is being produced or written).
 int stub_writing(uint16_t port) {
     const std::string body = http_get("127.0.0.1", port, "/nginx_status", 5);

@@ -17,30 +17,6 @@ using nlohmann::json;
 
 namespace {
 
-// qscope has attached when its process holds the sock family's BPF links (it prints nothing
-// in --json mode); the seeding walk right after takes milliseconds.
-bool wait_attached(pid_t qscope_pid, double timeout_seconds) {
-    const double end = now_s() + timeout_seconds;
-    const std::string dir = "/proc/" + std::to_string(qscope_pid) + "/fd";
-    while (now_s() < end) {
-        int links = 0;
-        if (DIR* d = opendir(dir.c_str())) {
-            char buf[64];
-            while (dirent* e = readdir(d)) {
-                const ssize_t n = readlink((dir + "/" + e->d_name).c_str(), buf, sizeof(buf) - 1);
-                if (n > 0 && std::string(buf, static_cast<size_t>(n)) == "anon_inode:bpf_link") ++links;
-            }
-            closedir(d);
-        }
-        if (links >= 5) {
-            sleep_s(0.3);
-            return true;
-        }
-        sleep_s(0.05);
-    }
-    return false;
-}
-
 // qscope snapshot in the background, started before the load so its window covers all of it.
 struct Snap {
     Proc proc;

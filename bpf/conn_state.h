@@ -157,9 +157,11 @@ static __always_inline int qs_seed_is_busy(__u32 unread, __u32 snd_una, __u32 sn
 /* A connection that existed before attach, found in the target's fd table (or returned by
  * accept with no handshake seen). Inbound: owned by the app; unread_bytes > 0 puts it in the
  * connector queue now; `in_progress` (qs_seed_is_in_flight) makes it in flight. Outbound:
- * established; `in_progress` (qs_seed_is_busy) makes it busy. Either way the start
- * is unknown: ages count from the attach (a lower bound) and the first completion is not put
- * in a histogram. Idle otherwise: its first read (inbound) or write (outbound) starts one. */
+ * established; `in_progress` (qs_seed_is_busy) makes it busy. Either way the start was not
+ * seen: sock.bpf.c back-dates it to the socket's last data time (lsndtime for a call,
+ * icsk_ack.lrcvtime for a request; jiffies resolution) and falls back to the attach (a lower
+ * bound); the first completion is not put in a histogram, its duration being approximate.
+ * Idle otherwise: its first read (inbound) or write (outbound) starts one. */
 static __always_inline void qs_conn_seed(struct qs_conn *c, __u8 dir, __u16 idx, __u64 now,
 					 __u32 unread_bytes, int in_progress, struct qs_effects *e)
 {

@@ -1,5 +1,7 @@
 #include "jvm_dump.h"
 
+#include <cstdlib>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -173,9 +175,11 @@ std::vector<ThreadPrintEntry> parse_thread_print(const std::string& text) {
                 ThreadPrintEntry e;
                 e.name = m[1];
                 e.is_daemon = m[3].matched;
-                e.jt = std::stoull(m[4], nullptr, 16);
-                e.nid = std::stoi(m[5]);
-                out.push_back(e);
+                // Foreign text: strtoull saturates where stoull would throw on 17+ digits.
+                e.jt = std::strtoull(m[4].str().c_str(), nullptr, 16);
+                const unsigned long long nid = std::strtoull(m[5].str().c_str(), nullptr, 10);
+                e.nid = static_cast<int>(nid);
+                if (nid > 0 && nid <= 0x3fffffff) out.push_back(e);  // else not a Linux tid
             }
         }
         pos = nl + 1;

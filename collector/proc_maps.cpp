@@ -7,6 +7,18 @@
 namespace qscope {
 namespace {
 
+
+// Next whitespace-delimited field of `line` starting at `pos`.
+std::string_view next_field(std::string_view line, size_t& pos) {
+    while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
+    size_t b = pos;
+    while (pos < line.size() && line[pos] != ' ' && line[pos] != '\t') ++pos;
+    return line.substr(b, pos - b);
+}
+
+}  // namespace
+
+// Bare hex, at most 16 digits (a u64): the form /proc/PID/maps uses.
 bool parse_hex(std::string_view s, uint64_t& out) {
     if (s.empty() || s.size() > 16) return false;
     uint64_t v = 0;
@@ -21,16 +33,6 @@ bool parse_hex(std::string_view s, uint64_t& out) {
     out = v;
     return true;
 }
-
-// Next whitespace-delimited field of `line` starting at `pos`.
-std::string_view next_field(std::string_view line, size_t& pos) {
-    while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
-    size_t b = pos;
-    while (pos < line.size() && line[pos] != ' ' && line[pos] != '\t') ++pos;
-    return line.substr(b, pos - b);
-}
-
-}  // namespace
 
 std::vector<MapEntry> parse_proc_maps(const std::string& text) {
     std::vector<MapEntry> out;

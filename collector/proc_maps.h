@@ -1,11 +1,15 @@
 // /proc/PID/maps parsing, shared by the symbolizer (module layout) and anything else that
 // needs to know what is mapped where in a target.
 #pragma once
+#include <string_view>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace qscope {
+
+// Bare hexadecimal (no 0x), at most 16 digits; false on anything else.
+bool parse_hex(std::string_view s, uint64_t& out);
 
 struct MapEntry {
     uint64_t start = 0, end = 0;  // [start, end)

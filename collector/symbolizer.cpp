@@ -104,18 +104,7 @@ std::string frame_text(const std::string& func, uint64_t off, const std::string&
 
 bool parse_hex_field(std::string_view s, uint64_t& out) {
     if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) s.remove_prefix(2);
-    if (s.empty() || s.size() > 16) return false;
-    uint64_t v = 0;
-    for (char c : s) {
-        int d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else return false;
-        v = (v << 4) | uint64_t(d);
-    }
-    out = v;
-    return true;
+    return parse_hex(s, out);
 }
 
 // Splits text into lines without copying; tolerates a missing final newline and CRLF.

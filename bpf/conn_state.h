@@ -158,10 +158,10 @@ static __always_inline int qs_seed_is_busy(__u32 unread, __u32 snd_una, __u32 sn
  * accept with no handshake seen). Inbound: owned by the app; unread_bytes > 0 puts it in the
  * connector queue now; `in_progress` (qs_seed_is_in_flight) makes it in flight. Outbound:
  * established; `in_progress` (qs_seed_is_busy) makes it busy. Either way the start was not
- * seen: sock.bpf.c back-dates it to the socket's last data time (lsndtime for a call,
- * icsk_ack.lrcvtime for a request; jiffies resolution) and falls back to the attach (a lower
- * bound); the first completion is not put in a histogram, its duration being approximate.
- * Idle otherwise: its first read (inbound) or write (outbound) starts one. */
+ * seen: it is the attach (a lower bound, QS_F_START_UNKNOWN: the completion is then neither a
+ * latency nor a completion of this window) until sock.bpf.c back-dates it to the socket's last
+ * data time (qs_conn_backdate). Idle otherwise: its first read (inbound) or write (outbound)
+ * starts one. */
 static __always_inline void qs_conn_seed(struct qs_conn *c, __u8 dir, __u16 idx, __u64 now,
 					 __u32 unread_bytes, int in_progress, struct qs_effects *e)
 {
@@ -199,6 +199,19 @@ static __always_inline void qs_seed_blocked_read(struct qs_conn *c, __u64 now, s
 	c->t_req = now;
 	c->flags |= QS_F_START_UNKNOWN;
 	e->d_busy += 1;
+}
+
+/* The socket says when seeded work really began (lsndtime for a call, icsk_ack.lrcvtime for a
+ * request; one jiffy of resolution): from here on it is an ordinary request or call whose
+ * completion counts, with a latency exact to the jiffy. Without it, a spike attached mid-way
+ * would miss every completion of what was in flight at the attach, which in a queue is most
+ * of the window's failures (the requests that time out are the old ones). */
+static __always_inline void qs_conn_backdate(struct qs_conn *c, __u64 t_req)
+{
+	if (!(c->flags & QS_F_START_UNKNOWN) || !t_req)
+		return;
+	c->t_req = t_req;
+	c->flags &= ~QS_F_START_UNKNOWN;
 }
 
 /* accept()/accept4() returned this connection to the app. */

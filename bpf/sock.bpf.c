@@ -168,10 +168,23 @@ static __always_inline void apply(const struct qs_conn *c, const struct qs_effec
 	}
 }
 
+/* One bit per local port, set when the port is registered (before its port_idx entry): the
+ * softirq programs see every socket on the machine and cannot filter on the tgid, so for the
+ * sockets of other processes this plain load is all they cost, not a hash lookup. */
+__u64 port_bits[65536 / 64] = {};
+
+static __always_inline int port_maybe_target(__u16 port)
+{
+	return (port_bits[(port >> 6) & 1023] >> (port & 63)) & 1;
+}
+
 static __always_inline int lookup_port(__u16 port, __u32 *idx)
 {
 	__u32 key = port;
-	__u32 *v = bpf_map_lookup_elem(&port_idx, &key);
+	__u32 *v;
+	if (!port_maybe_target(port))
+		return 0;
+	v = bpf_map_lookup_elem(&port_idx, &key);
 	if (!v)
 		return 0;
 	*idx = *v;
@@ -271,6 +284,7 @@ static __always_inline void on_listen(const struct sock *sk)
 		return;
 	}
 	p->port = port;
+	__sync_fetch_and_or(&port_bits[(port >> 6) & 1023], 1ULL << (port & 63));
 	bpf_map_update_elem(&port_idx, &port, &idx, BPF_NOEXIST);
 }
 
@@ -479,6 +493,9 @@ int BPF_PROG(qs_data_ready, const struct sock *csk)
 			atomic_max(&p->accept_queue_max, (__s64)sk->sk_ack_backlog);
 		return 0;
 	}
+	/* Only inbound connections count arrivals, and their local port is a target listener's. */
+	if (!port_maybe_target(sk->__sk_common.skc_num))
+		return 0;
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c || c->dir != QS_DIR_IN)
 		return 0;
@@ -645,23 +662,23 @@ int BPF_PROG(qs_rst_out, const struct sock *sk, const struct sk_buff *skb)
 /* ---- connections that predate the attach ------------------------------------------------- */
 
 /* libbpf fills this from /proc/config.gz or /boot/config-*; 0 when neither is readable, and
- * then seeded starts stay at the attach (a lower bound, as before). */
+ * then seeded starts stay at the attach (a lower bound, their completions not counted). */
 extern int CONFIG_HZ __kconfig __weak;
 
 /* The true start of a call/request found in progress at attach, on the bpf_ktime_get_ns()
  * clock: `stamp` is the socket's last data sent (lsndtime: an outbound call started when its
  * request went out) or received (icsk_ack.lrcvtime: an inbound request arrived), in 32-bit
- * jiffies. Resolution is one jiffy (4 ms at HZ=250). Without HZ, or for an age that cannot be
- * right (older than the clock), the attach time `now` is kept. */
+ * jiffies. Resolution is one jiffy (4 ms at HZ=250). 0 (unknown) without HZ or for an age
+ * that cannot be right (older than the clock). */
 static __always_inline __u64 seed_start(__u64 now, __u32 stamp)
 {
 	__u64 hz = CONFIG_HZ > 0 ? (__u64)CONFIG_HZ : 0;
 	__u64 age_ns;
 
 	if (!hz)
-		return now;
+		return 0;
 	age_ns = (__u64)(__u32)((__u32)bpf_jiffies64() - stamp) * (1000000000ULL / hz);
-	return age_ns < now ? now - age_ns : now;
+	return age_ns < now ? now - age_ns : 0;
 }
 
 static __always_inline __u32 last_data_sent(struct sock *sk)
@@ -722,9 +739,9 @@ int qs_seed(struct bpf_iter__task_file *ctx)
 	}
 	/* The state machine stamps seeded work with the attach; the socket knows better. */
 	if (nc.state == QS_ST_REQUEST)
-		nc.t_req = seed_start(nc.t_req, last_data_recv(sk));
+		qs_conn_backdate(&nc, seed_start(nc.t_req, last_data_recv(sk)));
 	else if (nc.state == QS_ST_BUSY)
-		nc.t_req = seed_start(nc.t_req, last_data_sent(sk));
+		qs_conn_backdate(&nc, seed_start(nc.t_req, last_data_sent(sk)));
 	/* NOEXIST: a connection the live hooks already track keeps its state and gauges. */
 	if (!conn_insert_new(key, &nc))
 		return 0;
@@ -767,7 +784,7 @@ int qs_seed_busy(struct bpf_iter__task *ctx)
 		return 0;
 	qs_seed_blocked_read(c, bpf_ktime_get_ns(), &e);
 	if (e.d_busy > 0)
-		c->t_req = seed_start(c->t_req, last_data_sent(sk));
+		qs_conn_backdate(c, seed_start(c->t_req, last_data_sent(sk)));
 	apply(c, &e, 0);
 	return 0;
 }

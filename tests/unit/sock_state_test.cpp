@@ -261,6 +261,42 @@ TEST_CASE("seeded mid-request / mid-call: counted now, no histogram sample", "[s
     CHECK(b.g.busy == 1);
 }
 
+TEST_CASE("seeded work back-dated from the socket: a real completion and latency", "[sock]") {
+    Conn k;
+    auto x = qs_effects{};
+    qs_conn_seed(&k.c, QS_DIR_IN, 1, 1000, 0, 1, &x);
+    k.g.apply(x);
+    qs_conn_backdate(&k.c, 400);     // lrcvtime said the request arrived at 400
+    CHECK(k.c.t_req == 400);
+    CHECK(k.write(1500, 10) == 1);   // classified and counted like any other response
+    CHECK(k.g.latencies == 1);
+    CHECK(k.g.last_latency == 1100);
+    CHECK(k.g.in_flight == 0);
+
+    Conn unknown;                    // no HZ: stays a lower bound, not counted
+    x = qs_effects{};
+    qs_conn_seed(&unknown.c, QS_DIR_IN, 1, 1000, 0, 1, &x);
+    unknown.g.apply(x);
+    qs_conn_backdate(&unknown.c, 0);
+    CHECK(unknown.write(1500, 10) == 0);
+    CHECK(unknown.g.latencies == 0);
+
+    Conn o;
+    x = qs_effects{};
+    qs_conn_seed(&o.c, QS_DIR_OUT, 7, 1000, 0, 1, &x);
+    o.g.apply(x);
+    qs_conn_backdate(&o.c, 200);
+    o.read(1700, 3);
+    CHECK(o.g.calls == 1);
+    CHECK(o.g.last_call == 1500);
+
+    Conn idle;                       // back-dating idle work changes nothing
+    x = qs_effects{};
+    qs_conn_seed(&idle.c, QS_DIR_IN, 1, 1000, 0, 0, &x);
+    qs_conn_backdate(&idle.c, 10);
+    CHECK(idle.c.t_req == 0);
+}
+
 TEST_CASE("outbound: connect latency, busy calls, close while busy", "[sock]") {
     Conn k;
     qs_conn_init_outbound(&k.c, 1000, 9);

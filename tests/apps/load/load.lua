@@ -2,7 +2,9 @@
 -- response → think time. Counts responses by status and prints one JSON line at the end
 -- (the load tool's own oracle). Args after `--`: PATH [THINK_MS] [QUOTE_PERCENT]
 --   PATH           /db, /ping, /quote
---   THINK_MS       pause before each request (0: closed loop)
+--   THINK_MS       mean pause before each request (0: closed loop), drawn uniformly from
+--                  0.5–1.5× so clients do not move in lockstep (a fixed pause keeps the
+--                  first wave together: 1,000 requests at once, then nothing for a second)
 --   QUOTE_PERCENT  send that share of requests to /quote instead of PATH
 local threads = {}
 
@@ -19,7 +21,8 @@ function init(args)
 end
 
 function delay()
-    return think
+    if think <= 0 then return 0 end
+    return math.floor(think * (0.5 + math.random()))
 end
 
 function request()

@@ -282,6 +282,7 @@ if [ "$profile" = partner ]; then
     # a second operator attaching mid-spike: the stuck calls must still be there, older
     run_qscope qscope2.json 3 --json
     cp "$out/stats-live.json" "$out/stats-end2.json"
+    echo "partner_estab $(ss -Htn state established "( dport = :$PARTNER_PORT )" | wc -l)" >"$out/end2.txt"
     extra_views
 else
     log "wrk: $CLIENTS clients on $path, think ${THINK_MS} ms, ${wrk_secs}s; qscope attaches after ${RAMP}s"

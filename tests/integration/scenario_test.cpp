@@ -109,6 +109,7 @@ struct Run {
     std::vector<Probe> probes;  // curl, one request at a time
     std::string jstack, jfr_summary;
     std::map<std::string, double> end;  // end.txt: oracles at the window's end
+    std::map<std::string, double> end2; // end2.txt: after the second operator's snapshot
     std::map<std::string, std::string> env;  // env.txt: the scenario's parameters
     int qs_rc = -1, qs2_rc = -1;
 
@@ -191,6 +192,8 @@ Run run_scenario(const std::string& profile) {
         std::string k;
         double v;
         while (in >> k >> v) r.end[k] = v;
+        std::istringstream in2(slurp(r.dir + "/end2.txt"));
+        while (in2 >> k >> v) r.end2[k] = v;
         std::istringstream e(slurp(r.dir + "/env.txt"));
         std::string kv;
         while (e >> kv)
@@ -537,10 +540,11 @@ TEST_CASE("silent partner: every platform worker stuck on a partner that never a
                 jstack_count(r.jstack, "http-nio", "HttpURLConnection.getInputStream"), ping_failed, r.probes.size(),
                 first_failure,
                 r.wrk.dump().c_str());
-    // by the end every worker took a /quote and never came back
-    REQUIRE(r.stats_end["quote"]["in_progress"].get<double>() == kMaxThreads);
+    // within seconds every worker took a /quote and never came back (by the second operator's
+    // look on a quiet machine already at the first window's end; a loaded one is slower)
+    REQUIRE(r.stats_end2["quote"]["in_progress"].get<double>() == kMaxThreads);
+    REQUIRE(r.end2["partner_estab"] == kMaxThreads);
     REQUIRE(stuck >= kMaxThreads / 4);             // and many already at the snapshot
-    REQUIRE(r.end["partner_estab"] == kMaxThreads);
     REQUIRE(!r.probes.empty());
     REQUIRE(r.probes.back().status != 200);        // the health check went dark (2 s limit)
 

@@ -16,48 +16,24 @@
 #include <cstring>
 #include <string>
 
+#include "target_util.h"
+
 namespace {
+
+using qs_target::sleep_ms;
+using qs_target::write_all;
 
 int g_port = -1;
 std::string g_addr = "127.0.0.1";
 long g_delay_ms = 0;
 bool g_silent = false;
 
+void print_usage() { std::fprintf(stderr, "usage: qs_downstream --port P [--addr A] [--delay-ms D] [--silent]\n"); }
+
 [[noreturn]] void usage(const char* why) {
-    std::fprintf(stderr, "qs_downstream: %s\nusage: qs_downstream --port P [--addr A] [--delay-ms D] [--silent]\n",
-                 why);
+    std::fprintf(stderr, "qs_downstream: %s\n", why);
+    print_usage();
     std::exit(2);
-}
-
-long parse_num(const char* flag, const std::string& v, long lo, long hi) {
-    char* end = nullptr;
-    errno = 0;
-    long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno != 0 || n < lo || n > hi) {
-        std::fprintf(stderr, "qs_downstream: bad value '%s' for %s\n", v.c_str(), flag);
-        std::exit(2);
-    }
-    return n;
-}
-
-void sleep_ms(long ms) {
-    if (ms <= 0) return;
-    timespec ts{ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-bool write_all(int fd, const char* p, size_t n) {
-    while (n > 0) {
-        ssize_t w = ::write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return false;
-        }
-        p += w;
-        n -= static_cast<size_t>(w);
-    }
-    return true;
 }
 
 void* conn_main(void* arg) {
@@ -86,24 +62,13 @@ void* conn_main(void* arg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i], val;
-        bool has_eq = false;
-        if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-            val = a.substr(eq + 1);
-            a = a.substr(0, eq);
-            has_eq = true;
-        }
-        auto next = [&]() -> std::string {
-            if (has_eq) return val;
-            if (i + 1 >= argc) usage(("missing value for " + a).c_str());
-            return argv[++i];
-        };
-        if (a == "--port") g_port = static_cast<int>(parse_num("--port", next(), 0, 65535));
-        else if (a == "--addr") g_addr = next();
-        else if (a == "--delay-ms") g_delay_ms = parse_num("--delay-ms", next(), 0, 86400000);
-        else if (a == "--silent") g_silent = true;
-        else usage(("unknown flag " + a).c_str());
+    qs_target::Args args(argc, argv, "qs_downstream", print_usage);
+    while (args.next()) {
+        if (args.is("--port")) g_port = static_cast<int>(args.num(0, 65535));
+        else if (args.is("--addr")) g_addr = args.value();
+        else if (args.is("--delay-ms")) g_delay_ms = args.num(0, 86400000);
+        else if (args.is("--silent")) g_silent = true;
+        else args.unknown();
     }
     if (g_port < 0) usage("--port is required");
     signal(SIGPIPE, SIG_IGN);

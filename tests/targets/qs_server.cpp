@@ -29,7 +29,12 @@
 #include <string>
 #include <vector>
 
+#include "target_util.h"
+
 namespace {
+
+using qs_target::sleep_ms;
+using qs_target::write_all;
 
 struct Options {
     int port = 0;
@@ -70,68 +75,43 @@ void usage() {
     std::exit(2);
 }
 
-long parse_num(const std::string& flag, const std::string& v, long lo, long hi) {
-    char* end = nullptr;
-    errno = 0;
-    long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno != 0 || n < lo || n > hi) {
-        std::fprintf(stderr, "qs_server: bad value '%s' for %s (want %ld..%ld)\n", v.c_str(),
-                     flag.c_str(), lo, hi);
-        std::exit(2);
-    }
-    return n;
-}
-
 void parse_args(int argc, char** argv) {
     bool have_port = false;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        std::string val;
-        bool has_eq = false;
-        if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-            val = a.substr(eq + 1);
-            a = a.substr(0, eq);
-            has_eq = true;
-        }
-        auto next = [&]() -> std::string {
-            if (has_eq) return val;
-            if (i + 1 >= argc) die("missing value for %s", a.c_str());
-            return argv[++i];
-        };
-        if (a == "--port") {
-            g_opt.port = static_cast<int>(parse_num(a, next(), 0, 65535));
+    qs_target::Args args(argc, argv, "qs_server", usage);
+    while (args.next()) {
+        if (args.is("--port")) {
+            g_opt.port = static_cast<int>(args.num(0, 65535));
             have_port = true;
-        } else if (a == "--addr") {
-            g_opt.addr = next();
-        } else if (a == "--backlog") {
-            g_opt.backlog = static_cast<int>(parse_num(a, next(), 0, 1 << 20));
-        } else if (a == "--workers") {
-            g_opt.workers = static_cast<int>(parse_num(a, next(), 1, 20000));
-        } else if (a == "--service-ms") {
-            g_opt.service_ms = parse_num(a, next(), 0, 86400000);
-        } else if (a == "--cpu-ms") {
-            g_opt.cpu_ms = parse_num(a, next(), 0, 86400000);
-        } else if (a == "--accept-delay-ms") {
-            g_opt.accept_delay_ms = parse_num(a, next(), 0, 86400000);
-        } else if (a == "--accept-pause-file") {
-            g_opt.accept_pause_file = next();
-        } else if (a == "--downstream") {
-            g_opt.downstream = next();
-        } else if (a == "--pool") {
-            g_opt.pool = static_cast<int>(parse_num(a, next(), 1, 100000));
-        } else if (a == "--downstream-per-request") {
+        } else if (args.is("--addr")) {
+            g_opt.addr = args.value();
+        } else if (args.is("--backlog")) {
+            g_opt.backlog = static_cast<int>(args.num(0, 1 << 20));
+        } else if (args.is("--workers")) {
+            g_opt.workers = static_cast<int>(args.num(1, 20000));
+        } else if (args.is("--service-ms")) {
+            g_opt.service_ms = args.num(0, 86400000);
+        } else if (args.is("--cpu-ms")) {
+            g_opt.cpu_ms = args.num(0, 86400000);
+        } else if (args.is("--accept-delay-ms")) {
+            g_opt.accept_delay_ms = args.num(0, 86400000);
+        } else if (args.is("--accept-pause-file")) {
+            g_opt.accept_pause_file = args.value();
+        } else if (args.is("--downstream")) {
+            g_opt.downstream = args.value();
+        } else if (args.is("--pool")) {
+            g_opt.pool = static_cast<int>(args.num(1, 100000));
+        } else if (args.is("--downstream-per-request")) {
             g_opt.downstream_per_request = true;
-        } else if (a == "--status") {
-            g_opt.status = static_cast<int>(parse_num(a, next(), 100, 599));
-        } else if (a == "--counters-file") {
-            g_opt.counters_file = next();
-        } else if (a == "--keepalive") {
-            g_opt.keepalive = has_eq ? parse_num(a, val, 0, 1) != 0 : true;
-        } else if (a == "--help" || a == "-h") {
+        } else if (args.is("--status")) {
+            g_opt.status = static_cast<int>(args.num(100, 599));
+        } else if (args.is("--counters-file")) {
+            g_opt.counters_file = args.value();
+        } else if (args.is("--keepalive")) {
+            g_opt.keepalive = args.has_inline_value() ? args.num(0, 1) != 0 : true;
+        } else if (args.is("--help") || args.is("-h")) {
             usage();
         } else {
-            std::fprintf(stderr, "qs_server: unknown flag %s\n", argv[i]);
-            usage();
+            args.unknown();
         }
     }
     if (!have_port) die("--port is required");
@@ -195,13 +175,6 @@ void write_counters(bool force = false) {
 
 // ---- small utilities -------------------------------------------------------------------
 
-void sleep_ms(long ms) {
-    if (ms <= 0) return;
-    timespec ts{ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 // Burns thread CPU time (not wall time), so a descheduled worker still does the full work.
 void burn_cpu_ms(long ms) {
     if (ms <= 0) return;
@@ -216,19 +189,6 @@ void burn_cpu_ms(long ms) {
         long long used = (now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec);
         if (used >= want) break;
     }
-}
-
-bool write_all(int fd, const char* p, size_t n) {
-    while (n > 0) {
-        ssize_t w = ::write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return false;
-        }
-        p += w;
-        n -= static_cast<size_t>(w);
-    }
-    return true;
 }
 
 const char* reason(int code) {

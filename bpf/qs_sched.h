@@ -9,6 +9,7 @@
 #ifndef QSCOPE_QS_SCHED_H
 #define QSCOPE_QS_SCHED_H
 
+#include "hist.h"
 #include "ustack.h"
 
 #define QS_COMM_LEN 16
@@ -136,18 +137,6 @@ static __always_inline void qs_group_from_comm(const char comm[QS_COMM_LEN], cha
 #define QS_WHIST_SUB (1 << QS_WHIST_SUB_BITS)
 #define QS_WHIST_SLOTS 136
 
-static __always_inline __u32 qs_whist_msb(__u64 v)
-{
-	__u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8)  { v >>= 8;  r += 8; }
-	if (v >> 4)  { v >>= 4;  r += 4; }
-	if (v >> 2)  { v >>= 2;  r += 2; }
-	if (v >> 1)  { r += 1; }
-	return r;
-}
-
 /* 64-bit throughout: a (__u32) cast lets clang-14 bounds-check one zero-extended copy and
  * index with another, which the verifier rejects. */
 static __always_inline __u64 qs_whist_slot(__u64 ns)
@@ -156,7 +145,7 @@ static __always_inline __u64 qs_whist_slot(__u64 ns)
 	__u64 msb, idx;
 	if (v < QS_WHIST_SUB)
 		return v;
-	msb = qs_whist_msb(v);
+	msb = qs_msb64(v);
 	idx = (msb - (QS_WHIST_SUB_BITS - 1)) * QS_WHIST_SUB +
 	      ((v >> (msb - QS_WHIST_SUB_BITS)) & (QS_WHIST_SUB - 1));
 	if (idx >= QS_WHIST_SLOTS)

@@ -282,7 +282,11 @@ static __always_inline void capture_stack(struct task_struct *task, struct pt_re
 		return;
 	e = bpf_ringbuf_reserve(&stacks, sizeof(*e), 0);
 	if (!e) {
+		/* User space drains the ring before each run and sizes it for a full budget, so
+		 * this is an anomaly: count this record, then end the run's captures, which the
+		 * next run retries (stack_seen is not set), rather than count a "loss" per thread. */
 		count_lost(QS_LOST_RINGBUF);
+		iter_captures = max_stacks_per_iter;
 		return;
 	}
 	iter_captures++;

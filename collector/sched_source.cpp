@@ -138,6 +138,18 @@ const std::string& LabelCap::label(const std::string& name) {
 
 namespace {
 
+// Stack captures per iterator run. The iterator is the ring's only producer and user space
+// drains it before every run, so a ring holding one run's budget never fills: a full ring
+// used to be reported as ~one lost event per thread of a 10,000-thread target.
+constexpr uint32_t kMaxStacksPerIter = 64;
+
+uint32_t stack_ring_bytes() {
+    const uint64_t need = uint64_t{kMaxStacksPerIter} * (sizeof(qs_stack_event) + 8 /* BPF_RINGBUF_HDR_SZ */);
+    uint64_t size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    while (size < need) size <<= 1;  // a power-of-two number of pages
+    return static_cast<uint32_t>(size);
+}
+
 struct WaitKeyLess {
     bool operator()(const qs_wait_key& a, const qs_wait_key& b) const {
         return std::memcmp(&a, &b, sizeof(a)) < 0;
@@ -216,12 +228,13 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     skel_->rodata->targ_tgid = static_cast<__u32>(pid_);
     skel_->rodata->want_stacks = cfg.want_stacks ? 1 : 0;
     skel_->rodata->stack_min_ns = static_cast<__u64>(cfg.stack_min_block_seconds * 1e9);
-    skel_->rodata->max_stacks_per_iter = 64;
+    skel_->rodata->max_stacks_per_iter = kMaxStacksPerIter;
     // Wait keys: about one per thread per wait site (a JVM parks each thread on its own
     // futex word) plus one per fd waited on; the slack covers sockets and files.
     const uint32_t threads = std::max<uint32_t>(cfg.max_threads, 256);
     bpf_check(bpf_map__set_max_entries(skel_->maps.waits, threads + 4096), "sched: size map waits");
     bpf_check(bpf_map__set_max_entries(skel_->maps.stack_seen, threads), "sched: size map stack_seen");
+    bpf_check(bpf_map__set_max_entries(skel_->maps.stacks, stack_ring_bytes()), "sched: size ring buffer stacks");
     // Kernel groups are pre-cap (comm-derived); beyond this they fold into the overflow group.
     bpf_check(bpf_map__set_max_entries(skel_->maps.rq_hist, cfg.label_cap * 4 + 64), "sched: size map rq_hist");
     if (int err = sched_bpf__load(skel_.get())) throw_bpf_error("sched: load BPF programs (sched.bpf.c)", err);
@@ -422,28 +435,37 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     std::map<qs_wait_key, qs_wait_val, WaitKeyLess> waits;
     read_waits(waits);
     std::map<std::string, Histogram> rq = read_runqueue();
-    std::vector<qs_thread_rec> recs = run_iter();
     sym_refreshed_ = false;
-    if (ring_buffer__consume(rb_) < 0) snap.partial.push_back("sched: ring buffer read failed");
+    // Drain the previous run's captures (the attach-time seeding run's, on the first tick)
+    // so this run has the whole ring, then this run's.
+    bool rb_failed = ring_buffer__consume(rb_) < 0;
+    std::vector<qs_thread_rec> recs = run_iter();
+    rb_failed |= ring_buffer__consume(rb_) < 0;
+    if (rb_failed) snap.partial.push_back("sched: ring buffer read failed");
     fds_->refresh();
 
     // Lost events: per-CPU counters summed.
     {
         const int ncpu = libbpf_num_possible_cpus();
         std::vector<uint64_t> per(static_cast<size_t>(std::max(ncpu, 1)));
-        uint64_t total = 0, full = 0;
+        // Named per counter, so a report says which map or buffer dropped what.
+        static const char* const what[QS_LOST_MAX] = {
+            "waits map full (time attributed to syscall \"other\")",
+            "runqueue map full (attributed to group \"other\")",
+            "stack records (ring buffer full)",
+            "per-thread state unavailable",
+        };
+        uint64_t total = 0;
+        std::string detail;
         for (uint32_t i = 0; i < QS_LOST_MAX; i++) {
             if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.lost), &i, per.data()) != 0) continue;
             uint64_t s = 0;
             for (auto v : per) s += v;
             total += s;
-            if (i == QS_LOST_WAITS_FULL || i == QS_LOST_GROUPS_FULL) full += s;
+            if (s) detail += (detail.empty() ? "" : "; ") + std::to_string(s) + " " + what[i];
         }
-        if (total > 0) {
-            std::string note = "sched: " + std::to_string(total) + " events lost since attach";
-            if (full) note += " (" + std::to_string(full) + " to full maps: attributed to group/syscall \"other\")";
-            snap.partial.push_back(note);
-        }
+        if (total > 0)
+            snap.partial.push_back("sched: " + std::to_string(total) + " events lost since attach: " + detail);
         lost_ = total;
     }
     if (!stack_warning_.empty()) snap.warnings.push_back(stack_warning_);

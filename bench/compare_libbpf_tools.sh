@@ -7,20 +7,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-ROUNDS=5 SECS=5 OUT=""
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --rounds) ROUNDS=$2; shift 2;;
-    --seconds) SECS=$2; shift 2;;
-    --out) OUT=$2; shift 2;;
-    *) echo "usage: $0 [--rounds N] [--seconds S] [--out FILE]" >&2; exit 2;;
-  esac
-done
-[[ $(id -u) -eq 0 ]] || { echo "compare: needs root (BPF)" >&2; exit 1; }
+. bench/lib.sh
+bench_args compare "$@"
 for t in runqlat offcputime wrk nginx; do command -v $t >/dev/null || { echo "compare: $t missing (apt-get install libbpf-tools wrk nginx)" >&2; exit 1; }; done
-B=${QSCOPE_BUILD_DIR:-build}
-# QSCOPE_BENCH_NO_BUILD=1: measure the binaries as built (a shared tree changes under you).
-[[ -n ${QSCOPE_BENCH_NO_BUILD:-} ]] || cmake --build "$B" -j2 --target qscope >/dev/null
+bench_build qscope
 Q=$B/qscope
 work=$(mktemp -d /tmp/qscope-cmp-XXXXXX)
 tool_pids=()

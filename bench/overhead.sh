@@ -15,19 +15,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-ROUNDS=5 SECS=5 OUT=""
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --rounds) ROUNDS=$2; shift 2;;
-    --seconds) SECS=$2; shift 2;;
-    --out) OUT=$2; shift 2;;
-    *) echo "usage: $0 [--rounds N] [--seconds S] [--out FILE]" >&2; exit 2;;
-  esac
-done
-[[ $(id -u) -eq 0 ]] || { echo "bench: needs root (BPF)" >&2; exit 1; }
-B=${QSCOPE_BUILD_DIR:-build}
-# QSCOPE_BENCH_NO_BUILD=1: measure the binaries as built (a shared tree changes under you).
-[[ -n ${QSCOPE_BENCH_NO_BUILD:-} ]] || cmake --build "$B" -j2 --target qscope qs_server qs_load qs_syscall_bench >/dev/null
+. bench/lib.sh
+bench_args bench "$@"
+bench_build qscope qs_server qs_load qs_syscall_bench
 Q=$B/qscope T=$B/targets
 work=$(mktemp -d /tmp/qscope-bench-XXXXXX)
 pids=()

@@ -1,0 +1,24 @@
+# Sourced by the bench scripts: their shared flags, the root check and the build step.
+
+# bench_args NAME "$@": --rounds N (5), --seconds S (5), --out FILE → ROUNDS, SECS, OUT.
+bench_args() {
+  local name=$1; shift
+  ROUNDS=5 SECS=5 OUT=""
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      --rounds) ROUNDS=$2; shift 2;;
+      --seconds) SECS=$2; shift 2;;
+      --out) OUT=$2; shift 2;;
+      *) echo "usage: $0 [--rounds N] [--seconds S] [--out FILE]" >&2; exit 2;;
+    esac
+  done
+  [[ $(id -u) -eq 0 ]] || { echo "$name: needs root (BPF)" >&2; exit 1; }
+}
+
+# bench_build TARGET...: B = the build dir (QSCOPE_BUILD_DIR, default build), the targets
+# built there first — unless QSCOPE_BENCH_NO_BUILD=1: measure the binaries as built (a
+# shared tree changes under you).
+bench_build() {
+  B=${QSCOPE_BUILD_DIR:-build}
+  [[ -n ${QSCOPE_BENCH_NO_BUILD:-} ]] || cmake --build "$B" -j2 --target "$@" >/dev/null
+}

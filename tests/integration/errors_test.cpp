@@ -31,13 +31,6 @@ int stderr_lines(const std::string& err) {
     return n;
 }
 
-std::string read_text(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
 // A kernel thread: PID 2 (kthreadd) on a normal host; otherwise any PF_KTHREAD process.
 int find_kernel_thread() {
     auto is_kthread = [](int pid) {
@@ -54,23 +47,6 @@ int find_kernel_thread() {
     for (int pid = 3; pid < 200; ++pid)
         if (is_kthread(pid)) return pid;
     return -1;
-}
-
-// Does the process hold BPF programs yet (fdinfo shows prog_id)? Means it has attached.
-bool holds_bpf_programs(pid_t pid) {
-    const std::string dir = "/proc/" + std::to_string(pid) + "/fdinfo";
-    DIR* d = opendir(dir.c_str());
-    if (!d) return false;
-    bool found = false;
-    while (auto* e = readdir(d)) {
-        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' &&
-            read_text(dir + "/" + e->d_name).find("prog_id:") != std::string::npos) {
-            found = true;
-            break;
-        }
-    }
-    closedir(d);
-    return found;
 }
 
 std::vector<std::string> as_nobody(std::vector<std::string> argv) {

@@ -52,7 +52,7 @@ std::string temp_dir(const std::string& prefix) {
     return p;
 }
 
-static std::string slurp(const std::string& path) {
+std::string read_text(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     std::ostringstream ss;
     ss << f.rdbuf();
@@ -114,8 +114,8 @@ void Proc::kill_and_wait() {
     }
 }
 
-std::string Proc::out() const { return out_path_.empty() ? "" : slurp(out_path_); }
-std::string Proc::err() const { return err_path_.empty() ? "" : slurp(err_path_); }
+std::string Proc::out() const { return out_path_.empty() ? "" : read_text(out_path_); }
+std::string Proc::err() const { return err_path_.empty() ? "" : read_text(err_path_); }
 
 std::string Proc::wait_for_output(const std::string& needle, double timeout) {
     const double end = now_s() + timeout;
@@ -254,6 +254,22 @@ bool wait_attached(pid_t qscope_pid, double timeout_seconds) {
     return false;
 }
 
+bool holds_bpf_programs(pid_t pid) {
+    const std::string dir = "/proc/" + std::to_string(pid) + "/fdinfo";
+    DIR* d = opendir(dir.c_str());
+    if (!d) return false;
+    bool found = false;
+    while (auto* e = readdir(d)) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        if (read_text(dir + "/" + e->d_name).find("prog_id:") != std::string::npos) {
+            found = true;
+            break;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
 // ---- oracles ---------------------------------------------------------------------------
 static uint16_t port_of(const std::string& addr) {
     auto p = addr.rfind(':');
@@ -311,12 +327,12 @@ std::vector<TaskState> proc_tasks(pid_t pid) {
     while (ls >> tid) {
         TaskState t;
         t.tid = std::atoi(tid.c_str());
-        const std::string stat = slurp(dir + tid + "/stat");
+        const std::string stat = read_text(dir + tid + "/stat");
         auto o = stat.find('('), c = stat.rfind(')');
         if (o == std::string::npos || c == std::string::npos) continue;
         t.comm = stat.substr(o + 1, c - o - 1);
         t.state = c + 2 < stat.size() ? stat[c + 2] : '?';
-        const std::string sc = slurp(dir + tid + "/syscall");
+        const std::string sc = read_text(dir + tid + "/syscall");
         if (sc.rfind("running", 0) == 0)
             t.syscall = -1;
         else if (!sc.empty())
@@ -335,7 +351,7 @@ uint64_t proc_rss_kib(pid_t pid) {
 }
 
 nlohmann::json read_counters(const std::string& path) {
-    const std::string text = slurp(path);
+    const std::string text = read_text(path);
     if (text.empty()) return nullptr;
     try {
         return nlohmann::json::parse(text);

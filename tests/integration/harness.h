@@ -82,6 +82,9 @@ bool wait_for_port(uint16_t port, double timeout_seconds, const char* host = "12
 // qscope has attached when its process holds the sock family's BPF links (it prints nothing
 // in --json mode); waits for them, then 0.3 s for the seeding walk.
 bool wait_attached(pid_t qscope_pid, double timeout_seconds);
+// Any BPF program held yet (a prog_id in /proc/PID/fdinfo)? Attach in any mode, even one
+// that loads no sock links (e.g. a target refused halfway).
+bool holds_bpf_programs(pid_t pid);
 void sleep_s(double seconds);
 double now_s();  // monotonic seconds
 
@@ -110,6 +113,8 @@ std::vector<TaskState> proc_tasks(pid_t pid);
 uint64_t proc_rss_kib(pid_t pid);
 // Reads a one-line JSON counters file written by our targets; null if absent/partial.
 nlohmann::json read_counters(const std::string& path);
+// The whole file ("" when unreadable).
+std::string read_text(const std::string& path);
 std::string temp_dir(const std::string& prefix);  // fresh directory under /tmp
 // Minimal blocking HTTP/1.0 GET; returns the body ("" on failure). For stub_status etc.
 std::string http_get(const std::string& host, uint16_t port, const std::string& path, double timeout_seconds = 5);

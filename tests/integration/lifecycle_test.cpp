@@ -24,35 +24,10 @@ using namespace qs_test;
 
 namespace {
 
-std::string read_text(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
 std::string comm_of(pid_t pid) {
     std::string c = read_text("/proc/" + std::to_string(pid) + "/comm");
     while (!c.empty() && c.back() == '\n') c.pop_back();
     return c;
-}
-
-// Does the process hold BPF programs yet (fdinfo shows prog_id)? Used only to wait for
-// attach before acting, so the event under test happens while qscope observes.
-bool holds_bpf_programs(pid_t pid) {
-    const std::string dir = "/proc/" + std::to_string(pid) + "/fdinfo";
-    DIR* d = opendir(dir.c_str());
-    if (!d) return false;
-    bool found = false;
-    while (auto* e = readdir(d)) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        if (read_text(dir + "/" + e->d_name).find("prog_id:") != std::string::npos) {
-            found = true;
-            break;
-        }
-    }
-    closedir(d);
-    return found;
 }
 
 // Waits for attach (at most `timeout`), then a short settle. Returns whether it attached.

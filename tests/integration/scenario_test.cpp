@@ -31,15 +31,8 @@ constexpr double kPoolTimeout = 3.0;
 constexpr int kPool = 10;
 constexpr int kMaxThreads = 200;
 
-std::string slurp(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
 json load_json(const std::string& path) {
-    std::string s = slurp(path);
+    std::string s = read_text(path);
     if (s.empty()) return nullptr;
     try {
         return json::parse(s);
@@ -162,14 +155,14 @@ Run run_scenario(const std::string& profile) {
     r.stats_end = load_json(r.dir + "/stats-end.json");
     r.stats_end2 = load_json(r.dir + "/stats-end2.json");
     r.vthreads = load_json(r.dir + "/vthreads.json");
-    r.jstack = slurp(r.dir + "/jstack.txt");
-    r.jfr_summary = slurp(r.dir + "/jfr-summary.txt");
-    std::string rc = slurp(r.dir + "/qscope.json.rc");
+    r.jstack = read_text(r.dir + "/jstack.txt");
+    r.jfr_summary = read_text(r.dir + "/jfr-summary.txt");
+    std::string rc = read_text(r.dir + "/qscope.json.rc");
     r.qs_rc = rc.empty() ? -1 : std::stoi(rc);
-    rc = slurp(r.dir + "/qscope2.json.rc");
+    rc = read_text(r.dir + "/qscope2.json.rc");
     r.qs2_rc = rc.empty() ? -1 : std::stoi(rc);
     {
-        std::istringstream in(slurp(r.dir + "/stats.jsonl"));
+        std::istringstream in(read_text(r.dir + "/stats.jsonl"));
         std::string line;
         while (std::getline(in, line)) try {
                 r.stats.push_back(json::parse(line));
@@ -177,7 +170,7 @@ Run run_scenario(const std::string& profile) {
             }
     }
     {
-        std::istringstream in(slurp(r.dir + "/samples.tsv"));
+        std::istringstream in(read_text(r.dir + "/samples.tsv"));
         std::string line;
         while (std::getline(in, line)) {
             Sample s;
@@ -188,19 +181,19 @@ Run run_scenario(const std::string& profile) {
         }
     }
     {
-        std::istringstream in(slurp(r.dir + "/end.txt"));
+        std::istringstream in(read_text(r.dir + "/end.txt"));
         std::string k;
         double v;
         while (in >> k >> v) r.end[k] = v;
-        std::istringstream in2(slurp(r.dir + "/end2.txt"));
+        std::istringstream in2(read_text(r.dir + "/end2.txt"));
         while (in2 >> k >> v) r.end2[k] = v;
-        std::istringstream e(slurp(r.dir + "/env.txt"));
+        std::istringstream e(read_text(r.dir + "/env.txt"));
         std::string kv;
         while (e >> kv)
             if (auto eq = kv.find('='); eq != std::string::npos) r.env[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     {
-        std::istringstream in(slurp(r.dir + "/pg_samples.tsv"));
+        std::istringstream in(read_text(r.dir + "/pg_samples.tsv"));
         std::string line;
         while (std::getline(in, line)) {
             double t;
@@ -209,7 +202,7 @@ Run run_scenario(const std::string& profile) {
         }
     }
     {
-        std::istringstream in(slurp(r.dir + "/probes.txt"));
+        std::istringstream in(read_text(r.dir + "/probes.txt"));
         std::string line;
         while (std::getline(in, line)) {
             Run::Probe p{};

@@ -2,12 +2,15 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <string_view>
 
 #include "target.h"
 
@@ -127,42 +130,56 @@ std::string format_proc_net_addr(const std::string& hex, bool v6) {
     return std::string("[") + buf + "]";
 }
 
-static bool split_addr_port(const std::string& field, bool v6, std::string& addr, uint16_t& port) {
+static bool split_addr_port(std::string_view field, bool v6, std::string& addr, uint16_t& port) {
     const auto colon = field.find(':');
-    if (colon == std::string::npos) return false;
-    addr = format_proc_net_addr(field.substr(0, colon), v6);
+    if (colon == std::string_view::npos) return false;
+    addr = format_proc_net_addr(std::string(field.substr(0, colon)), v6);
     if (addr.empty()) return false;
-    char* e = nullptr;
-    const unsigned long p = std::strtoul(field.c_str() + colon + 1, &e, 16);
-    if (*e != '\0' || p > 65535) return false;
+    const std::string_view ps = field.substr(colon + 1);
+    if (ps.empty() || ps.size() > 4) return false;
+    unsigned p = 0;
+    for (char c : ps) {
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return false;
+        p = p * 16 + static_cast<unsigned>(d);
+    }
     port = static_cast<uint16_t>(p);
     return true;
 }
 
+// Hand-rolled (no streams): a netns with 10,000 connections has 20,000 lines here, and
+// this runs on the way to the first `top` frame.
 std::vector<TcpSocket> parse_proc_net_tcp(const std::string& text, bool v6) {
     std::vector<TcpSocket> out;
-    std::istringstream in(text);
-    std::string line;
+    const std::string_view all(text);
     bool header = true;
-    while (std::getline(in, line)) {
+    std::string_view f[10];
+    for (size_t pos = 0; pos < all.size();) {
+        size_t eol = all.find('\n', pos);
+        if (eol == std::string_view::npos) eol = all.size();
+        const std::string_view line = all.substr(pos, eol - pos);
+        pos = eol + 1;
         if (header) {  // "  sl  local_address rem_address   st tx_queue ..."
             header = false;
-            if (line.find("local_address") != std::string::npos) continue;
+            if (line.find("local_address") != std::string_view::npos) continue;
         }
-        std::istringstream ls(line);
-        std::vector<std::string> f;
-        std::string t;
-        while (ls >> t) f.push_back(t);
         // sl local remote st tx:rx tr:when retrnsmt uid timeout inode ...
-        if (f.size() < 10) continue;
+        size_t n = 0;
+        for (size_t i = 0; i < line.size() && n < 10;) {
+            while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) i++;
+            const size_t b = i;
+            while (i < line.size() && line[i] != ' ' && line[i] != '\t') i++;
+            if (i > b) f[n++] = line.substr(b, i - b);
+        }
+        if (n < 10) continue;
         TcpSocket s;
         std::string la, ra;
         if (!split_addr_port(f[1], v6, la, s.local_port)) continue;
         if (!split_addr_port(f[2], v6, ra, s.remote_port)) continue;
         s.local = la + ":" + std::to_string(s.local_port);
         s.remote = ra + ":" + std::to_string(s.remote_port);
-        s.state = static_cast<int>(std::strtol(f[3].c_str(), nullptr, 16));
-        s.inode = std::strtoull(f[9].c_str(), nullptr, 10);
+        s.state = static_cast<int>(std::strtol(std::string(f[3]).c_str(), nullptr, 16));
+        s.inode = std::strtoull(std::string(f[9]).c_str(), nullptr, 10);
         out.push_back(std::move(s));
     }
     return out;
@@ -183,12 +200,30 @@ void FdResolver::set_tcp_tables(const std::vector<TcpSocket>& socks) {
     tcp_loaded_this_tick_ = true;
 }
 
+// One read() per 1 MiB instead of per stream buffer: /proc/net/tcp with 20,000 sockets is
+// ~3 MB, and each read resumes the kernel's walk of the socket hash.
+static bool read_big_file(const std::string& path, std::string& out) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    out.clear();
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            ::close(fd);
+            return n == 0;
+        }
+        out.append(buf.data(), static_cast<size_t>(n));
+    }
+}
+
 void FdResolver::load_tcp() {
     std::vector<TcpSocket> all;
     std::string text;
     const std::string base = "/proc/" + std::to_string(pid_) + "/net/";
-    if (read_file(base + "tcp", text)) all = parse_proc_net_tcp(text, false);
-    if (read_file(base + "tcp6", text)) {
+    if (read_big_file(base + "tcp", text)) all = parse_proc_net_tcp(text, false);
+    if (read_big_file(base + "tcp6", text)) {
         auto v6 = parse_proc_net_tcp(text, true);
         all.insert(all.end(), v6.begin(), v6.end());
     }

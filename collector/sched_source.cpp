@@ -10,6 +10,7 @@
 #include "sched_source.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <set>
 #include <unordered_map>
@@ -180,6 +182,7 @@ private:
     std::vector<qs_thread_rec> run_iter();
     void on_stack(const qs_stack_event& e);
     static int ringbuf_cb(void* ctx, void* data, size_t size);
+    void ready_symbolizer();
     std::string resource_of(const qs_wait_key& k, std::string& kind, const StackInfo* st);
 
     QSCOPE_SKEL_PTR(sched) skel_;
@@ -187,6 +190,7 @@ private:
     std::vector<bpf_link*> links_;
     ring_buffer* rb_ = nullptr;
     std::unique_ptr<Symbolizer> sym_;
+    std::future<std::unique_ptr<Symbolizer>> sym_pending_;  // being built off the start path
     std::unique_ptr<FdResolver> fds_;
     Config cfg_;
     int pid_ = 0;
@@ -218,10 +222,15 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     pid_ = target.pid();
     groups_ = std::make_unique<LabelCap>(cfg.label_cap);
     fds_ = std::make_unique<FdResolver>(pid_);
-    for (const char* tp : {"sched_switch", "sched_wakeup", "sched_wakeup_new"})
-        if (!btf_tracepoint_exists(tp))
-            throw Error(Exit::kernel, std::string("kernel BTF lacks the ") + tp +
-                                          " tracepoint (tp_btf/" + tp + "): the sched probes cannot attach");
+    {
+        // One parse of the kernel's BTF (~20 ms) for the three checks, not one each.
+        std::unique_ptr<btf, void (*)(btf*)> vmlinux(btf__load_vmlinux_btf(), btf__free);
+        for (const char* tp : {"sched_switch", "sched_wakeup", "sched_wakeup_new"})
+            if (!vmlinux || btf__find_by_name_kind(vmlinux.get(), (std::string("btf_trace_") + tp).c_str(),
+                                                   BTF_KIND_TYPEDEF) <= 0)
+                throw Error(Exit::kernel, std::string("kernel BTF lacks the ") + tp + " tracepoint (tp_btf/" + tp +
+                                              "): the sched probes cannot attach");
+    }
 
     skel_.reset(sched_bpf__open());
     if (!skel_) throw_bpf_error("sched: open BPF object", errno);
@@ -276,11 +285,15 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     if (!rb_) throw_bpf_error("sched: open ring buffer stacks", errno);
 
     if (cfg.want_stacks) {
-        try {
-            sym_ = std::make_unique<Symbolizer>(pid_);
-        } catch (const std::exception& e) {
-            stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
-        }
+        // Reading and sorting /proc/kallsyms (~120k symbols, ~120 ms) would otherwise happen
+        // at the first tick's first kernel frame, on the path to the first frame: do it
+        // while the other sources load. The thread owns the symbolizer until ready_symbolizer().
+        const int pid = pid_;
+        sym_pending_ = std::async(std::launch::async, [pid] {
+            auto sym = std::make_unique<Symbolizer>(pid);
+            sym->symbolize_kernel({0});  // loads the kernel symbol table once per process
+            return sym;
+        });
     }
     // Seed threads that are blocked right now, so their waits count from attach.
     run_iter();
@@ -294,6 +307,15 @@ int SchedSource::ringbuf_cb(void* ctx, void* data, size_t size) {
     if (kind == QS_EV_STACK && size >= sizeof(qs_stack_event))
         self->on_stack(*static_cast<const qs_stack_event*>(data));
     return 0;
+}
+
+void SchedSource::ready_symbolizer() {
+    if (!sym_pending_.valid()) return;
+    try {
+        sym_ = sym_pending_.get();
+    } catch (const std::exception& e) {
+        stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
+    }
 }
 
 void SchedSource::on_stack(const qs_stack_event& e) {
@@ -435,6 +457,7 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     std::map<qs_wait_key, qs_wait_val, WaitKeyLess> waits;
     read_waits(waits);
     std::map<std::string, Histogram> rq = read_runqueue();
+    ready_symbolizer();
     sym_refreshed_ = false;
     // Drain the previous run's captures (the attach-time seeding run's, on the first tick)
     // so this run has the whole ring, then this run's.

@@ -33,7 +33,7 @@ void Collector::add_default_sources() {
 
 void Collector::add_source(std::unique_ptr<Source> s) { sources_.push_back(std::move(s)); }
 
-void Collector::start() {
+void Collector::start(const StartProgress& progress) {
     target_ = Target::open(cfg_.pid);
     check_bpf_privileges();
     // Without the target's fd table its listeners are invisible and its clients would read
@@ -52,10 +52,15 @@ void Collector::start() {
     // slowest source instead of the sum (bench/top_startup.sh).
     const uint64_t t0 = monotonic_ns();
     std::vector<std::exception_ptr> errors(sources_.size());
+    std::vector<std::pair<std::string, bool>> state;
+    for (const auto& s : sources_) state.emplace_back(s->name(), false);
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t finished = 0;
     std::vector<std::thread> starters;
     starters.reserve(sources_.size());
     for (size_t i = 0; i < sources_.size(); i++) {
-        starters.emplace_back([this, i, &errors] {
+        starters.emplace_back([&, i] {
             const uint64_t ts = monotonic_ns();
             try {
                 sources_[i]->start(target_, cfg_);
@@ -64,7 +69,32 @@ void Collector::start() {
             }
             if (cfg_.verbose)
                 std::fprintf(stderr, "qscope: start %s %.0f ms\n", sources_[i]->name(), (monotonic_ns() - ts) / 1e6);
+            std::lock_guard<std::mutex> g(mu);
+            state[i].second = true;
+            finished++;
+            cv.notify_all();
         });
+    }
+    {
+        // The caller's thread reports progress (a UI draws from its own thread only).
+        std::unique_lock<std::mutex> lk(mu);
+        size_t reported = static_cast<size_t>(-1);
+        while (true) {
+            if (progress && finished != reported) {
+                reported = finished;
+                const auto copy = state;
+                lk.unlock();
+                try {
+                    progress(copy);
+                } catch (...) {
+                    // Progress is cosmetic; the starters must still be joined below.
+                }
+                lk.lock();
+                continue;  // re-check: more may have finished while drawing
+            }
+            if (finished == sources_.size()) break;
+            cv.wait(lk);
+        }
     }
     for (auto& t : starters) t.join();
     if (cfg_.verbose) std::fprintf(stderr, "qscope: start total %.0f ms\n", (monotonic_ns() - t0) / 1e6);

@@ -6,7 +6,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "config.h"
@@ -27,8 +29,11 @@ public:
     void add_default_sources();
     void add_source(std::unique_ptr<Source> s);
 
-    // Validates the target, checks privileges and BTF, starts every source. Throws Error.
-    void start();
+    // Validates the target, checks privileges and BTF, starts every source (concurrently).
+    // Throws Error. `progress`, if set, runs on the calling thread with each source's name
+    // and whether it is attached yet: once before any has finished, then at each change.
+    using StartProgress = std::function<void(const std::vector<std::pair<std::string, bool>>&)>;
+    void start(const StartProgress& progress = {});
     // Builds one snapshot now and publishes it. Call from one thread at a time.
     std::shared_ptr<const Snapshot> tick();
     // Ticks every interval on a background thread until stop(); `on_tick` runs after

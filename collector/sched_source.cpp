@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -165,6 +166,7 @@ struct Cum {  // cumulative figures of one kernel wait key, as of one read
 
 struct StackInfo {
     std::vector<std::string> user, kernel;
+    std::vector<uint64_t> kernel_ips;  // captured before the kernel symbol table was loaded
 };
 
 std::string group_of(const char g[QS_COMM_LEN]) { return std::string(g, strnlen(g, QS_COMM_LEN)); }
@@ -182,7 +184,7 @@ private:
     std::vector<qs_thread_rec> run_iter();
     void on_stack(const qs_stack_event& e);
     static int ringbuf_cb(void* ctx, void* data, size_t size);
-    void ready_symbolizer();
+    bool kernel_symbols_ready();
     std::string resource_of(const qs_wait_key& k, std::string& kind, const StackInfo* st);
 
     QSCOPE_SKEL_PTR(sched) skel_;
@@ -190,7 +192,8 @@ private:
     std::vector<bpf_link*> links_;
     ring_buffer* rb_ = nullptr;
     std::unique_ptr<Symbolizer> sym_;
-    std::future<std::unique_ptr<Symbolizer>> sym_pending_;  // being built off the start path
+    std::future<void> ksyms_loading_;  // the kernel symbol table, loaded off the start path
+    bool ksyms_ready_ = false;
     std::unique_ptr<FdResolver> fds_;
     Config cfg_;
     int pid_ = 0;
@@ -285,15 +288,25 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     if (!rb_) throw_bpf_error("sched: open ring buffer stacks", errno);
 
     if (cfg.want_stacks) {
-        // Reading and sorting /proc/kallsyms (~120k symbols, ~120 ms) would otherwise happen
-        // at the first tick's first kernel frame, on the path to the first frame: do it
-        // while the other sources load. The thread owns the symbolizer until ready_symbolizer().
-        const int pid = pid_;
-        sym_pending_ = std::async(std::launch::async, [pid] {
-            auto sym = std::make_unique<Symbolizer>(pid);
-            sym->symbolize_kernel({0});  // loads the kernel symbol table once per process
-            return sym;
-        });
+        try {
+            sym_ = std::make_unique<Symbolizer>(pid_);
+        } catch (const std::exception& e) {
+            stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
+        }
+        // Reading and sorting /proc/kallsyms (~120k symbols, 100-150 ms) would otherwise sit
+        // on the path to the first frame: load it on a thread of its own (the table is one
+        // per process; a throwaway symbolizer because one instance is not thread-safe), and
+        // name kernel frames captured before it is ready at the tick that finds it ready.
+        if (sym_) {
+            const int pid = pid_;
+            ksyms_loading_ = std::async(std::launch::async, [pid] {
+                try {
+                    Symbolizer(pid).symbolize_kernel({0});
+                } catch (const std::exception&) {
+                    // The tick's own symbolize_kernel() call reports it.
+                }
+            });
+        }
     }
     // Seed threads that are blocked right now, so their waits count from attach.
     run_iter();
@@ -309,13 +322,13 @@ int SchedSource::ringbuf_cb(void* ctx, void* data, size_t size) {
     return 0;
 }
 
-void SchedSource::ready_symbolizer() {
-    if (!sym_pending_.valid()) return;
-    try {
-        sym_ = sym_pending_.get();
-    } catch (const std::exception& e) {
-        stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
+bool SchedSource::kernel_symbols_ready() {
+    if (!ksyms_ready_ && ksyms_loading_.valid() &&
+        ksyms_loading_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        ksyms_loading_.get();
+        ksyms_ready_ = true;
     }
+    return ksyms_ready_;
 }
 
 void SchedSource::on_stack(const qs_stack_event& e) {
@@ -333,14 +346,17 @@ void SchedSource::on_stack(const qs_stack_event& e) {
             std::vector<uint64_t> ips = sym_->unwind(e.ustack);
             st.user = sym_->symbolize_user(ips);
             std::vector<uint64_t> kips(e.kstack, e.kstack + std::min<uint32_t>(e.kstack_len, QS_KSTACK_DEPTH));
-            st.kernel = sym_->symbolize_kernel(kips);
+            if (kernel_symbols_ready())
+                st.kernel = sym_->symbolize_kernel(kips);
+            else
+                st.kernel_ips = std::move(kips);
         } catch (const std::exception& ex) {
             // One bad sample must not cost the tick; the wait keeps its numbers.
             if (!stacks_failed_) stack_warning_ = std::string("sched: stack unwinding failed: ") + ex.what();
             stacks_failed_ = true;
         }
     }
-    if (!st.user.empty() || !st.kernel.empty()) stacks_[k] = std::move(st);
+    if (!st.user.empty() || !st.kernel.empty() || !st.kernel_ips.empty()) stacks_[k] = std::move(st);
 }
 
 void SchedSource::read_waits(std::map<qs_wait_key, qs_wait_val, WaitKeyLess>& out) {
@@ -457,7 +473,6 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     std::map<qs_wait_key, qs_wait_val, WaitKeyLess> waits;
     read_waits(waits);
     std::map<std::string, Histogram> rq = read_runqueue();
-    ready_symbolizer();
     sym_refreshed_ = false;
     // Drain the previous run's captures (the attach-time seeding run's, on the first tick)
     // so this run has the whole ring, then this run's.
@@ -466,6 +481,18 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     rb_failed |= ring_buffer__consume(rb_) < 0;
     if (rb_failed) snap.partial.push_back("sched: ring buffer read failed");
     fds_->refresh();
+    if (sym_ && kernel_symbols_ready()) {
+        for (auto& [k, st] : stacks_) {
+            if (st.kernel_ips.empty()) continue;
+            try {
+                st.kernel = sym_->symbolize_kernel(st.kernel_ips);
+            } catch (const std::exception& ex) {
+                if (!stacks_failed_) stack_warning_ = std::string("sched: kernel stack symbolization failed: ") + ex.what();
+                stacks_failed_ = true;
+            }
+            st.kernel_ips.clear();
+        }
+    }
 
     // Lost events: per-CPU counters summed.
     {

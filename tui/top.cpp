@@ -250,7 +250,11 @@ int run_top(const Config& cfg, const TopOptions& opt) {
 
     Collector col(cfg);
     col.add_default_sources();
-    col.start();
+    col.start([&](const std::vector<std::pair<std::string, bool>>& progress) {
+        ui.attach_progress = progress;
+        draw(nullptr);
+    });
+    ui.attach_progress.clear();
     auto server = maybe_listen(col, opt);
     col.run_in_background([&](const std::shared_ptr<const Snapshot>& s) {
         std::lock_guard<std::mutex> g(mu);

@@ -1069,7 +1069,29 @@ void draw_attaching(Grid& g, const UiState& ui) {
              {{"qscope ", Role::header},
               {"attaching to pid " + std::to_string(ui.pid) + (ui.unicode ? "…" : "..."), Role::normal}},
              w, ui.unicode);
-    if (g.height() > 2) put_line(g, 0, 1, {{"loading probes; the first snapshot follows", Role::dim}}, w, ui.unicode);
+    if (g.height() <= 2) return;
+    if (ui.attach_progress.empty()) {
+        put_line(g, 0, 1, {{"loading probes; the first snapshot follows", Role::dim}}, w, ui.unicode);
+        return;
+    }
+    // Which views are still attaching, so a slow probe family is visible as such.
+    auto view_of = [](const std::string& source) -> std::string {
+        if (source == "sock") return "requests";
+        if (source == "sched") return "threads";
+        if (source == "jvm") return "carriers";
+        return source;
+    };
+    Line l = {{"loading probes: ", Role::dim}};
+    for (size_t i = 0; i < ui.attach_progress.size(); ++i) {
+        const auto& [source, ready] = ui.attach_progress[i];
+        if (i) l.push_back({ui.unicode ? " · " : ", ", Role::dim});
+        l.push_back({view_of(source) + " ", Role::normal});
+        if (ready)
+            l.push_back({ui.unicode ? "✓" : "ok", Role::ok});
+        else
+            l.push_back({ui.unicode ? "…" : "...", Role::dim});
+    }
+    put_line(g, 0, 1, l, w, ui.unicode);
 }
 
 }  // namespace

@@ -64,6 +64,8 @@ struct UiState {
     bool unicode = true;             // false: ASCII glyphs only (non-UTF-8 locale)
     double interval_seconds = 1.0;
     std::string flash;               // a transient one-line message in the footer
+    // While attaching: each probe family (collector source name) and whether it is loaded.
+    std::vector<std::pair<std::string, bool>> attach_progress;
 };
 
 // Sort orders a panel can cycle through with `s` (first = default); empty: not sortable.

@@ -75,6 +75,15 @@ TEST_CASE("golden: attaching frame", "[tui][golden]") {
     check_golden("attaching_80x24", nullptr, 80, 24, ui_at(), h);
 }
 
+TEST_CASE("golden: attaching frame with probe families loading", "[tui][golden]") {
+    History h;
+    UiState ui = ui_at();
+    ui.attach_progress = {{"sock", true}, {"sched", false}, {"jvm", true}};
+    check_golden("attaching_progress_80x24", nullptr, 80, 24, ui, h);
+    ui.unicode = false;
+    check_golden("attaching_progress_ascii_80x24", nullptr, 80, 24, ui, h);
+}
+
 TEST_CASE("golden: idle server", "[tui][golden]") {
     const Snapshot s = idle();
     const History h = history_for(s);

@@ -136,6 +136,9 @@ TEST_CASE("no frame overflows or garbles, for any shape, size and UI state", "[t
     UiState ui;
     for (int w : widths)
         for (int ht : heights) check_frame(render(nullptr, w, ht, ui, History()), w, ht);
+    ui.attach_progress = {{"sock", true}, {"sched", false}, {"jvm", false}, {"future_source", true}};
+    for (int w : widths)
+        for (int ht : heights) check_frame(render(nullptr, w, ht, ui, History()), w, ht);
 }
 
 TEST_CASE("ASCII mode emits only ASCII", "[tui]") {

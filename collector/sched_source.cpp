@@ -16,11 +16,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <future>
 #include <memory>
 #include <set>
 #include <unordered_map>
@@ -184,7 +182,6 @@ private:
     std::vector<qs_thread_rec> run_iter();
     void on_stack(const qs_stack_event& e);
     static int ringbuf_cb(void* ctx, void* data, size_t size);
-    bool kernel_symbols_ready();
     std::string resource_of(const qs_wait_key& k, std::string& kind, const StackInfo* st);
 
     QSCOPE_SKEL_PTR(sched) skel_;
@@ -192,8 +189,9 @@ private:
     std::vector<bpf_link*> links_;
     ring_buffer* rb_ = nullptr;
     std::unique_ptr<Symbolizer> sym_;
-    std::future<void> ksyms_loading_;  // the kernel symbol table, loaded off the start path
-    bool ksyms_ready_ = false;
+    // Kernel frames are named from the second tick on: the first load of /proc/kallsyms
+    // (~120k symbols, 100-150 ms of CPU) is not worth delaying the first frame for.
+    bool name_kernel_frames_ = false;
     std::unique_ptr<FdResolver> fds_;
     Config cfg_;
     int pid_ = 0;
@@ -225,16 +223,6 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     pid_ = target.pid();
     groups_ = std::make_unique<LabelCap>(cfg.label_cap);
     fds_ = std::make_unique<FdResolver>(pid_);
-    {
-        // One parse of the kernel's BTF (~20 ms) for the three checks, not one each.
-        std::unique_ptr<btf, void (*)(btf*)> vmlinux(btf__load_vmlinux_btf(), btf__free);
-        for (const char* tp : {"sched_switch", "sched_wakeup", "sched_wakeup_new"})
-            if (!vmlinux || btf__find_by_name_kind(vmlinux.get(), (std::string("btf_trace_") + tp).c_str(),
-                                                   BTF_KIND_TYPEDEF) <= 0)
-                throw Error(Exit::kernel, std::string("kernel BTF lacks the ") + tp + " tracepoint (tp_btf/" + tp +
-                                              "): the sched probes cannot attach");
-    }
-
     skel_.reset(sched_bpf__open());
     if (!skel_) throw_bpf_error("sched: open BPF object", errno);
     skel_->rodata->targ_tgid = static_cast<__u32>(pid_);
@@ -249,7 +237,17 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     bpf_check(bpf_map__set_max_entries(skel_->maps.stacks, stack_ring_bytes()), "sched: size ring buffer stacks");
     // Kernel groups are pre-cap (comm-derived); beyond this they fold into the overflow group.
     bpf_check(bpf_map__set_max_entries(skel_->maps.rq_hist, cfg.label_cap * 4 + 64), "sched: size map rq_hist");
-    if (int err = sched_bpf__load(skel_.get())) throw_bpf_error("sched: load BPF programs (sched.bpf.c)", err);
+    if (int err = sched_bpf__load(skel_.get())) {
+        // Name a missing tracepoint rather than libbpf's errno. Checked only on failure: a
+        // parse of the kernel's BTF costs ~20 ms on the way to the first frame.
+        std::unique_ptr<btf, void (*)(btf*)> vmlinux(btf__load_vmlinux_btf(), btf__free);
+        for (const char* tp : {"sched_switch", "sched_wakeup", "sched_wakeup_new"})
+            if (!vmlinux || btf__find_by_name_kind(vmlinux.get(), (std::string("btf_trace_") + tp).c_str(),
+                                                   BTF_KIND_TYPEDEF) <= 0)
+                throw Error(Exit::kernel, std::string("kernel BTF lacks the ") + tp + " tracepoint (tp_btf/" + tp +
+                                              "): the sched probes cannot attach");
+        throw_bpf_error("sched: load BPF programs (sched.bpf.c)", err);
+    }
 
     // Overflow buckets the programs fall back to when a map is full.
     qs_wait_key ok{};
@@ -293,20 +291,6 @@ void SchedSource::start(const Target& target, const Config& cfg) {
         } catch (const std::exception& e) {
             stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
         }
-        // Reading and sorting /proc/kallsyms (~120k symbols, 100-150 ms) would otherwise sit
-        // on the path to the first frame: load it on a thread of its own (the table is one
-        // per process; a throwaway symbolizer because one instance is not thread-safe), and
-        // name kernel frames captured before it is ready at the tick that finds it ready.
-        if (sym_) {
-            const int pid = pid_;
-            ksyms_loading_ = std::async(std::launch::async, [pid] {
-                try {
-                    Symbolizer(pid).symbolize_kernel({0});
-                } catch (const std::exception&) {
-                    // The tick's own symbolize_kernel() call reports it.
-                }
-            });
-        }
     }
     // Seed threads that are blocked right now, so their waits count from attach.
     run_iter();
@@ -320,15 +304,6 @@ int SchedSource::ringbuf_cb(void* ctx, void* data, size_t size) {
     if (kind == QS_EV_STACK && size >= sizeof(qs_stack_event))
         self->on_stack(*static_cast<const qs_stack_event*>(data));
     return 0;
-}
-
-bool SchedSource::kernel_symbols_ready() {
-    if (!ksyms_ready_ && ksyms_loading_.valid() &&
-        ksyms_loading_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-        ksyms_loading_.get();
-        ksyms_ready_ = true;
-    }
-    return ksyms_ready_;
 }
 
 void SchedSource::on_stack(const qs_stack_event& e) {
@@ -346,7 +321,7 @@ void SchedSource::on_stack(const qs_stack_event& e) {
             std::vector<uint64_t> ips = sym_->unwind(e.ustack);
             st.user = sym_->symbolize_user(ips);
             std::vector<uint64_t> kips(e.kstack, e.kstack + std::min<uint32_t>(e.kstack_len, QS_KSTACK_DEPTH));
-            if (kernel_symbols_ready())
+            if (name_kernel_frames_)
                 st.kernel = sym_->symbolize_kernel(kips);
             else
                 st.kernel_ips = std::move(kips);
@@ -474,6 +449,7 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     read_waits(waits);
     std::map<std::string, Histogram> rq = read_runqueue();
     sym_refreshed_ = false;
+    name_kernel_frames_ = tick.index > 0;
     // Drain the previous run's captures (the attach-time seeding run's, on the first tick)
     // so this run has the whole ring, then this run's.
     bool rb_failed = ring_buffer__consume(rb_) < 0;
@@ -481,7 +457,7 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     rb_failed |= ring_buffer__consume(rb_) < 0;
     if (rb_failed) snap.partial.push_back("sched: ring buffer read failed");
     fds_->refresh();
-    if (sym_ && kernel_symbols_ready()) {
+    if (sym_ && name_kernel_frames_) {
         for (auto& [k, st] : stacks_) {
             if (st.kernel_ips.empty()) continue;
             try {

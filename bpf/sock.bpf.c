@@ -244,11 +244,26 @@ static __always_inline __u32 sk_unread(struct sock *sk)
 	return qs_unread_bytes(tp->rcv_nxt, tp->copied_seq, sk->__sk_common.skc_flags);
 }
 
+/* Accepted children the full table could not take at their handshake (already counted in
+ * lost_conn_full): their accept() must not count them a second time as connections queued
+ * before the attach. An entry matters only while its socket waits in an accept queue
+ * (bounded by the backlogs); LRU evicts the rest, and an eviction can only over-count. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u8);
+} conns_lost SEC(".maps");
+
 static __always_inline void conn_insert(__u64 key, const struct qs_conn *c)
 {
 	long err = bpf_map_update_elem(&conns, &key, c, BPF_ANY);
-	if (err)
+	if (err) {
+		__u8 one = 1;
 		__sync_fetch_and_add(&lost_conn_full, 1);
+		if (c->dir == QS_DIR_IN)
+			bpf_map_update_elem(&conns_lost, &key, &one, BPF_ANY);
+	}
 }
 
 /* Insert unless present; 1 when inserted. A full map is counted, an existing entry is not. */
@@ -561,6 +576,13 @@ static __always_inline void on_accept_ret(long ret)
 					       BPF_CORE_READ(sk, __sk_common.skc_flags));
 		qs_conn_seed(&nc, QS_DIR_IN, idx, bpf_ktime_get_ns(), unread, 0, &e);
 		e.accepted = 1;
+	}
+	if (bpf_map_lookup_elem(&conns_lost, &key)) {
+		/* Its handshake was seen, and lost (counted then): a slot freed since takes it. */
+		bpf_map_delete_elem(&conns_lost, &key);
+		if (bpf_map_update_elem(&conns, &key, &nc, BPF_NOEXIST) == 0)
+			apply(&nc, &e, 0);
+		return;
 	}
 	if (!conn_insert_new(key, &nc))
 		return;

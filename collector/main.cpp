@@ -30,6 +30,15 @@ static void add_common(CLI::App* app, Config& cfg) {
     app->add_option("--label-cap", cfg.label_cap, "peers, groups and ports beyond this fold into \"other\"")
         ->capture_default_str();
     app->add_flag("-v,--verbose", cfg.verbose, "more diagnostics on stderr (-vv: libbpf debug)");
+    // Kernel memory is preallocated for every slot, so the default is a trade-off; a server
+    // with more open connections than this is still measured, minus the excess, which is
+    // counted in lost_events and named in `partial`.
+    app->add_option("--max-connections", cfg.max_connections,
+                    "connections tracked at once (BPF map size); beyond it they are counted as lost, never "
+                    "silently missed")
+        ->check(CLI::Range(64u, 4u << 20))
+        ->capture_default_str()
+        ->group("Advanced");
 }
 
 // CLI11 has an exit code per parse error kind; ours is one: 2, bad usage. --help and

@@ -8,6 +8,10 @@
 // Latency is measured from the request write (from connect() with --new-conn-per-request)
 // to the last response byte.
 //
+// --rate R: open loop instead, R requests per second in total (each of the C threads starts
+// one every C/R seconds, on schedule; a thread that falls behind does not burst to catch up
+// more than a second's worth). With --new-conn-per-request, R is the new connections per second.
+//
 // --connect-only C --hold S: open C connections at once (non-blocking), send one request on
 // each as it connects, never read, close them after S seconds. Fills accept queues.
 #include <arpa/inet.h>
@@ -46,6 +50,7 @@ struct Options {
     std::string path = "/";
     int connect_only = 0;
     double hold_s = 0;
+    double rate = 0;  // requests/s over all threads; 0 = closed loop
 };
 Options g_opt;
 
@@ -53,7 +58,7 @@ Options g_opt;
     std::fprintf(stderr,
                  "qs_load: %s\n"
                  "usage: qs_load --host H --port P --connections C --duration S\n"
-                 "               [--new-conn-per-request] [--timeout-ms T] [--out F] [--path /x]\n"
+                 "               [--new-conn-per-request] [--rate R] [--timeout-ms T] [--out F] [--path /x]\n"
                  "       qs_load --host H --port P --connect-only C --hold S [--out F] [--path /x]\n",
                  why.c_str());
     std::exit(2);
@@ -92,6 +97,7 @@ void parse_args(int argc, char** argv) {
         else if (a == "--path") g_opt.path = next();
         else if (a == "--connect-only") g_opt.connect_only = static_cast<int>(parse_dbl(a, next(), 1, 1000000));
         else if (a == "--hold") g_opt.hold_s = parse_dbl(a, next(), 0, 86400 * 7);
+        else if (a == "--rate") g_opt.rate = parse_dbl(a, next(), 0.001, 1e7);
         else usage("unknown flag " + a);
     }
     if (g_opt.port < 0) usage("--port is required");
@@ -286,13 +292,28 @@ struct ThreadStats {
 };
 
 double g_deadline = 0;
+const ThreadStats* g_stats_base = nullptr;  // thread i's stats are g_stats_base[i]
 
 void* client_main(void* arg) {
     auto* st = static_cast<ThreadStats*>(arg);
     pthread_setname_np(pthread_self(), "qs-load");
     int fd = -1;
     std::string buf;
+    // Open loop: this thread's slots are `interval` apart, staggered across threads.
+    const double interval = g_opt.rate > 0 ? g_opt.connections / g_opt.rate : 0;
+    double next_start = now_s() + interval * static_cast<double>(st - g_stats_base) / g_opt.connections;
     while (now_s() < g_deadline) {
+        if (interval > 0) {
+            double t = now_s();
+            if (next_start < t - 1.0) next_start = t - 1.0;
+            if (next_start > t) {
+                if (next_start >= g_deadline) break;
+                const double d = next_start - t;
+                timespec ts{static_cast<time_t>(d), static_cast<long>((d - static_cast<double>(static_cast<time_t>(d))) * 1e9)};
+                nanosleep(&ts, nullptr);
+            }
+            next_start += interval;
+        }
         double t0 = now_s();
         double req_deadline = g_opt.timeout_ms > 0 ? t0 + g_opt.timeout_ms / 1000.0 : 1e300;
         Io r = Io::ok;
@@ -361,6 +382,7 @@ void emit(const std::string& json) {
 
 int run_load() {
     std::vector<ThreadStats> stats(static_cast<size_t>(g_opt.connections));
+    g_stats_base = stats.data();
     std::vector<pthread_t> threads;
     pthread_attr_t attr;
     pthread_attr_init(&attr);

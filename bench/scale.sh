@@ -2,7 +2,7 @@
 # The collector at scale: CPU at ~10k requests/s, peak RSS and lost events with 10,000
 # connections and 10,000 threads, and the wall time to the first full `top` frame.
 # Needs root; loopback only; bounded (~1 minute).
-#   sudo bench/scale.sh [--seconds S=10] [--out FILE]
+#   sudo bench/scale.sh [--seconds S=10] [--out FILE]     (TOP_RUNS=N: runs per top-frame timing)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -34,10 +34,10 @@ out "|---|---|"
 # --- collector CPU at ~10k req/s: 64 connections x 6 ms service time caps the rate near 10.7k/s.
 $T/qs_server --port 0 --workers 64 --service-ms 6 >"$work/s1.log" 2>&1 & pids+=($!); s1=$!
 p1=$(ready_port "$work/s1.log")
-$Q snapshot --pid "$s1" --duration $((SECS + 4)) --json >"$work/q1.json" 2>"$work/q1.err" & qp=$!
+$Q snapshot --pid "$s1" --duration $((SECS + 5)) --json >"$work/q1.json" 2>"$work/q1.err" & qp=$!
 # --json prints nothing until the end: attached = the collector holds BPF program fds.
 for _ in $(seq 200); do grep -qs '^prog_id' /proc/$qp/fdinfo/* && break; sleep 0.05; done
-sleep 1
+sleep 2.5  # past tick 1, which loads /proc/kallsyms once (~0.15 s of CPU): steady state only
 c0=$(cpu_ns "$qp")
 $T/qs_load --host 127.0.0.1 --port "$p1" --connections 64 --duration "$SECS" >"$work/l1.json" 2>/dev/null
 c1=$(cpu_ns "$qp")
@@ -62,11 +62,10 @@ wait "$qp" || true
 out "| peak RSS (VmHWM) with $threads target threads and $n established connections | $((hwm / 1024)) MiB (snapshot of ${SECS}s, wall $(( ($(date +%s%N)-t0)/1000000 )) ms) |"
 out "| lost_events in that snapshot | $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("lost_events"))' "$work/q2.json" 2>/dev/null || echo "no JSON: $(tail -2 "$work/q2.err")") |"
 
-# --- time to the first full top frame against that same large target, and a small one.
+# --- time to the first full top frame against that same large target, and a small one:
+# TOP_RUNS runs each (default 10), median and p90 (bench/top_startup.sh).
 for tgt in small large; do
   pid=$s2; [[ $tgt == small ]] && { $T/qs_server --port 0 --workers 4 >"$work/s3.log" 2>&1 & pids+=($!); pid=$!; ready_port "$work/s3.log" >/dev/null; }
-  t0=$(date +%s%N)
-  TERM=xterm script -qec "$Q top --pid $pid --iterations 1" /dev/null >"$work/top.out" 2>&1 || true
-  ms=$(( ($(date +%s%N)-t0)/1000000 ))
-  out "| wall time, start to exit after first top frame ($tgt target: $(awk '/^Threads/{print $2}' /proc/$pid/status) threads) | $ms ms ($(wc -c <"$work/top.out") bytes drawn) |"
+  r=$(QSCOPE_BUILD_DIR=$B "$root/bench/top_startup.sh" --pid "$pid" --runs "${TOP_RUNS:-10}"); r=${r%%$'\n'*}
+  out "| wall time, start to exit after first top frame ($tgt target: $(awk '/^Threads/{print $2}' /proc/$pid/status) threads) | ${r#*: } |"
 done

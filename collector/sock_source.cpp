@@ -384,6 +384,7 @@ private:
         }
         idx = static_cast<__u32>(n);
         __atomic_store_n(&skel_->bss->port_stats[idx].port, static_cast<__u32>(port), __ATOMIC_RELEASE);
+        __atomic_fetch_or(&skel_->bss->port_bits[port / 64], 1ULL << (port % 64), __ATOMIC_RELEASE);
         if (bpf_map_update_elem(bpf_map__fd(skel_->maps.port_idx), &key, &idx, BPF_NOEXIST) != 0 &&
             bpf_map_lookup_elem(bpf_map__fd(skel_->maps.port_idx), &key, &idx) != 0)
             throw_bpf_error("sock: registering listening port " + std::to_string(port) + " in map port_idx", errno);

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "app.h"
 #include "errors.h"
@@ -44,6 +45,14 @@ static void add_common(CLI::App* app, Config& cfg) {
 // CLI11 has an exit code per parse error kind; ours is one: 2, bad usage. --help and
 // --version stay 0.
 static int usage_exit(CLI::App& app, const CLI::ParseError& e) {
+    // CLI11 would say "--pid: At Most 1 required but received 2": say what to do instead.
+    const std::string what = e.what();
+    if (what.rfind("--pid", 0) == 0 && what.find("At Most 1") != std::string::npos) {
+        std::fprintf(stderr,
+                     "qscope: one target per qscope: run one qscope per PID (any number of qscopes may watch the "
+                     "same PID)\n");
+        return static_cast<int>(Exit::usage);
+    }
     const int rc = app.exit(e);
     return rc == 0 ? 0 : static_cast<int>(Exit::usage);
 }

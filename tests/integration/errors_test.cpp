@@ -143,6 +143,8 @@ TEST_CASE("bad flags: exit 2 with a message naming the flag", "[errors]") {
         {{"snapshot", "--duration", "1"}, "--pid"},
         {{"frobnicate", "--pid", pid}, "frobnicate"},
         {{"export", "--pid", pid, "--listen", "not-an-address"}, "not-an-address"},
+        // one qscope, two targets: refused with what to do instead
+        {{"snapshot", "--pid", pid, "--pid", "1"}, "run one qscope per PID"},
     };
     for (const auto& c : cases) {
         auto r = run_qscope(c.args, 30);

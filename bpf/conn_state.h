@@ -43,6 +43,7 @@
 #define QS_A_UNREAD   1      /* receive queue holds request bytes the app has not read */
 #define QS_A_ACCEPTED 2      /* the app owns it (accept returned it, or it read from it) */
 #define QS_A_COUNTED  4      /* counted in waiting_unread: UNREAD && ACCEPTED */
+#define QS_A_CLOSED   8      /* closed: no bit is set again (an accept racing the close) */
 #define QS_A_RACED    (~(__u64)0)  /* qs_aflags_update lost every compare-and-swap */
 
 #define QS_MSG_PEEK 2        /* MSG_PEEK: reading without consuming starts nothing */
@@ -100,6 +101,8 @@ static __always_inline __u64 qs_aflags_update(struct qs_conn *c, __u64 set, __u6
 	for (i = 0; i < 4; i++) {
 		__u64 old = c->aflags;
 		__u64 nw = (old | set) & ~clear;
+		if (old & QS_A_CLOSED)
+			return QS_A_RACED;   /* its gauges are already undone: change nothing */
 		int want = (nw & QS_A_UNREAD) && (nw & QS_A_ACCEPTED);
 		nw = want ? (nw | QS_A_COUNTED) : (nw & ~(__u64)QS_A_COUNTED);
 		if (nw == old)
@@ -247,7 +250,7 @@ static __always_inline void qs_on_arrival(struct qs_conn *c, __u64 now, __u32 un
 static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, int flags,
 				       __u32 unread_after, struct qs_effects *e)
 {
-	if (ret <= 0 || (flags & QS_MSG_PEEK))
+	if (ret <= 0 || (flags & QS_MSG_PEEK) || (c->aflags & QS_A_CLOSED))
 		return;
 	if (c->dir == QS_DIR_OUT) {
 		if (c->state == QS_ST_BUSY) {
@@ -284,7 +287,7 @@ static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, in
  * response: the caller then classifies its status line. */
 static __always_inline int qs_on_write(struct qs_conn *c, __u64 now, int ret, struct qs_effects *e)
 {
-	if (ret <= 0)
+	if (ret <= 0 || (c->aflags & QS_A_CLOSED))
 		return 0;
 	if (c->dir == QS_DIR_OUT) {
 		if (c->state == QS_ST_IDLE) {
@@ -322,6 +325,7 @@ static __always_inline void qs_on_established(struct qs_conn *c, __u64 now, stru
 /* -> TCP_CLOSE: undo every gauge this connection holds. The entry is deleted after. */
 static __always_inline void qs_on_close(struct qs_conn *c, struct qs_effects *e)
 {
+	__u64 old;
 	if (c->dir == QS_DIR_OUT) {
 		if (c->state == QS_ST_CONNECTING) {
 			e->connect_fail = 1;
@@ -335,9 +339,12 @@ static __always_inline void qs_on_close(struct qs_conn *c, struct qs_effects *e)
 	}
 	if (c->state == QS_ST_REQUEST)
 		e->d_in_flight -= 1;
-	if (c->aflags & QS_A_ACCEPTED)
+	/* The connection count is undone from the same compare-and-swap that closes the flags:
+	 * an accept() (process context) racing a reset (softirq) either set ACCEPTED first, and
+	 * this sees it, or finds CLOSED and counts nothing. A plain read here left +1 behind. */
+	old = qs_aflags_update(c, QS_A_CLOSED, QS_A_UNREAD | QS_A_ACCEPTED, e);
+	if (old != QS_A_RACED && (old & QS_A_ACCEPTED))
 		e->d_conns -= 1;
-	qs_aflags_update(c, 0, QS_A_UNREAD | QS_A_ACCEPTED, e);
 	c->state = QS_ST_IDLE;
 }
 

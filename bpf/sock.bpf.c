@@ -566,10 +566,16 @@ static __always_inline void on_accept_ret(long ret)
 		apply(c, &e, 0);
 		return;
 	}
-	/* Queued before attach (no handshake seen): track it from now, without a wait. */
+	/* Queued before attach (no handshake seen): track it from now, without a wait. A child
+	 * reset between accept() and this exit has already passed its close: never track it. */
 	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP ||
 	    !lookup_port(BPF_CORE_READ(sk, __sk_common.skc_num), &idx))
 		return;
+	{
+		__u8 st = BPF_CORE_READ(sk, __sk_common.skc_state);
+		if (st != QS_TCP_ESTABLISHED && st != QS_TCP_CLOSE_WAIT)
+			return;
+	}
 	{
 		struct tcp_sock *tp = (struct tcp_sock *)sk;
 		__u32 unread = qs_unread_bytes(BPF_CORE_READ(tp, rcv_nxt), BPF_CORE_READ(tp, copied_seq),

@@ -297,6 +297,29 @@ TEST_CASE("seeded work back-dated from the socket: a real completion and latency
     CHECK(idle.c.t_req == 0);
 }
 
+TEST_CASE("a reset racing accept(): the connection count never keeps a +1", "[sock]") {
+    // The client resets between the kernel handing the child to accept() and the accept
+    // probe: the close comes first. Nothing that arrives after it may count anything.
+    Conn k = inbound(100);
+    k.arrive(110, 20);
+    k.close();
+    k.accept(120);
+    k.read(130, 20);
+    CHECK(k.write(140, 10) == 0);
+    CHECK(k.g.conns == 0);
+    CHECK(k.g.accepted == 0);
+    CHECK(k.g.in_flight == 0);
+    CHECK(k.g.unread == 0);
+
+    Conn a = inbound(100);           // accept first, then the reset: +1 then -1
+    a.accept(110);
+    a.arrive(115, 20);
+    a.close();
+    CHECK(a.g.conns == 0);
+    CHECK(a.g.unread == 0);
+    CHECK(a.g.accepted == 1);
+}
+
 TEST_CASE("outbound: connect latency, busy calls, close while busy", "[sock]") {
     Conn k;
     qs_conn_init_outbound(&k.c, 1000, 9);

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 
 #include <catch2/catch.hpp>
+#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -109,6 +110,12 @@ TEST_CASE("sock_diag: errors and truncation are reported, not crashed on", "[soc
     append(buf, &e, sizeof(e));
     std::vector<DiagSocket> out;
     CHECK_THROWS_AS(parse_sock_diag(buf.data(), buf.size(), out), Error);
+    // a corrupt error code whose negation overflows (fuzz_sock_diag): still just an Error
+    buf.clear();
+    append(buf, &h, sizeof(h));
+    e.error = INT_MIN;
+    append(buf, &e, sizeof(e));
+    CHECK_THROWS_WITH(parse_sock_diag(buf.data(), buf.size(), out), Catch::Contains("unknown error"));
 
     std::vector<uint8_t> good;
     add_diag(good, AF_INET, "0.0.0.0", 80, 10, 0, 128, 1, 0);

@@ -52,6 +52,8 @@ std::string temp_dir(const std::string& prefix) {
     return p;
 }
 
+ScratchFile::~ScratchFile() { ::unlink(path.c_str()); }
+
 std::string read_text(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     std::ostringstream ss;

@@ -113,6 +113,15 @@ std::vector<TaskState> proc_tasks(pid_t pid);
 uint64_t proc_rss_kib(pid_t pid);
 // Reads a one-line JSON counters file written by our targets; null if absent/partial.
 nlohmann::json read_counters(const std::string& path);
+// A file removed when this goes out of scope. Declare it before the process that writes it
+// (e.g. a target's --counters-file): the process is stopped first, then the file goes, even
+// when a REQUIRE ends the test early.
+struct ScratchFile {
+    std::string path;
+    explicit ScratchFile(std::string p) : path(std::move(p)) {}
+    ScratchFile(const ScratchFile&) = delete;
+    ~ScratchFile();
+};
 // The whole file ("" when unreadable).
 std::string read_text(const std::string& path);
 std::string temp_dir(const std::string& prefix);  // fresh directory under /tmp

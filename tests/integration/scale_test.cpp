@@ -127,7 +127,8 @@ TEST_CASE("10000 concurrent connections: tracked live and seeded; equal to ss", 
     raise_nofile(65536);
     const uint16_t port = 25110, mport = 25111;
     const int n = 10000;
-    const std::string counters = shm_path("conc");
+    const ScratchFile counters_file(shm_path("conc"));
+    const std::string& counters = counters_file.path;
     // 64 workers serve; the acceptor takes every connection regardless (they wait for a
     // worker in the server's own queue, accepted and open).
     auto srv = start_target("qs_server", {"--port", std::to_string(port), "--workers", "64", "--backlog", "4096",
@@ -172,14 +173,14 @@ TEST_CASE("10000 concurrent connections: tracked live and seeded; equal to ss", 
     load.kill_and_wait();
     exp.signal(SIGTERM);
     CHECK(exp.wait(10) == 0);
-    ::unlink(counters.c_str());
 }
 
 TEST_CASE("5000+ new connections per second: accepted and completed equal the server's; no leak", "[scale][integration]") {
     if (!require_root()) return;
     raise_nofile(65536);
     const uint16_t port = 25120;
-    const std::string counters = shm_path("churn");
+    const ScratchFile counters_file(shm_path("churn"));
+    const std::string& counters = counters_file.path;
     auto srv = start_target("qs_server", {"--port", std::to_string(port), "--workers", "16", "--keepalive=0",
                                           "--backlog", "4096", "--counters-file", counters});
     const double load_s = 6;
@@ -233,7 +234,6 @@ TEST_CASE("5000+ new connections per second: accepted and completed equal the se
     CHECK(s["requests"]["in_flight"].get<long>() == 0);
     CHECK(s["lost_events"].get<uint64_t>() == 0);
     CHECK(s["partial"].empty());
-    ::unlink(counters.c_str());
 }
 
 TEST_CASE("connection table smaller than the load: the excess is counted exactly and marked partial",
@@ -242,7 +242,8 @@ TEST_CASE("connection table smaller than the load: the excess is counted exactly
     raise_nofile(65536);
     const uint16_t port = 25130, mport = 25131;
     const int n = 2000, table = 500;
-    const std::string counters = shm_path("full");
+    const ScratchFile counters_file(shm_path("full"));
+    const std::string& counters = counters_file.path;
     auto srv = start_target("qs_server", {"--port", std::to_string(port), "--workers", "64", "--backlog", "4096",
                                           "--counters-file", counters});
     const std::string pid = std::to_string(srv.proc.pid());
@@ -296,5 +297,4 @@ TEST_CASE("connection table smaller than the load: the excess is counted exactly
     load.kill_and_wait();
     exp.signal(SIGTERM);
     CHECK(exp.wait(10) == 0);
-    ::unlink(counters.c_str());
 }

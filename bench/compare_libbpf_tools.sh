@@ -22,15 +22,7 @@ cleanup() {
 }
 trap cleanup EXIT
 PORT=${COMPARE_PORT:-25180}
-mkdir -p "$work/nginx/logs"
-cat >"$work/nginx.conf" <<NGX
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx/logs/error.log warn;
-events { worker_connections 1024; }
-http { access_log off; server { listen 127.0.0.1:$PORT backlog=1024; location / { return 200 "ok"; } } }
-NGX
-nginx -c "$work/nginx.conf" -p "$work/nginx"
+bench_nginx "$work" "$PORT"
 sleep 0.5
 W=$(pgrep -P "$(cat "$work/nginx.pid")" | head -1)
 results=$work/results.tsv; : >"$results"

@@ -37,18 +37,7 @@ results=$work/results.tsv
 ready_port() { for _ in $(seq 200); do grep -q 'READY port=' "$1" 2>/dev/null && { sed -n 's/.*READY port=\([0-9]*\).*/\1/p' "$1" | head -1; return; }; sleep 0.05; done; echo "not ready: $1" >&2; exit 1; }
 
 # --- peers -------------------------------------------------------------------------------
-mkdir -p "$work/nginx/logs"
-cat >"$work/nginx.conf" <<NGX
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx/logs/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  server { listen 127.0.0.1:25080 backlog=1024; location / { return 200 "ok"; } }
-}
-NGX
-nginx -c "$work/nginx.conf" -p "$work/nginx"
+bench_nginx "$work" 25080
 sleep 0.5
 nginx_worker=$(pgrep -P "$(cat "$work/nginx.pid")" | head -1)
 $T/qs_server --port 0 --workers 2 >"$work/idle.log" 2>&1 & pids+=($!); idle_pid=$!

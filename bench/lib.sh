@@ -1,15 +1,17 @@
 # Sourced by the bench scripts: their shared flags, the root check and the build step.
 
-# bench_args NAME "$@": --rounds N (5), --seconds S (5), --out FILE → ROUNDS, SECS, OUT.
+# bench_args NAME "$@": --rounds N (5), --seconds S (5), --out FILE, --parts P (abc; overhead.sh)
+# → ROUNDS, SECS, OUT, PARTS.
 bench_args() {
   local name=$1; shift
-  ROUNDS=5 SECS=5 OUT=""
+  ROUNDS=5 SECS=5 OUT="" PARTS=abc
   while [[ $# -gt 0 ]]; do
     case $1 in
       --rounds) ROUNDS=$2; shift 2;;
       --seconds) SECS=$2; shift 2;;
       --out) OUT=$2; shift 2;;
-      *) echo "usage: $0 [--rounds N] [--seconds S] [--out FILE]" >&2; exit 2;;
+      --parts) PARTS=$2; shift 2;;
+      *) echo "usage: $0 [--rounds N] [--seconds S] [--out FILE] [--parts abc]" >&2; exit 2;;
     esac
   done
   [[ $(id -u) -eq 0 ]] || { echo "$name: needs root (BPF)" >&2; exit 1; }

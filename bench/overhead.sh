@@ -3,21 +3,26 @@
 # and without qscope attached, reported as ratios with their spread (never absolute times
 # compared across runs). Needs root. Loopback only; bounded.
 #
-#   sudo bench/overhead.sh [--rounds N=5] [--seconds S=5] [--out FILE]
+#   sudo bench/overhead.sh [--rounds N=5] [--seconds S=5] [--out FILE] [--parts abc]
 #
 # (a) wrk → nginx serving a static 2-byte response (~4 us/request, the worst case):
-#     baseline | qscope attached to another process | qscope attached to nginx
+#     baseline | floor | qscope attached to another process | qscope attached to nginx
 # (b) the bundled qs_server with a realistic 2 ms service time under qs_load
 # (c) syscall micro-benchmarks: getppid, futex wake, loopback ping-pong; baseline |
-#     qscope attached elsewhere (filtered-out cost) | qscope attached to the benchmark
-# plus, from the kernel's own accounting (kernel.bpf_stats_enabled), each qscope program's
-# average ns per invocation and invocations/s, and the collector's CPU % and RSS.
+#     floor | qscope attached elsewhere (filtered-out cost) | qscope attached to the benchmark
+# (a) also runs the floor: an empty BPF program on each of the same hooks (bench/floor.bpf.c),
+#     what any tool attached there pays before doing anything.
+# plus, from the kernel's own accounting (kernel.bpf_stats_enabled), each program's average
+# ns per invocation and invocations/s for the floor, qscope filtered out and qscope targeted,
+# and the collector's CPU % and RSS. bpf_stats is ON only in that separate window: its two
+# clock reads per program run would otherwise be part of every throughput ratio.
+#   --parts abc picks parts (a), (b), (c); the report covers what ran.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 . bench/lib.sh
 bench_args bench "$@"
-bench_build qscope qs_server qs_load qs_syscall_bench
+bench_build qscope qs_server qs_load qs_syscall_bench qs_floor
 Q=$B/qscope T=$B/targets
 work=$(mktemp -d /tmp/qscope-bench-XXXXXX)
 pids=()
@@ -30,7 +35,7 @@ cleanup() {
 }
 trap cleanup EXIT
 old_stats=$(sysctl -n kernel.bpf_stats_enabled)
-sysctl -qw kernel.bpf_stats_enabled=1
+sysctl -qw kernel.bpf_stats_enabled=0
 results=$work/results.tsv
 : >"$results"
 
@@ -51,6 +56,14 @@ attach() {
   for _ in $(seq 200); do grep -q 'observing PID' "$log" 2>/dev/null && break; kill -0 $qp 2>/dev/null || { cat "$log" >&2; exit 1; }; sleep 0.05; done
   sleep 0.5   # first tick: seeding of existing sockets/threads is done
   echo $qp
+}
+# Starts the empty programs of bench/floor.bpf.c; echoes the loader's pid.
+attach_floor() {
+  local log=$work/floor-$RANDOM.log
+  $B/bench/qs_floor "$B/bench/floor.bpf.o" >"$log" 2>&1 &
+  local fp=$!
+  for _ in $(seq 200); do grep -q READY "$log" 2>/dev/null && break; kill -0 $fp 2>/dev/null || { cat "$log" >&2; exit 1; }; sleep 0.05; done
+  echo $fp
 }
 # SIGINT must end a snapshot promptly; the time it takes is recorded (stop_ms).
 detach() { local t0; t0=$(date +%s%N); kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true
@@ -76,20 +89,36 @@ cpu_ns() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{s+=$
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }  # bench condition round value
 
 # --- (a) wrk → nginx ----------------------------------------------------------------------
-echo "bench: (a) wrk -> nginx static, $ROUNDS rounds x 3 conditions x ${SECS}s" >&2
+wrk_rps() { wrk -t1 -c32 -d"${SECS}s" http://127.0.0.1:25080/ 2>/dev/null | awk '/Requests\/sec/{print $2}'; }
+if [[ $PARTS == *a* ]]; then
+echo "bench: (a) wrk -> nginx static, $ROUNDS rounds x 4 conditions x ${SECS}s" >&2
 for r in $(seq "$ROUNDS"); do
-  for cond in $(printf 'base\nother\ntarget\n' | shuf); do
-    qp=""
-    case $cond in other) qp=$(attach "$idle_pid");; target) qp=$(attach "$nginx_worker");; esac
-    [[ -n $qp ]] && { c0=$(cpu_ns "$qp"); prog_stats "$qp" >"$work/ps0"; }
-    rps=$(wrk -t1 -c32 -d"${SECS}s" http://127.0.0.1:25080/ 2>/dev/null | awk '/Requests\/sec/{print $2}')
-    record nginx "$cond" "$r" "$rps"
+  for cond in $(printf 'base\nfloor\nother\ntarget\n' | shuf); do
+    qp="" fp=""
+    case $cond in other) qp=$(attach "$idle_pid");; target) qp=$(attach "$nginx_worker");; floor) fp=$(attach_floor);; esac
+    [[ -n $qp ]] && c0=$(cpu_ns "$qp")
+    record nginx "$cond" "$r" "$(wrk_rps)"
     if [[ -n $qp ]]; then
       c1=$(cpu_ns "$qp")
       record collector_cpu_pct "$cond" "$r" "$(python3 -c "print(($c1-$c0)/1e9/$SECS*100)")"
       record collector_rss_kib "$cond" "$r" "$(rss_kib "$qp")"
-      prog_stats "$qp" >"$work/ps1"
-      python3 - "$work/ps0" "$work/ps1" "$SECS" "$cond" "$r" >>"$results" <<'PY'
+      detach "$qp"
+    fi
+    [[ -n $fp ]] && { kill -INT "$fp"; wait "$fp" 2>/dev/null || true; }
+  done
+done
+
+# Per-program cost, in a window of its own with bpf_stats on: the floor, qscope filtered
+# out (attached to an idle process: every nginx and wrk event is someone else's) and
+# qscope on nginx. The stats cover only the programs the loader's own fds hold.
+echo "bench: (a) per-program cost (bpf_stats on), 3 x ${SECS}s" >&2
+sysctl -qw kernel.bpf_stats_enabled=1
+for cond in floor other target; do
+  case $cond in other) h=$(attach "$idle_pid");; target) h=$(attach "$nginx_worker");; floor) h=$(attach_floor);; esac
+  prog_stats "$h" >"$work/ps0"
+  wrk_rps >/dev/null
+  prog_stats "$h" >"$work/ps1"
+  python3 - "$work/ps0" "$work/ps1" "$SECS" "$cond" >>"$results" <<'PY'
 import sys
 def load(p):
     d={}
@@ -99,14 +128,15 @@ def load(p):
 a,b=load(sys.argv[1]),load(sys.argv[2]); secs=float(sys.argv[3])
 for n,(c,t) in b.items():
     c0,t0=a.get(n,(0,0))
-    if c>c0: print(f"prog:{n}\t{sys.argv[4]}\t{sys.argv[5]}\t{(t-t0)/(c-c0):.1f}|{(c-c0)/secs:.0f}")
+    if c>c0: print(f"prog:{n.removeprefix('qs_').removeprefix('floor_')}\t{sys.argv[4]}\t1\t{(t-t0)/(c-c0):.1f}|{(c-c0)/secs:.0f}")
 PY
-      detach "$qp"
-    fi
-  done
+  if [[ $cond == floor ]]; then kill -INT "$h"; wait "$h" 2>/dev/null || true; else detach "$h"; fi
 done
+sysctl -qw kernel.bpf_stats_enabled=0
+fi
 
 # --- (b) realistic service time --------------------------------------------------------------
+if [[ $PARTS == *b* ]]; then
 echo "bench: (b) qs_server 2 ms service time under qs_load" >&2
 $T/qs_server --port 0 --workers 16 --service-ms 2 >"$work/real.log" 2>&1 & pids+=($!); real_pid=$!
 real_port=$(ready_port "$work/real.log")
@@ -120,26 +150,35 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 
+fi
+
 # --- (c) syscall micro-benchmarks ---------------------------------------------------------------
-echo "bench: (c) syscall micro-benchmarks" >&2
+if [[ $PARTS == *c* ]]; then
+echo "bench: (c) syscall micro-benchmarks (pinned to one CPU)" >&2
 micro() {  # mode iterations condition round
   local f=$work/go-$RANDOM
-  $B/bench/qs_syscall_bench "$1" "$2" --wait-file "$f" >"$work/micro.log" 2>&1 &
+  # Pinned: the ping-pong's two threads then hand the CPU to each other on every message
+  # (two switches, two wake-ups, two sends, two receives, two data-ready per round trip)
+  # instead of landing on one or two CPUs by chance, which swung it by microseconds.
+  taskset -c 1 $B/bench/qs_syscall_bench "$1" "$2" --wait-file "$f" >"$work/micro.log" 2>&1 &
   local bp=$! qp=""
   for _ in $(seq 100); do grep -q READY "$work/micro.log" && break; sleep 0.02; done
-  case $3 in other) qp=$(attach "$idle_pid");; target) qp=$(attach "$bp");; esac
+  local fp=""
+  case $3 in other) qp=$(attach "$idle_pid");; target) qp=$(attach "$bp");; floor) fp=$(attach_floor);; esac
   touch "$f"; wait "$bp" || true
   record "micro_$1" "$3" "$4" "$(sed -n 's/.*ns_per_op=\([0-9.]*\).*/\1/p' "$work/micro.log")"
   [[ -n $qp ]] && detach "$qp"
+  [[ -n $fp ]] && { kill -INT "$fp"; wait "$fp" 2>/dev/null || true; }
   rm -f "$f"
 }
 for r in $(seq "$ROUNDS"); do
-  for cond in $(printf 'base\nother\ntarget\n' | shuf); do
+  for cond in $(printf 'base\nfloor\nother\ntarget\n' | shuf); do
     micro getppid 3000000 "$cond" "$r"
     micro futex 3000000 "$cond" "$r"
     micro pingpong 100000 "$cond" "$r"
   done
 done
+fi
 
 # --- report --------------------------------------------------------------------------------------
 python3 - "$results" <<'PY' | tee "${OUT:-/dev/null}"
@@ -160,15 +199,21 @@ def fmt(rs, invert=False):
     return f"{(med-1)*100:+.1f}% (range {(lo-1)*100:+.1f}%..{(hi-1)*100:+.1f}%, n={len(rs)})"
 print("| benchmark | condition | change vs. baseline, median of paired rounds |")
 print("|---|---|---|")
-for cond,label in (("other","qscope attached to another process"),("target","qscope attached to nginx")):
-    print(f"| (a) wrk → nginx static, req/s | {label} | {fmt(ratios('nginx',cond))} |")
-print(f"| (b) qs_server 2 ms service, req/s | qscope attached | {fmt(ratios('realistic','target'))} |")
+for cond,label,base in (("floor","empty programs on the same hooks (floor)","base"),
+                        ("other","qscope attached to another process","base"),
+                        ("target","qscope attached to nginx","base"),
+                        ("other","qscope attached to another process, vs. the floor","floor")):
+    if by["nginx"]: print(f"| (a) wrk → nginx static, req/s | {label} | {fmt(ratios('nginx',cond,base))} |")
+if by["realistic"]: print(f"| (b) qs_server 2 ms service, req/s | qscope attached | {fmt(ratios('realistic','target'))} |")
 for m in ("getppid","futex","pingpong"):
     b=f"micro_{m}"
-    for cond,label in (("other","filtered out (attached elsewhere)"),("target","targeted")):
+    for cond,label,bc in (("floor","empty programs on the same hooks (floor)","base"),
+                          ("other","filtered out (attached elsewhere)","base"),
+                          ("target","targeted","base"),
+                          ("other","filtered out, vs. the floor","floor")):
         d=by[b]; diffs=[]
         for rnd,v in d.get(cond,{}).items():
-            base=d.get("base",{}).get(rnd)
+            base=d.get(bc,{}).get(rnd)
             if base: diffs.append(float(v)-float(base))
         if diffs: print(f"| (c) {m}, ns/op | {label} | {st.median(diffs):+.1f} ns (range {min(diffs):+.1f}..{max(diffs):+.1f}) |")
 for cond in ("other","target"):
@@ -178,12 +223,13 @@ for cond in ("other","target"):
 stops=[float(r[3]) for r in rows if r[0]=="stop_ms"]
 if stops: print(f"| qscope snapshot exit after SIGINT | all attaches | median {st.median(stops):.0f} ms, max {max(stops):.0f} ms (n={len(stops)}) |")
 print()
-print("| BPF program (during (a), qscope on nginx) | avg ns per run | runs/s |")
-print("|---|---|---|")
-progs=collections.defaultdict(list)
+progs=collections.defaultdict(dict)
 for bench,cond,rnd,val in rows:
-    if bench.startswith("prog:") and cond=="target":
-        ns,rate=val.split("|"); progs[bench[5:]].append((float(ns),float(rate)))
-for n,v in sorted(progs.items()):
-    print(f"| {n} | {st.median([a for a,_ in v]):.0f} | {st.median([b for _,b in v]):.0f} |")
+    if bench.startswith("prog:"): progs[bench[5:]][cond]=tuple(float(x) for x in val.split("|"))
+if progs:
+    print("| BPF program, during (a) with bpf_stats on | floor: empty program, ns/run | qscope filtered out, ns/run (runs/s) | qscope on nginx, ns/run (runs/s) |")
+    print("|---|---|---|---|")
+    def cell(v, rate=True): return "–" if v is None else (f"{v[0]:.0f} ({v[1]:.0f}/s)" if rate else f"{v[0]:.0f}")
+    for n,d in sorted(progs.items()):
+        print(f"| {n} | {cell(d.get('floor'), False)} | {cell(d.get('other'))} | {cell(d.get('target'))} |")
 PY

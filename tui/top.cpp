@@ -3,7 +3,9 @@
 // on its own thread; this thread only takes published snapshots (never a collector lock
 // while the kernel is read).
 #include <curses.h>
+#include <fcntl.h>
 #include <langinfo.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -76,7 +78,7 @@ public:
         keypad(stdscr, TRUE);
         set_escdelay(25);
         curs_set(0);
-        timeout(100);  // the loop polls the stop flag and new snapshots this often
+        timeout(0);  // getch() never blocks: the loop waits in poll() on the keyboard and the collector
         for (int i = 0; i < kRoleCount; ++i) attr_[i] = A_NORMAL;
         if (colour && has_colors()) {
             start_color();
@@ -247,6 +249,17 @@ int run_top(const Config& cfg, const TopOptions& opt) {
     // they outlive its thread on every way out.
     std::mutex mu;
     std::vector<std::shared_ptr<const Snapshot>> inbox;
+    // The collector thread also writes a byte here, so a new snapshot is painted at once
+    // instead of at the next keyboard poll (a 100 ms poll delayed the first frame by ~50 ms).
+    int wake[2] = {-1, -1};
+    if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) wake[0] = wake[1] = -1;
+    struct WakeCloser {
+        int* fds;
+        ~WakeCloser() {
+            for (int i = 0; i < 2; i++)
+                if (fds[i] >= 0) ::close(fds[i]);
+        }
+    } wake_closer{wake};
 
     Collector col(cfg);
     col.add_default_sources();
@@ -257,22 +270,45 @@ int run_top(const Config& cfg, const TopOptions& opt) {
     ui.attach_progress.clear();
     auto server = maybe_listen(col, opt);
     col.run_in_background([&](const std::shared_ptr<const Snapshot>& s) {
-        std::lock_guard<std::mutex> g(mu);
-        if (inbox.size() < 1024) inbox.push_back(s);
+        {
+            std::lock_guard<std::mutex> g(mu);
+            if (inbox.size() < 1024) inbox.push_back(s);
+        }
+        if (wake[1] >= 0) {
+            const char b = 1;
+            (void)!::write(wake[1], &b, 1);  // a full pipe already means "wake up"
+        }
     });
 
     std::shared_ptr<const Snapshot> shown, newest;
     int frames = 0;
     std::string last_flash;
     auto flash_since = std::chrono::steady_clock::now();
-    while (!g_stop_requested) {
+    bool quit = false, stdin_gone = false;
+    while (!g_stop_requested && !quit) {
         bool dirty = false;
-        const int ch = getch();
-        if (ch == KEY_RESIZE) {
-            dirty = true;
-        } else if (ch != ERR) {
+        // Up to 100 ms for a key, a snapshot or a signal (resize, stop): the loop also
+        // expires the flash message.
+        // A hung-up terminal stays "readable" forever: stop polling it rather than spin.
+        pollfd pf[2] = {{stdin_gone ? -1 : STDIN_FILENO, POLLIN, 0}, {wake[0], POLLIN, 0}};
+        (void)::poll(pf, 2, 100);
+        if (pf[0].revents & (POLLHUP | POLLERR | POLLNVAL)) stdin_gone = true;
+        if (wake[0] >= 0 && (pf[1].revents & POLLIN)) {
+            char drain[64];
+            while (::read(wake[0], drain, sizeof(drain)) > 0) {
+            }
+        }
+        // Every key ncurses has (it may have read several in one go).
+        for (int ch; !quit && (ch = getch()) != ERR;) {
+            if (ch == KEY_RESIZE) {
+                dirty = true;
+                continue;
+            }
             const Action a = handle_key(ui, map_key(ch), shown.get());
-            if (a == Action::quit) break;
+            if (a == Action::quit) {
+                quit = true;
+                break;
+            }
             if (a == Action::reset_window) {
                 col.reset_window();
                 live.reset_maxima();
@@ -282,8 +318,9 @@ int run_top(const Config& cfg, const TopOptions& opt) {
                 if (ui.paused) frozen = live;
                 else if (newest) shown = newest;
             }
-            dirty = a != Action::none;
+            dirty |= a != Action::none;
         }
+        if (quit) break;
         std::vector<std::shared_ptr<const Snapshot>> fresh;
         {
             std::lock_guard<std::mutex> g(mu);

@@ -28,8 +28,9 @@ std::set<uint64_t> socket_inodes(int pid) {
     char buf[64];
     while (dirent* e = readdir(d)) {
         if (e->d_name[0] == '.') continue;
-        const std::string path = dir + "/" + e->d_name;
-        const ssize_t n = readlink(path.c_str(), buf, sizeof(buf) - 1);
+        // Relative to the open directory: no path walk of /proc/PID/fd per fd (10,000 fds
+        // on a large server).
+        const ssize_t n = readlinkat(dirfd(d), e->d_name, buf, sizeof(buf) - 1);
         if (n <= 0) continue;  // closed between readdir and readlink
         if (auto ino = parse_socket_link(std::string(buf, static_cast<size_t>(n)))) out.insert(*ino);
     }

@@ -261,10 +261,28 @@ FdResolver::Resource FdResolver::name_link(const std::string& link) {
     return {kind, "other"};
 }
 
+FdResolver::~FdResolver() {
+    if (fd_dir_ >= 0) ::close(fd_dir_);
+}
+
+// readlinkat() on the open fd directory: a tick that names 10,000 fd waits (one thread per
+// connection) would otherwise walk "/proc/PID/fd/N" from the root 10,000 times.
+std::string FdResolver::read_link(int fd) {
+    if (fd_dir_ < 0) {
+        const std::string dir = "/proc/" + std::to_string(pid_) + "/fd";
+        fd_dir_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd_dir_ < 0) return read_fd_link(pid_, fd);
+    }
+    char buf[4096];
+    const ssize_t n = readlinkat(fd_dir_, std::to_string(fd).c_str(), buf, sizeof(buf) - 1);
+    if (n <= 0) return {};
+    return std::string(buf, static_cast<size_t>(n));
+}
+
 FdResolver::Resource FdResolver::resolve(int fd) {
     auto it = fd_cache_.find(fd);
     if (it != fd_cache_.end()) return it->second;
-    Resource r = name_link(read_fd_link(pid_, fd));
+    Resource r = name_link(read_link(fd));
     fd_cache_[fd] = r;
     return r;
 }

@@ -58,6 +58,9 @@ std::string format_proc_net_addr(const std::string& hex, bool v6);
 class FdResolver {
 public:
     explicit FdResolver(int pid) : pid_(pid) {}
+    ~FdResolver();
+    FdResolver(const FdResolver&) = delete;
+    FdResolver& operator=(const FdResolver&) = delete;
     struct Resource {
         std::string name;      // "127.0.0.1:5432", "inbound :8080", "listen :8080", "/var/log/x", "pipe"
         std::string kind;      // "socket", "file", "other"
@@ -71,7 +74,9 @@ public:
 private:
     Resource name_link(const std::string& link);
     void load_tcp();
+    std::string read_link(int fd);
     int pid_;
+    int fd_dir_ = -1;  // /proc/PID/fd, opened on first use: links are read relative to it
     bool tcp_loaded_this_tick_ = false;
     std::unordered_map<int, Resource> fd_cache_;
     std::unordered_map<uint64_t, TcpSocket> by_inode_;

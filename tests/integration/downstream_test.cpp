@@ -48,7 +48,8 @@ std::string shm_path(const std::string& name) {
 
 TEST_CASE("a K-connection pool opened before the attach: busy max K, call time, calls", "[sock][integration]") {
     if (!require_root()) return;
-    const std::string counters = shm_path("pool");
+    const ScratchFile counters_file(shm_path("pool"));
+    const std::string& counters = counters_file.path;
     auto ds = start_target("qs_downstream", {"--port", "18210", "--delay-ms", "20"});
     // 8 workers share 3 connections, opened at startup (before qscope attaches).
     auto srv = start_target("qs_server", {"--port", "18200", "--workers", "8", "--downstream", "127.0.0.1:18210",
@@ -76,12 +77,12 @@ TEST_CASE("a K-connection pool opened before the attach: busy max K, call time, 
     CHECK(d["call_seconds"]["p50"].get<double>() == Approx(0.020).epsilon(0.10));
     CHECK(d["connect_failures"].get<uint64_t>() == 0);
     CHECK(d["resets"].get<uint64_t>() == 0);
-    ::unlink(counters.c_str());
 }
 
 TEST_CASE("a silent partner: every worker busy on it, the oldest call ages with wall time", "[sock][integration]") {
     if (!require_root()) return;
-    const std::string counters = shm_path("silent");
+    const ScratchFile counters_file(shm_path("silent"));
+    const std::string& counters = counters_file.path;
     auto ds = start_target("qs_downstream", {"--port", "18211", "--silent"});
     auto srv = start_target("qs_server", {"--port", "18201", "--workers", "4", "--downstream", "127.0.0.1:18211",
                                           "--downstream-per-request", "--counters-file", counters});
@@ -114,7 +115,6 @@ TEST_CASE("a silent partner: every worker busy on it, the oldest call ages with 
     CHECK(grew == Approx(tb - ta).margin(0.5));
     // The first calls went out as the load started (after both attached).
     CHECK(da["oldest_busy_seconds"].get<double>() == Approx(ta - t_load).margin(0.5));
-    ::unlink(counters.c_str());
 }
 
 TEST_CASE("connect failures to a closed port, counted per peer, not as resets", "[sock][integration]") {
@@ -164,7 +164,8 @@ double wait_counter(const std::string& counters, const char* key, uint64_t want,
 // (the lower bound seeding used to give) is about the 1 s window.
 TEST_CASE("attaching mid-spike: calls stuck before the attach keep their true age", "[sock][integration]") {
     if (!require_root()) return;
-    const std::string counters = shm_path("late");
+    const ScratchFile counters_file(shm_path("late"));
+    const std::string& counters = counters_file.path;
     auto ds = start_target("qs_downstream", {"--port", "26211", "--silent"});
     auto srv = start_target("qs_server", {"--port", "26201", "--workers", "4", "--downstream", "127.0.0.1:26211",
                                           "--downstream-per-request", "--counters-file", counters});
@@ -187,12 +188,12 @@ TEST_CASE("attaching mid-spike: calls stuck before the attach keep their true ag
     const double oldest = d["oldest_busy_seconds"].get<double>();
     CHECK(oldest >= t_attach - t_stuck - 0.05);
     CHECK(oldest <= t_done - t_load + 0.05);
-    ::unlink(counters.c_str());
 }
 
 TEST_CASE("attaching mid-request: requests read before the attach keep their true age", "[sock][integration]") {
     if (!require_root()) return;
-    const std::string counters = shm_path("late-in");
+    const ScratchFile counters_file(shm_path("late-in"));
+    const std::string& counters = counters_file.path;
     auto srv = start_target("qs_server", {"--port", "26202", "--workers", "4", "--service-ms", "8000",
                                           "--counters-file", counters});
     const double t_load = now_s();
@@ -216,5 +217,4 @@ TEST_CASE("attaching mid-request: requests read before the attach keep their tru
     const double oldest = r["oldest_in_flight_seconds"].get<double>();
     CHECK(oldest >= t_attach - t_stuck - 0.05);
     CHECK(oldest <= t_done - t_load + 0.05);
-    ::unlink(counters.c_str());
 }

@@ -69,7 +69,8 @@ TEST_CASE("accept queue: backlog, peak depth vs ss, overflows vs ListenOverflows
     const std::string dir = temp_dir("qs-sock-aq");
     const std::string pause = dir + "/pause";
     std::ofstream(pause).put('x');
-    const std::string counters = shm_path("aq");
+    const ScratchFile counters_file(shm_path("aq"));
+    const std::string& counters = counters_file.path;
     auto srv = start_target("qs_server", {"--port", "18110", "--backlog", "16", "--workers", "4",
                                           "--accept-pause-file", pause, "--counters-file", counters});
     auto snap = Snap::start(srv.proc.pid(), 9);
@@ -111,12 +112,12 @@ TEST_CASE("accept queue: backlog, peak depth vs ss, overflows vs ListenOverflows
     CHECK(l["accept_wait_seconds"]["p99"].get<double>() >= 1.5);
     CHECK(l["accept_wait_seconds"]["max"].get<double>() >= 2.0);
     CHECK(l["accept_wait_seconds"]["max"].get<double>() < 8.0);
-    ::unlink(counters.c_str());
 }
 
 TEST_CASE("in flight max, completions and latency equal the server's own accounting", "[sock][integration]") {
     if (!require_root()) return;
-    const std::string counters = shm_path("if");
+    const ScratchFile counters_file(shm_path("if"));
+    const std::string& counters = counters_file.path;
     auto srv = start_target("qs_server", {"--port", "18120", "--workers", "6", "--service-ms", "50",
                                           "--counters-file", counters});
     auto snap = Snap::start(srv.proc.pid(), 6);
@@ -139,12 +140,12 @@ TEST_CASE("in flight max, completions and latency equal the server's own account
     CHECK(p50 == Approx(0.050).epsilon(0.10));
     CHECK(s["listeners"][0]["accepted"].get<uint64_t>() == c["accepted"].get<uint64_t>());
     CHECK(s["lost_events"].get<uint64_t>() == 0);
-    ::unlink(counters.c_str());
 }
 
 TEST_CASE("attached mid-spike: connections, in flight and the connector queue vs ss", "[sock][integration]") {
     if (!require_root()) return;
-    const std::string counters = shm_path("mid");
+    const ScratchFile counters_file(shm_path("mid"));
+    const std::string& counters = counters_file.path;
     // 12 keep-alive clients, 4 workers that each keep one connection: 8 connections sit in
     // the server's own queue with their request unread (Recv-Q > 0) the whole time.
     auto srv = start_target("qs_server", {"--port", "18130", "--workers", "4", "--service-ms", "300",
@@ -172,7 +173,6 @@ TEST_CASE("attached mid-spike: connections, in flight and the connector queue vs
     CHECK(r["in_flight"].get<int64_t>() == c["in_flight"].get<int64_t>());
     CHECK(r["oldest_unread_seconds"].get<double>() > 0);
     load.kill_and_wait();
-    ::unlink(counters.c_str());
 }
 
 TEST_CASE("status classes from the response line; IPv6 listener", "[sock][integration]") {

@@ -70,7 +70,8 @@ int proc_readers_of_peer(int pid, uint16_t peer_port) {
 TEST_CASE("pool gate: N-K futex waiters with the pool-borrow stack, K readers on the peer", "[waits]") {
     if (!require_root()) return;
     constexpr int N = 8, K = 3;
-    const std::string counters = "/dev/shm/qscope-sched-waits-" + std::to_string(getpid()) + ".json";
+    const ScratchFile counters_file("/dev/shm/qscope-sched-waits-" + std::to_string(getpid()) + ".json");
+    const std::string& counters = counters_file.path;
     Server ds = start_target("qs_downstream", {"--port", "19210", "--delay-ms", "100"});
     Server srv = start_target("qs_server", {"--port", "19211", "--workers", std::to_string(N), "--pool",
                                             std::to_string(K), "--downstream",

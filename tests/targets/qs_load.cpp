@@ -37,6 +37,8 @@
 #include <string>
 #include <vector>
 
+#include "target_util.h"
+
 namespace {
 
 struct Options {
@@ -54,51 +56,34 @@ struct Options {
 };
 Options g_opt;
 
-[[noreturn]] void usage(const std::string& why) {
+void print_usage() {
     std::fprintf(stderr,
-                 "qs_load: %s\n"
                  "usage: qs_load --host H --port P --connections C --duration S\n"
                  "               [--new-conn-per-request] [--rate R] [--timeout-ms T] [--out F] [--path /x]\n"
-                 "       qs_load --host H --port P --connect-only C --hold S [--out F] [--path /x]\n",
-                 why.c_str());
+                 "       qs_load --host H --port P --connect-only C --hold S [--out F] [--path /x]\n");
+}
+
+[[noreturn]] void usage(const std::string& why) {
+    std::fprintf(stderr, "qs_load: %s\n", why.c_str());
+    print_usage();
     std::exit(2);
 }
 
-double parse_dbl(const std::string& flag, const std::string& v, double lo, double hi) {
-    char* end = nullptr;
-    errno = 0;
-    double d = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || errno != 0 || !(d >= lo && d <= hi))
-        usage("bad value '" + v + "' for " + flag);
-    return d;
-}
-
 void parse_args(int argc, char** argv) {
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i], val;
-        bool has_eq = false;
-        if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-            val = a.substr(eq + 1);
-            a = a.substr(0, eq);
-            has_eq = true;
-        }
-        auto next = [&]() -> std::string {
-            if (has_eq) return val;
-            if (i + 1 >= argc) usage("missing value for " + a);
-            return argv[++i];
-        };
-        if (a == "--host") g_opt.host = next();
-        else if (a == "--port") g_opt.port = static_cast<int>(parse_dbl(a, next(), 1, 65535));
-        else if (a == "--connections") g_opt.connections = static_cast<int>(parse_dbl(a, next(), 1, 100000));
-        else if (a == "--duration") g_opt.duration_s = parse_dbl(a, next(), 0.001, 86400 * 7);
-        else if (a == "--new-conn-per-request") g_opt.new_conn = true;
-        else if (a == "--timeout-ms") g_opt.timeout_ms = static_cast<long>(parse_dbl(a, next(), 0, 86400000));
-        else if (a == "--out") g_opt.out = next();
-        else if (a == "--path") g_opt.path = next();
-        else if (a == "--connect-only") g_opt.connect_only = static_cast<int>(parse_dbl(a, next(), 1, 1000000));
-        else if (a == "--hold") g_opt.hold_s = parse_dbl(a, next(), 0, 86400 * 7);
-        else if (a == "--rate") g_opt.rate = parse_dbl(a, next(), 0.001, 1e7);
-        else usage("unknown flag " + a);
+    qs_target::Args args(argc, argv, "qs_load", print_usage);
+    while (args.next()) {
+        if (args.is("--host")) g_opt.host = args.value();
+        else if (args.is("--port")) g_opt.port = static_cast<int>(args.num(1, 65535));
+        else if (args.is("--connections")) g_opt.connections = static_cast<int>(args.num(1, 100000));
+        else if (args.is("--duration")) g_opt.duration_s = args.dbl(0.001, 86400 * 7);
+        else if (args.is("--new-conn-per-request") && !args.has_inline_value()) g_opt.new_conn = true;
+        else if (args.is("--timeout-ms")) g_opt.timeout_ms = args.num(0, 86400000);
+        else if (args.is("--out")) g_opt.out = args.value();
+        else if (args.is("--path")) g_opt.path = args.value();
+        else if (args.is("--connect-only")) g_opt.connect_only = static_cast<int>(args.num(1, 1000000));
+        else if (args.is("--hold")) g_opt.hold_s = args.dbl(0, 86400 * 7);
+        else if (args.is("--rate")) g_opt.rate = args.dbl(0.001, 1e7);
+        else args.unknown();
     }
     if (g_opt.port < 0) usage("--port is required");
     if (g_opt.connect_only == 0) {

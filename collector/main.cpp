@@ -24,6 +24,11 @@ static void add_common(CLI::App* app, Config& cfg) {
                   "do not capture stacks for waits (cheaper; waits still counted)");
     app->add_flag("--no-threads", [&](int64_t) { cfg.want_threads = false; },
                   "only the request path (accept queue, connector, in flight, downstream); no scheduler probes");
+    // The socket probes fire on every read and write of every process on the machine; the
+    // scheduler's only on context switches (docs/benchmarks.md: the floor).
+    app->add_flag("--no-requests", [&](int64_t) { cfg.want_requests = false; },
+                  "only the thread views (thread groups, waits, run queue, carriers); no socket probes, so "
+                  "other processes' reads and writes cost nothing");
     app->add_flag("--jvm-dump", cfg.jvm_dump,
                   "JVM targets: once, run `jcmd PID Thread.dump_to_file` and show what parked virtual threads wait in");
     app->add_flag("--jvm-perfmap", cfg.jvm_perfmap,
@@ -116,6 +121,10 @@ int main(int argc, char** argv) {
         }
     }
 
+    if (!cfg.want_requests && !cfg.want_threads) {
+        std::fprintf(stderr, "qscope: --no-requests and --no-threads together leave nothing to observe: drop one\n");
+        return static_cast<int>(Exit::usage);
+    }
     install_stop_signals();
     try {
         if (*snap) return run_snapshot(cfg, sopt);

@@ -789,6 +789,17 @@ PanelBody carriers_panel(const Snapshot& s, const UiState& ui, int width) {
 }
 
 PanelBody build_panel(Panel p, const Snapshot& s, const UiState& ui, int width) {
+    // A panel whose probe family was not loaded says so: its zeros would read as "no queue".
+    // (A snapshot without any source list is a test's hand-built one: draw it as it is.)
+    const bool sock_panel = p == Panel::listeners || p == Panel::requests || p == Panel::downstream;
+    const char* source = sock_panel ? "sock" : "sched";
+    if (!s.sources.empty() && std::find(s.sources.begin(), s.sources.end(), source) == s.sources.end()) {
+        PanelBody b;
+        b.title = {{"not observed", Role::dim}};
+        add_text_row(b, {{sock_panel ? "socket probes off (--no-requests)" : "scheduler probes off (--no-threads)",
+                          Role::dim}});
+        return b;
+    }
     switch (p) {
         case Panel::listeners: return listeners_panel(s, ui, width);
         case Panel::requests: return requests_panel(s, ui, width);

@@ -25,3 +25,9 @@ TEST_CASE("a missing or non-existent PID is one clear line and exit 3", "[cli]")
     CHECK(m.rc != 0);
     CHECK(m.err.find("--pid") != std::string::npos);
 }
+
+TEST_CASE("--no-requests with --no-threads is refused: nothing would be observed", "[cli]") {
+    auto r = run_qscope({"snapshot", "--pid", "1", "--no-requests", "--no-threads"}, 10);
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("nothing to observe") != std::string::npos);
+}

@@ -54,12 +54,17 @@ for r in $(seq "$ROUNDS"); do
 done
 
 echo "compare: agreement, all three on the worker during one ${SECS}s wrk window" >&2
+# The load runs before any tool attaches and outlasts them all: each tool's window (from its
+# own attach) then sees the same steady state. Started the other way round, qscope (which
+# counts a wait in progress at attach from the attach) counted the worker's idle epoll_wait
+# before wrk began, and offcputime (which counts a wait only when it ends) did not.
+wrk -t1 -c32 -d"$((SECS + 6))s" "http://127.0.0.1:$PORT/" >/dev/null 2>&1 & w=$!
+sleep 1
 runqlat -p "$W" "$SECS" 1 >"$work/rq.txt" 2>&1 & a=$!
 offcputime -p "$W" "$SECS" >"$work/off.txt" 2>&1 & b=$!
 $Q snapshot --pid "$W" --duration "$SECS" --json >"$work/q.json" 2>"$work/q.err" & c=$!
-sleep 1.5
-wrk -t1 -c32 -d"$((SECS + 2))s" "http://127.0.0.1:$PORT/" >/dev/null 2>&1 || true
 wait $a $b $c || true
+wait $w || true
 
 python3 - "$results" "$work/rq.txt" "$work/off.txt" "$work/q.json" <<'PY' | tee "${OUT:-/dev/null}"
 import sys, json, re, statistics as st, collections
@@ -116,6 +121,11 @@ for i in range(3):
     a=f"{stacks[i][0]/1e3:.1f} ms: {' <- '.join(fr[:3])}" if i<len(stacks) else ""
     b=f"{ws[i].get('blocked_seconds',0)*1e3:.1f} ms: {ws[i].get('syscall','')} {ws[i].get('resource','')}" if i<len(ws) else ""
     print(f"| #{i+1} | {a} | {b} |")
+# offcputime times a sleep from switch-out to switch-in, so it includes the wait for a CPU
+# after the wake-up (and preemptions); qscope splits that off into run-queue wait.
+rq=sum(g.get("runqueue_wait_seconds",0) for g in groups)
+bl=sum(w.get('blocked_seconds',0) for w in ws)
+if tot: print(f"| off-CPU = blocked + run-queue wait | {tot/1e3:.1f} ms | {(bl+rq)*1e3:.1f} ms ({((bl+rq)*1e6/tot-1)*100:+.1f}%) |")
 err=[l for l in open(sys.argv[3]) if "fail" in l.lower() or "error" in l.lower()][:3]
 if err: print("\noffcputime said:", *err)
 PY

@@ -6,7 +6,8 @@
 #   sudo bench/overhead.sh [--rounds N=5] [--seconds S=5] [--out FILE] [--parts abc]
 #
 # (a) wrk → nginx serving a static 2-byte response (~4 us/request, the worst case):
-#     baseline | floor | qscope attached to another process | qscope attached to nginx
+#     baseline | floor | qscope attached to another process | qscope attached to nginx |
+#     qscope --no-requests attached to nginx
 # (b) the bundled qs_server with a realistic 2 ms service time under qs_load
 # (c) syscall micro-benchmarks: getppid, futex wake, loopback ping-pong; baseline |
 #     floor | qscope attached elsewhere (filtered-out cost) | qscope attached to the benchmark
@@ -51,7 +52,7 @@ ready_port "$work/idle.log" >/dev/null
 # Starts qscope attached to $1 and waits until its probes are loaded; echoes its pid.
 attach() {
   local log=$work/qscope-$RANDOM.log
-  $Q snapshot --pid "$1" --duration 3600 >"$log" 2>&1 &
+  $Q snapshot --pid "$1" --duration 3600 "${@:2}" >"$log" 2>&1 &
   local qp=$!
   for _ in $(seq 200); do grep -q 'observing PID' "$log" 2>/dev/null && break; kill -0 $qp 2>/dev/null || { cat "$log" >&2; exit 1; }; sleep 0.05; done
   sleep 0.5   # first tick: seeding of existing sockets/threads is done
@@ -91,11 +92,14 @@ record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }  # benc
 # --- (a) wrk → nginx ----------------------------------------------------------------------
 wrk_rps() { wrk -t1 -c32 -d"${SECS}s" http://127.0.0.1:25080/ 2>/dev/null | awk '/Requests\/sec/{print $2}'; }
 if [[ $PARTS == *a* ]]; then
-echo "bench: (a) wrk -> nginx static, $ROUNDS rounds x 4 conditions x ${SECS}s" >&2
+echo "bench: (a) wrk -> nginx static, $ROUNDS rounds x 5 conditions x ${SECS}s" >&2
 for r in $(seq "$ROUNDS"); do
-  for cond in $(printf 'base\nfloor\nother\ntarget\n' | shuf); do
+  for cond in $(printf 'base\nfloor\nother\ntarget\nthreads\n' | shuf); do
     qp="" fp=""
-    case $cond in other) qp=$(attach "$idle_pid");; target) qp=$(attach "$nginx_worker");; floor) fp=$(attach_floor);; esac
+    case $cond in
+      other) qp=$(attach "$idle_pid");; target) qp=$(attach "$nginx_worker");; floor) fp=$(attach_floor);;
+      threads) qp=$(attach "$nginx_worker" --no-requests);;
+    esac
     [[ -n $qp ]] && c0=$(cpu_ns "$qp")
     record nginx "$cond" "$r" "$(wrk_rps)"
     if [[ -n $qp ]]; then
@@ -202,6 +206,7 @@ print("|---|---|---|")
 for cond,label,base in (("floor","empty programs on the same hooks (floor)","base"),
                         ("other","qscope attached to another process","base"),
                         ("target","qscope attached to nginx","base"),
+                        ("threads","qscope --no-requests attached to nginx (scheduler probes only)","base"),
                         ("other","qscope attached to another process, vs. the floor","floor")):
     if by["nginx"]: print(f"| (a) wrk → nginx static, req/s | {label} | {fmt(ratios('nginx',cond,base))} |")
 if by["realistic"]: print(f"| (b) qs_server 2 ms service, req/s | qscope attached | {fmt(ratios('realistic','target'))} |")
@@ -216,7 +221,7 @@ for m in ("getppid","futex","pingpong"):
             base=d.get(bc,{}).get(rnd)
             if base: diffs.append(float(v)-float(base))
         if diffs: print(f"| (c) {m}, ns/op | {label} | {st.median(diffs):+.1f} ns (range {min(diffs):+.1f}..{max(diffs):+.1f}) |")
-for cond in ("other","target"):
+for cond in ("other","target","threads"):
     cpu=[float(v) for v in by["collector_cpu_pct"].get(cond,{}).values()]
     rss=[float(v) for v in by["collector_rss_kib"].get(cond,{}).values()]
     if cpu: print(f"| collector during (a) | {cond} | CPU {st.median(cpu):.2f}% of a core, RSS {st.median(rss)/1024:.1f} MiB |")

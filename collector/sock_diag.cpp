@@ -6,11 +6,16 @@
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <thread>
 
 #include "errors.h"
 
@@ -96,9 +101,42 @@ struct Fd {
 };
 }  // namespace
 
-std::vector<DiagSocket> sock_diag_dump(int family, uint32_t state_mask, bool meminfo) {
+// A netlink socket answers for the network namespace it was created in, and setns() moves
+// only the calling thread: a short-lived thread enters the target's namespace, creates the
+// socket and ends, leaving qscope's own threads where they were.
+static int diag_socket(int netns_pid) {
+    auto plain = [] { return socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG); };
+    if (netns_pid <= 0) return plain();
+    const std::string path = "/proc/" + std::to_string(netns_pid) + "/ns/net";
+    struct stat mine {}, theirs {};
+    if (stat("/proc/self/ns/net", &mine) == 0 && stat(path.c_str(), &theirs) == 0 && mine.st_ino == theirs.st_ino &&
+        mine.st_dev == theirs.st_dev)
+        return plain();
+    const int ns = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0) {
+        const int e = errno;
+        throw Error(e == EACCES || e == EPERM ? Exit::permission : Exit::kernel,
+                    "sock_diag: open " + path + " (the target's network namespace): " + errno_text(e));
+    }
+    int fd = -1, err = 0;
+    std::thread([&] {
+        if (setns(ns, CLONE_NEWNET) != 0) {
+            err = errno;
+            return;
+        }
+        fd = plain();
+        if (fd < 0) err = errno;
+    }).join();
+    close(ns);
+    if (fd < 0)
+        throw Error(err == EPERM ? Exit::permission : Exit::kernel,
+                    "sock_diag: enter the target's network namespace (" + path + "): " + errno_text(err));
+    return fd;
+}
+
+std::vector<DiagSocket> sock_diag_dump(int family, uint32_t state_mask, bool meminfo, int netns_pid) {
     Fd s;
-    s.fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    s.fd = diag_socket(netns_pid);
     if (s.fd < 0) throw Error(Exit::kernel, "sock_diag: socket(NETLINK_SOCK_DIAG): " + errno_text(errno));
     struct {
         nlmsghdr h;

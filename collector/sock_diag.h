@@ -30,8 +30,10 @@ enum class DiagStatus { more, done };
 DiagStatus parse_sock_diag(const void* buf, size_t len, std::vector<DiagSocket>& out);
 
 // Dumps TCP sockets of one family in the states of `state_mask` (1 << TCP_LISTEN, ...).
-// meminfo: also fetch INET_DIAG_SKMEMINFO (drops). Throws Error naming the step and errno.
-std::vector<DiagSocket> sock_diag_dump(int family, uint32_t state_mask, bool meminfo);
+// meminfo: also fetch INET_DIAG_SKMEMINFO (drops). netns_pid: dump the network namespace of
+// that process (a target in a container), 0 for qscope's own. Throws Error naming the step
+// and errno.
+std::vector<DiagSocket> sock_diag_dump(int family, uint32_t state_mask, bool meminfo, int netns_pid = 0);
 
 // Both families; only sockets whose inode is in `inodes` (a process's fds).
 std::vector<DiagSocket> sock_diag_by_inode(uint32_t state_mask, const std::set<uint64_t>& inodes,

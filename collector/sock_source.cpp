@@ -328,7 +328,7 @@ private:
         std::vector<DiagSocket> all;
         try {
             for (int fam : {AF_INET, AF_INET6})
-                for (auto& d : sock_diag_dump(fam, kListenMask, true)) all.push_back(std::move(d));
+                for (auto& d : sock_diag_dump(fam, kListenMask, true, pid_)) all.push_back(std::move(d));
         } catch (const Error& e) {
             listen_error_ = e.what();
             listen_diag_.clear();

@@ -31,5 +31,8 @@ int run_top(const Config& cfg, const TopOptions& opt);            // tui/top.cpp
 // SIGINT/SIGTERM/SIGHUP set this; long-running loops poll it.
 extern std::atomic<bool> g_stop_requested;
 void install_stop_signals();
+// Sleeps up to `seconds`, returning early (true) as soon as a stop signal arrives: a plain
+// sleep resumes after the signal, and Ctrl-C then waited out the rest of the interval.
+bool sleep_unless_stopped(double seconds);
 
 }  // namespace qscope

@@ -1,3 +1,8 @@
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -12,9 +17,36 @@ namespace qscope {
 
 std::atomic<bool> g_stop_requested{false};
 
-static void on_stop_signal(int) { g_stop_requested = true; }
+// The handler also writes here (write(2) is async-signal-safe), so a thread waiting in
+// sleep_unless_stopped() wakes at once whichever thread the signal was delivered to.
+static int g_stop_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int) {
+    g_stop_requested = true;
+    if (g_stop_pipe[1] >= 0) {
+        const char b = 1;
+        (void)!::write(g_stop_pipe[1], &b, 1);
+    }
+}
+
+bool sleep_unless_stopped(double seconds) {
+    const uint64_t end = monotonic_ns() + static_cast<uint64_t>(std::max(0.0, seconds) * 1e9);
+    while (!g_stop_requested) {
+        const uint64_t now = monotonic_ns();
+        if (now >= end) break;
+        const int ms = static_cast<int>(std::min<uint64_t>((end - now + 999999) / 1000000, 60000));
+        if (g_stop_pipe[0] >= 0) {
+            pollfd pf{g_stop_pipe[0], POLLIN, 0};
+            (void)::poll(&pf, 1, ms);
+        } else {
+            std::this_thread::sleep_for(std::chrono::milliseconds(std::min(ms, 50)));
+        }
+    }
+    return g_stop_requested;
+}
 
 void install_stop_signals() {
+    if (g_stop_pipe[0] < 0 && pipe2(g_stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) g_stop_pipe[0] = g_stop_pipe[1] = -1;
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
@@ -38,7 +70,8 @@ int run_snapshot(const Config& cfg, const SnapshotOptions& opt) {
         const uint64_t now = monotonic_ns();
         if (now >= end) break;
         const uint64_t step = std::min<uint64_t>(end - now, static_cast<uint64_t>(cfg.interval_seconds * 1e9));
-        std::this_thread::sleep_for(std::chrono::nanoseconds(step));
+        // Interrupted: one more tick, so the report covers the run up to the Ctrl-C.
+        sleep_unless_stopped(step / 1e9);
         snap = col.tick();
     }
     if (opt.json)

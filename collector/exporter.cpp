@@ -204,13 +204,13 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
     col.run_in_background();
     std::fprintf(stderr, "qscope: serving %s for PID %d\n", server.url().c_str(), cfg.pid);
 
-    while (!g_stop_requested && col.target_alive()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    while (!g_stop_requested && col.target_alive()) sleep_unless_stopped(0.1);
     int rc = 0;
     if (!g_stop_requested && !col.target_alive()) {
         std::fprintf(stderr, "qscope: target PID %d exited; serving the last snapshot for 1 s, then exiting\n",
                      cfg.pid);
         // One more chance for Prometheus to see qscope_up 0 and the final counts.
-        for (int i = 0; i < 10 && !g_stop_requested; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        sleep_unless_stopped(1.0);
         rc = static_cast<int>(Exit::target_exited);
     }
     col.stop();

@@ -205,7 +205,7 @@ int run_headless(const Config& cfg, const TopOptions& opt) {
     ui.unicode = std::strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
     std::shared_ptr<const Snapshot> snap;
     for (int i = 0; i < opt.iterations && !g_stop_requested; ++i) {
-        if (i) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(cfg.interval_seconds * 1e6)));
+        if (i && sleep_unless_stopped(cfg.interval_seconds)) break;
         snap = col.tick();
         hist.feed(*snap);
     }

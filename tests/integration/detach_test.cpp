@@ -133,7 +133,9 @@ TEST_CASE("no BPF object survives qscope, however it ends", "[detach]") {
     for (const Way w : {Way{"SIGINT", SIGINT, "snapshot"}, Way{"SIGTERM", SIGTERM, "export"},
                         Way{"SIGHUP", SIGHUP, "snapshot"}, Way{"SIGKILL", SIGKILL, "export"}}) {
         DYNAMIC_SECTION(w.name << " to qscope " << w.subcommand) {
-            std::vector<std::string> argv{qscope_bin(), w.subcommand, "--pid", std::to_string(srv.proc.pid())};
+            // A long interval: a stop must not wait for the next tick (Ctrl-C used to).
+            std::vector<std::string> argv{qscope_bin(), w.subcommand, "--pid", std::to_string(srv.proc.pid()),
+                                          "--interval", "5"};
             if (std::string(w.subcommand) == "snapshot") {
                 argv.insert(argv.end(), {"--duration", "600", "--json"});
             } else {
@@ -151,10 +153,13 @@ TEST_CASE("no BPF object survives qscope, however it ends", "[detach]") {
             CHECK(intersect(held.progs, during.progs) == held.progs);
             CHECK(intersect(held.links, during.links) == held.links);
 
+            const double t_signal = now_s();
             q.signal(w.sig);
             const int rc = q.wait(20);
-            INFO("exit " << rc);
+            const double took = now_s() - t_signal;
+            INFO("exit " << rc << " after " << took << " s");
             REQUIRE(rc != -1);  // it did end
+            CHECK(took < 2.0);  // promptly, not at the end of the 5 s interval
             if (w.sig == SIGKILL) {
                 CHECK(rc == 128 + SIGKILL);
             } else {

@@ -56,6 +56,7 @@ attach() {
   local qp=$!
   for _ in $(seq 200); do grep -q 'observing PID' "$log" 2>/dev/null && break; kill -0 $qp 2>/dev/null || { cat "$log" >&2; exit 1; }; sleep 0.05; done
   sleep 0.5   # first tick: seeding of existing sockets/threads is done
+  echo "$qp $log" >>"$work/attached"
   echo $qp
 }
 # Starts the empty programs of bench/floor.bpf.c; echoes the loader's pid.
@@ -66,9 +67,20 @@ attach_floor() {
   for _ in $(seq 200); do grep -q READY "$log" 2>/dev/null && break; kill -0 $fp 2>/dev/null || { cat "$log" >&2; exit 1; }; sleep 0.05; done
   echo $fp
 }
-# SIGINT must end a snapshot promptly; the time it takes is recorded (stop_ms).
-detach() { local t0; t0=$(date +%s%N); kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true
-  record stop_ms any 0 $(( ($(date +%s%N)-t0)/1000000 )); }
+# SIGINT must end a snapshot promptly; the time it takes is recorded (stop_ms). attach() ran
+# in a $(...) subshell, so qscope is not this shell's child and `wait` cannot see it: poll
+# until it is gone or a zombie (its new parent reaps it when it will). Its report then names
+# any lost events (lost_events).
+running() { local st; st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1; [[ -n $st && $st != Z ]]; }
+detach() {
+  local t0 log lost; t0=$(date +%s%N)
+  kill -INT "$1" 2>/dev/null || true
+  for _ in $(seq 2000); do running "$1" || break; sleep 0.005; done
+  record stop_ms any 0 $(( ($(date +%s%N)-t0)/1000000 ))
+  log=$(awk -v p="$1" '$1 == p {print $2}' "$work/attached")
+  lost=$(sed -n 's/^LOST EVENTS \([0-9]*\).*/\1/p' "$log" 2>/dev/null | tail -1)
+  grep -q '^VERDICT' "$log" 2>/dev/null && record lost_events any 0 "${lost:-0}"
+}
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
@@ -227,6 +239,8 @@ for cond in ("other","target","threads"):
     if cpu: print(f"| collector during (a) | {cond} | CPU {st.median(cpu):.2f}% of a core, RSS {st.median(rss)/1024:.1f} MiB |")
 stops=[float(r[3]) for r in rows if r[0]=="stop_ms"]
 if stops: print(f"| qscope snapshot exit after SIGINT | all attaches | median {st.median(stops):.0f} ms, max {max(stops):.0f} ms (n={len(stops)}) |")
+lost=[int(r[3]) for r in rows if r[0]=="lost_events"]
+if lost: print(f"| lost events (from each snapshot's report) | all attaches | {sum(lost)} in total, {sum(1 for v in lost if v)} of {len(lost)} attaches lost any |")
 print()
 progs=collections.defaultdict(dict)
 for bench,cond,rnd,val in rows:

@@ -38,9 +38,10 @@ using GroupCounts = std::map<std::string, std::map<std::string, int>>;
 std::map<int, uint64_t> run_counts(int pid) {
     std::map<int, uint64_t> out;
     for (int tid : qscope::Target::open(pid).tids()) {
-        // qs_server's main thread wakes every 10 ms to write its counters and goes straight
-        // back to rt_sigtimedwait: it would unsettle every bracket longer than 10 ms (all of
-        // them in the sanitized build) while its state never changes. Its state still counts.
+        // With a counters file, qs_server's main thread wakes every 10 ms to write it and goes
+        // straight back to rt_sigtimedwait: it would unsettle every bracket longer than 10 ms
+        // while its state never changes. (The servers here have no counters file, so it
+        // sleeps for good; its state still counts.)
         if (tid == pid) continue;
         std::ifstream f("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat");
         uint64_t exec = 0, delay = 0, runs = 0;

@@ -72,10 +72,12 @@ attach_floor() {
 # until it is gone or a zombie (its new parent reaps it when it will). Its report then names
 # any lost events (lost_events).
 running() { local st; st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1; [[ -n $st && $st != Z ]]; }
+# SIGINT, then wait (at most 10 s) until it is gone: its BPF links go with it, before the next
+# condition starts. Used for qs_floor too, which attach_floor also starts in a subshell.
+stop_proc() { kill -INT "$1" 2>/dev/null || true; for _ in $(seq 2000); do running "$1" || break; sleep 0.005; done; }
 detach() {
   local t0 log lost; t0=$(date +%s%N)
-  kill -INT "$1" 2>/dev/null || true
-  for _ in $(seq 2000); do running "$1" || break; sleep 0.005; done
+  stop_proc "$1"
   record stop_ms any 0 $(( ($(date +%s%N)-t0)/1000000 ))
   log=$(awk -v p="$1" '$1 == p {print $2}' "$work/attached")
   lost=$(sed -n 's/^LOST EVENTS \([0-9]*\).*/\1/p' "$log" 2>/dev/null | tail -1)
@@ -120,7 +122,7 @@ for r in $(seq "$ROUNDS"); do
       record collector_rss_kib "$cond" "$r" "$(rss_kib "$qp")"
       detach "$qp"
     fi
-    [[ -n $fp ]] && { kill -INT "$fp"; wait "$fp" 2>/dev/null || true; }
+    [[ -n $fp ]] && stop_proc "$fp"
   done
 done
 
@@ -146,7 +148,7 @@ for n,(c,t) in b.items():
     c0,t0=a.get(n,(0,0))
     if c>c0: print(f"prog:{n.removeprefix('qs_').removeprefix('floor_')}\t{sys.argv[4]}\t1\t{(t-t0)/(c-c0):.1f}|{(c-c0)/secs:.0f}")
 PY
-  if [[ $cond == floor ]]; then kill -INT "$h"; wait "$h" 2>/dev/null || true; else detach "$h"; fi
+  if [[ $cond == floor ]]; then stop_proc "$h"; else detach "$h"; fi
 done
 sysctl -qw kernel.bpf_stats_enabled=0
 fi
@@ -184,7 +186,7 @@ micro() {  # mode iterations condition round
   touch "$f"; wait "$bp" || true
   record "micro_$1" "$3" "$4" "$(sed -n 's/.*ns_per_op=\([0-9.]*\).*/\1/p' "$work/micro.log")"
   [[ -n $qp ]] && detach "$qp"
-  [[ -n $fp ]] && { kill -INT "$fp"; wait "$fp" 2>/dev/null || true; }
+  [[ -n $fp ]] && stop_proc "$fp"
   rm -f "$f"
 }
 for r in $(seq "$ROUNDS"); do

@@ -170,6 +170,31 @@ static std::string ms(double s) {
     return b;
 }
 
+static void render_requests(std::ostringstream& o, const Snapshot& s) {
+    o << "\nLISTENERS\n";
+    if (s.listeners.empty()) o << "  (none)\n";
+    for (const auto& l : s.listeners)
+        o << "  :" << l.port << " " << l.addr << "  queue " << l.accept_queue << " (max " << l.accept_queue_max
+          << ") of backlog " << l.backlog << ", accepted " << l.accepted << ", wait p50 "
+          << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows << "\n";
+
+    const auto& r = s.requests;
+    o << "\nREQUESTS\n  in flight " << r.in_flight << " (max " << r.in_flight_max << "), unread in connector "
+      << r.waiting_unread << " (max " << r.waiting_unread_max << "), completed " << r.completed << "\n"
+      << "  latency p50 " << ms(r.latency.p50) << " p90 " << ms(r.latency.p90) << " p99 " << ms(r.latency.p99)
+      << " max " << ms(r.latency.max) << ", oldest in flight " << ms(r.oldest_in_flight_seconds) << "\n"
+      << "  status 2xx " << r.status.c2xx << "  3xx " << r.status.c3xx << "  4xx " << r.status.c4xx << "  5xx "
+      << r.status.c5xx << "  unknown " << r.status.unknown << "\n";
+
+    o << "\nDOWNSTREAM\n";
+    if (s.downstream.empty()) o << "  (none)\n";
+    for (const auto& d : s.downstream)
+        o << "  " << d.peer << "  conns " << d.connections << ", busy " << d.busy << " (max " << d.busy_max
+          << "), calls " << d.calls << ", p50 " << ms(d.call.p50) << " p99 " << ms(d.call.p99) << ", oldest busy "
+          << ms(d.oldest_busy_seconds) << ", connect failures " << d.connect_failures << ", resets " << d.resets
+          << "\n";
+}
+
 static void render_threads(std::ostringstream& o, const Snapshot& s) {
     o << "\nTHREAD GROUPS\n";
     for (const auto& g : s.thread_groups) {
@@ -215,32 +240,8 @@ std::string render_report(const Snapshot& s) {
 
     // A section whose probes were not loaded says so: zeros there would read as "no queue".
     auto has = [&](const char* src) { return std::find(s.sources.begin(), s.sources.end(), src) != s.sources.end(); };
-    if (!has("sock")) {
-        o << "\nLISTENERS, REQUESTS, DOWNSTREAM\n  (not observed: --no-requests)\n";
-    } else {
-    o << "\nLISTENERS\n";
-    if (s.listeners.empty()) o << "  (none)\n";
-    for (const auto& l : s.listeners)
-        o << "  :" << l.port << " " << l.addr << "  queue " << l.accept_queue << " (max " << l.accept_queue_max
-          << ") of backlog " << l.backlog << ", accepted " << l.accepted << ", wait p50 "
-          << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows << "\n";
-
-    const auto& r = s.requests;
-    o << "\nREQUESTS\n  in flight " << r.in_flight << " (max " << r.in_flight_max << "), unread in connector "
-      << r.waiting_unread << " (max " << r.waiting_unread_max << "), completed " << r.completed << "\n"
-      << "  latency p50 " << ms(r.latency.p50) << " p90 " << ms(r.latency.p90) << " p99 " << ms(r.latency.p99)
-      << " max " << ms(r.latency.max) << ", oldest in flight " << ms(r.oldest_in_flight_seconds) << "\n"
-      << "  status 2xx " << r.status.c2xx << "  3xx " << r.status.c3xx << "  4xx " << r.status.c4xx << "  5xx "
-      << r.status.c5xx << "  unknown " << r.status.unknown << "\n";
-
-    o << "\nDOWNSTREAM\n";
-    if (s.downstream.empty()) o << "  (none)\n";
-    for (const auto& d : s.downstream)
-        o << "  " << d.peer << "  conns " << d.connections << ", busy " << d.busy << " (max " << d.busy_max
-          << "), calls " << d.calls << ", p50 " << ms(d.call.p50) << " p99 " << ms(d.call.p99) << ", oldest busy "
-          << ms(d.oldest_busy_seconds) << ", connect failures " << d.connect_failures << ", resets " << d.resets
-          << "\n";
-    }
+    if (has("sock")) render_requests(o, s);
+    else o << "\nLISTENERS, REQUESTS, DOWNSTREAM\n  (not observed: --no-requests)\n";
     if (has("sched")) render_threads(o, s);
     else o << "\nTHREAD GROUPS, TOP WAITS, CARRIERS\n  (not observed: --no-threads)\n";
 

@@ -3,7 +3,7 @@
 # suite already runs under ASan+UBSan: tests/run.sh builds it sanitized.
 #   tests/ci-extra.sh [fuzz]
 # Env: FUZZ_SECONDS (default 20 per fuzzer), QSCOPE_FUZZ_DIR (build-fuzz), JOBS (nproc).
-# Budget: ~4 minutes on 2 cores, half of it compiling qscope_core with coverage.
+# Budget: ~4 minutes on 2 cores, half of it compiling the qscope libraries with coverage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -60,7 +60,7 @@ run_fuzz() {
     echo "ci-extra: clang not found: fuzzers need clang (libFuzzer)" >&2
     return 1
   fi
-  # Every object (qscope_core included) carries coverage instrumentation, or the fuzzer
+  # Every object (the qscope libraries included) carries coverage instrumentation, or the fuzzer
   # would be blind inside the very parsers it is meant to explore.
   cmake -S . -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQSCOPE_FUZZ=ON \
     -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \

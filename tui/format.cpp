@@ -1,4 +1,4 @@
-#include "format.h"
+#include "tui/format.h"
 
 #include <algorithm>
 #include <cmath>

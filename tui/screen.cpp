@@ -1,4 +1,4 @@
-#include "screen.h"
+#include "tui/screen.h"
 
 #include <algorithm>
 

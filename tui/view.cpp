@@ -1,11 +1,11 @@
-#include "view.h"
+#include "tui/view.h"
 
 #include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <functional>
 
-#include "format.h"
+#include "tui/format.h"
 
 namespace qscope::tui {
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "screen.h"
-#include "snapshot.h"
+#include "tui/screen.h"
+#include "model/snapshot.h"
 
 namespace qscope::tui {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "jvm_vmstructs.h"
+#include "probes/jvm/jvm_vmstructs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const int fd = memfd_create("fuzz-elf", MFD_CLOEXEC);

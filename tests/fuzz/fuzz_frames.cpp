@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "sched_source.h"
-#include "target.h"
+#include "probes/sched/sched_source.h"
+#include "model/thread_group.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string text(reinterpret_cast<const char*>(data), size);

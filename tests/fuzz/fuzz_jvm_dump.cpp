@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "jvm_dump.h"
+#include "probes/jvm/jvm_dump.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string text(reinterpret_cast<const char*>(data), size);

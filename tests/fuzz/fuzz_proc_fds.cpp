@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "proc_fds.h"
+#include "sys/proc_fds.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string link(reinterpret_cast<const char*>(data), size);

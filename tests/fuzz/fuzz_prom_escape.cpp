@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "prom.h"
+#include "prom/prom.h"
 
 namespace {
 bool valid_utf8(const std::string& s) {

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "errors.h"
-#include "sock_diag.h"
+#include "model/errors.h"
+#include "sys/sock_diag.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // An exact-size heap copy so ASan catches any read past `size`.

@@ -19,7 +19,7 @@
 #include <sstream>
 
 #include "harness.h"
-#include "target.h"
+#include "engine/target.h"
 
 using namespace qs_test;
 

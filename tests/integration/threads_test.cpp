@@ -20,11 +20,13 @@
 #include <map>
 #include <sstream>
 
-#include "collector.h"
+#include "engine/collector.h"
+#include "probes/sched/sched_source.h"
 #include "harness.h"
-#include "proc_tasks.h"
-#include "syscall_names.h"
-#include "target.h"
+#include "sys/proc_tasks.h"
+#include "sys/syscall_names.h"
+#include "engine/target.h"
+#include "model/thread_group.h"
 
 using namespace qs_test;
 using nlohmann::json;

@@ -15,9 +15,9 @@
 #include <cstdio>
 
 #include "harness.h"
-#include "proc_tasks.h"
-#include "syscall_names.h"
-#include "target.h"
+#include "sys/proc_tasks.h"
+#include "sys/syscall_names.h"
+#include "engine/target.h"
 
 using namespace qs_test;
 using nlohmann::json;

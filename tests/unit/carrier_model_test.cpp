@@ -2,7 +2,7 @@
 #include <linux/types.h>
 
 #include "carrier.h"
-#include "carrier_model.h"
+#include "probes/jvm/carrier_model.h"
 
 using namespace qscope::carrier;
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "histogram.h"
+#include "model/histogram.h"
 
 using qscope::Histogram;
 

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "jvm_dump.h"
+#include "probes/jvm/jvm_dump.h"
 
 using namespace qscope::jvm;
 

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "jvm_vmstructs.h"
+#include "probes/jvm/jvm_vmstructs.h"
 
 using namespace qscope::jvm;
 

@@ -4,8 +4,8 @@
 #include <set>
 #include <string>
 
-#include "metrics.h"
-#include "prom.h"
+#include "metrics/metrics.h"
+#include "prom/prom.h"
 
 using namespace qscope;
 

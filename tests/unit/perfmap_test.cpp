@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "proc_maps.h"
-#include "symbolizer.h"
+#include "sys/proc_maps.h"
+#include "symbols/symbolizer.h"
 
 using namespace qscope;
 

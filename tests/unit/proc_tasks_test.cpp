@@ -12,7 +12,7 @@
 #include <chrono>
 #include <thread>
 
-#include "proc_tasks.h"
+#include "sys/proc_tasks.h"
 
 using namespace qscope;
 

@@ -11,7 +11,7 @@
 #include <locale>
 #include <string>
 
-#include "prom.h"
+#include "prom/prom.h"
 
 using namespace qscope::prom;
 

@@ -5,9 +5,10 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "sched_source.h"
-#include "syscall_names.h"
-#include "target.h"
+#include "probes/sched/sched_source.h"
+#include "sys/syscall_names.h"
+#include "engine/target.h"
+#include "model/thread_group.h"
 
 using namespace qscope;
 

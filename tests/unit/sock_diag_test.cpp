@@ -12,10 +12,10 @@
 #include <cstring>
 #include <vector>
 
-#include "errors.h"
-#include "proc_fds.h"
-#include "sock_diag.h"
-#include "sock_source.h"
+#include "model/errors.h"
+#include "sys/proc_fds.h"
+#include "sys/sock_diag.h"
+#include "probes/sock/sock_source.h"
 
 using namespace qscope;
 

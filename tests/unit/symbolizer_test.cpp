@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 
 #include "fixtures/blocker_fixture.h"
-#include "proc_maps.h"
-#include "symbolizer.h"
+#include "sys/proc_maps.h"
+#include "symbols/symbolizer.h"
 
 using qscope::Symbolizer;
 

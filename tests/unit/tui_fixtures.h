@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "snapshot.h"
-#include "view.h"
+#include "model/snapshot.h"
+#include "tui/view.h"
 
 namespace tui_fixtures {
 

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "tui_fixtures.h"
-#include "view.h"
+#include "tui/view.h"
 
 using namespace qscope;
 using namespace qscope::tui;

@@ -3,10 +3,10 @@
 #include <catch2/catch.hpp>
 #include <set>
 
-#include "format.h"
-#include "screen.h"
+#include "tui/format.h"
+#include "tui/screen.h"
 #include "tui_fixtures.h"
-#include "view.h"
+#include "tui/view.h"
 
 using namespace qscope;
 using namespace qscope::tui;

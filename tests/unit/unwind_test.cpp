@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "fixtures/blocker_fixture.h"
-#include "symbolizer.h"
+#include "symbols/symbolizer.h"
 
 using qscope::Symbolizer;
 

@@ -1,7 +1,7 @@
 // The verdict on snapshots of each shape an operator meets.
 #include <catch2/catch.hpp>
 
-#include "collector.h"
+#include "model/verdict.h"
 
 using namespace qscope;
 

@@ -1,0 +1,38 @@
+// The three subcommands. main() only parses flags and calls one of these.
+#pragma once
+#include <atomic>
+#include <string>
+
+#include "model/config.h"
+
+namespace qscope {
+
+struct SnapshotOptions {
+    double duration_seconds = 5;
+    bool json = false;
+};
+
+struct ExportOptions {
+    std::string listen = "127.0.0.1:9464";
+    bool allow_remote = false;   // a non-loopback bind must be asked for explicitly
+};
+
+struct TopOptions {
+    std::string listen;          // empty: no /metrics
+    bool allow_remote = false;
+    int iterations = 0;          // 0: until 'q'; N: draw N frames and exit (CI, scripts)
+    bool no_color = false;
+};
+
+int run_snapshot(const Config& cfg, const SnapshotOptions& opt);  // collector/app_snapshot.cpp
+int run_export(const Config& cfg, const ExportOptions& opt);      // collector/exporter.cpp
+int run_top(const Config& cfg, const TopOptions& opt);            // tui/top.cpp
+
+// SIGINT/SIGTERM/SIGHUP set this; long-running loops poll it.
+extern std::atomic<bool> g_stop_requested;
+void install_stop_signals();
+// Sleeps up to `seconds`, returning early (true) as soon as a stop signal arrives: a plain
+// sleep resumes after the signal, and Ctrl-C then waited out the rest of the interval.
+bool sleep_unless_stopped(double seconds);
+
+}  // namespace qscope

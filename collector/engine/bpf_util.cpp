@@ -1,0 +1,103 @@
+#include "engine/bpf_util.h"
+
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <fstream>
+
+namespace qscope {
+
+static int g_verbose = 0;
+
+static int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
+    if (level == LIBBPF_DEBUG && g_verbose < 2) return 0;
+    if (level == LIBBPF_INFO && g_verbose < 2) return 0;
+    if (level == LIBBPF_WARN && g_verbose < 1) return 0;
+    std::fputs("qscope: libbpf: ", stderr);
+    return std::vfprintf(stderr, fmt, args);
+}
+
+void init_libbpf_logging(int verbose) {
+    g_verbose = verbose;
+    libbpf_set_print(libbpf_print);
+}
+
+// Effective capability check without libcap: /proc/self/status CapEff.
+static bool has_cap(int cap) {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.rfind("CapEff:", 0) == 0) {
+            unsigned long long v = std::stoull(line.substr(7), nullptr, 16);
+            return (v >> cap) & 1ULL;
+        }
+    }
+    return false;
+}
+
+void check_bpf_privileges() {
+    constexpr int CAP_SYS_ADMIN_ = 21, CAP_PERFMON_ = 38, CAP_BPF_ = 39, CAP_SYS_PTRACE_ = 19;
+    const bool admin = has_cap(CAP_SYS_ADMIN_);
+    const bool bpf = admin || (has_cap(CAP_BPF_) && has_cap(CAP_PERFMON_));
+    if (!bpf)
+        throw Error(Exit::permission,
+                    "not permitted to load BPF tracing programs: run as root, or grant "
+                    "CAP_BPF,CAP_PERFMON,CAP_DAC_READ_SEARCH,CAP_SYS_PTRACE (docs/security.md)");
+    (void)CAP_SYS_PTRACE_;
+}
+
+void check_btf() {
+    struct stat st;
+    if (stat("/sys/kernel/btf/vmlinux", &st) != 0)
+        throw Error(Exit::kernel,
+                    "kernel has no BTF (/sys/kernel/btf/vmlinux missing): qscope needs a kernel "
+                    "built with CONFIG_DEBUG_INFO_BTF=y (5.8+)");
+}
+
+static bool ensure_tracefs(std::string& root) {
+    struct stat st;
+    if (stat("/sys/kernel/tracing/events", &st) == 0) {
+        root = "/sys/kernel/tracing";
+        return true;
+    }
+    if (stat("/sys/kernel/debug/tracing/events", &st) == 0) {
+        root = "/sys/kernel/debug/tracing";
+        return true;
+    }
+    if (mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0 &&
+        stat("/sys/kernel/tracing/events", &st) == 0) {
+        root = "/sys/kernel/tracing";
+        return true;
+    }
+    return false;
+}
+
+bool tracepoint_exists(const std::string& category, const std::string& name) {
+    std::string root;
+    if (!ensure_tracefs(root)) return false;
+    struct stat st;
+    return stat((root + "/events/" + category + "/" + name + "/id").c_str(), &st) == 0;
+}
+
+bool btf_tracepoint_exists(const std::string& name) {
+    struct btf* vmlinux = btf__load_vmlinux_btf();
+    if (!vmlinux) return false;
+    const int id = btf__find_by_name_kind(vmlinux, ("btf_trace_" + name).c_str(), BTF_KIND_TYPEDEF);
+    btf__free(vmlinux);
+    return id > 0;
+}
+
+void throw_bpf_error(const std::string& what, int err) {
+    const int e = err < 0 ? -err : err;
+    if (e == EPERM || e == EACCES)
+        throw Error(Exit::permission, what + ": " + errno_text(e) +
+                                          " (needs root or CAP_BPF+CAP_PERFMON; under a "
+                                          "container also an unconfined seccomp profile)");
+    throw Error(Exit::kernel, what + ": " + errno_text(e));
+}
+
+}  // namespace qscope

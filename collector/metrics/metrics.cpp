@@ -1,0 +1,318 @@
+#include "metrics/metrics.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace qscope {
+
+const std::vector<double> kAcceptWaitBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,     10};
+// Requests, downstream calls and carrier stalls share a range: a 1 ms database call and a
+// 60 s partner API with no read timeout both need a bucket of their own.
+const std::vector<double> kRequestBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                             0.5,   1,      2.5,   5,    10,    30,   60};
+const std::vector<double> kDownstreamBuckets = kRequestBuckets;
+const std::vector<double> kStallBuckets = kRequestBuckets;
+
+prom::HistogramValue to_prom_histogram(const Histogram& h, const std::vector<double>& bounds) {
+    // Why not floor(count_le(bound)): count_le interpolates inside the slot that straddles
+    // the bound, so a value sitting exactly on `le` would land below 1 and be floored away,
+    // breaking `le` ("less or equal"). Counting the straddling slot whole keeps every value
+    // <= le in its bucket, at the cost of also counting values up to one slot width
+    // (<= 6.25%) above it — the kernel histogram's resolution either way.
+    const auto& slots = h.slots();
+    prom::HistogramValue out;
+    out.sample_sum = h.sum_seconds();
+    uint64_t total = 0;
+    for (auto s : slots) total += s;
+    out.sample_count = std::max<uint64_t>(h.count(), total);
+    size_t next_slot = 0;
+    uint64_t cum = 0;
+    for (double b : bounds) {
+        const double ns = std::round(b * 1e9);
+        const auto last = ns >= 9.2e18 ? slots.size() - 1 : static_cast<size_t>(qs_hist_slot(static_cast<__u64>(ns)));
+        for (; next_slot <= last && next_slot < slots.size(); ++next_slot) cum += slots[next_slot];
+        out.buckets.push_back({b, std::min(cum, out.sample_count)});
+    }
+    return out;
+}
+
+const std::string LabelCapper::kOther = "other";
+
+LabelCapper::LabelCapper(std::vector<std::pair<std::string, double>> kw, uint32_t cap) {
+    // The same key may come twice (a port bound on 0.0.0.0 and ::): weigh it once, summed.
+    std::map<std::string, double> sum;
+    for (auto& [k, w] : kw) sum[k] += w;
+    std::vector<std::pair<std::string, double>> v(sum.begin(), sum.end());
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    for (size_t i = 0; i < v.size() && i < cap; ++i) kept_.push_back(v[i].first);
+    std::sort(kept_.begin(), kept_.end());
+}
+
+const std::string& LabelCapper::operator()(const std::string& key) const {
+    auto it = std::lower_bound(kept_.begin(), kept_.end(), key);
+    return it != kept_.end() && *it == key ? *it : kOther;
+}
+
+namespace {
+
+using LabelValues = std::vector<std::string>;
+
+// One family under construction: series keyed by their label values, so values that fold
+// into the same labels ("other", one port on two addresses) add up instead of repeating a
+// series, which Prometheus would reject.
+class Fam {
+public:
+    Fam(std::string name, std::string help, prom::MetricType type, std::vector<std::string> label_names,
+        const std::vector<double>* bounds = nullptr)
+        : label_names_(std::move(label_names)), bounds_(bounds) {
+        f_.name = std::move(name);
+        f_.help = std::move(help);
+        f_.type = type;
+    }
+    void add(const LabelValues& lv, double v) { values_[lv] += v; }
+    void set_max(const LabelValues& lv, double v) {
+        auto [it, fresh] = values_.emplace(lv, v);
+        if (!fresh) it->second = std::max(it->second, v);
+    }
+    void add_hist(const LabelValues& lv, const Histogram& h) { hists_[lv].merge(h); }
+
+    prom::MetricFamily finish() && {
+        auto labels = [&](const LabelValues& lv) {
+            std::vector<prom::Label> out;
+            for (size_t i = 0; i < label_names_.size() && i < lv.size(); ++i)
+                out.push_back({label_names_[i], lv[i]});
+            return out;
+        };
+        for (auto& [lv, v] : values_) {
+            prom::Metric m;
+            m.labels = labels(lv);
+            m.value = v;
+            f_.metrics.push_back(std::move(m));
+        }
+        for (auto& [lv, h] : hists_) {
+            prom::Metric m;
+            m.labels = labels(lv);
+            m.histogram = to_prom_histogram(h, *bounds_);
+            f_.metrics.push_back(std::move(m));
+        }
+        return std::move(f_);
+    }
+
+private:
+    prom::MetricFamily f_;
+    std::vector<std::string> label_names_;
+    const std::vector<double>* bounds_;
+    std::map<LabelValues, double> values_;
+    std::map<LabelValues, Histogram> hists_;
+};
+
+using prom::MetricType;
+constexpr auto kGauge = MetricType::gauge;
+constexpr auto kCounter = MetricType::counter;
+constexpr auto kHist = MetricType::histogram;
+
+const char* const kStatusClass[5] = {"2xx", "3xx", "4xx", "5xx", "unknown"};
+
+}  // namespace
+
+std::vector<prom::MetricFamily> snapshot_families(const Snapshot* snap, uint32_t cap, int64_t now_unix_ms) {
+    std::vector<prom::MetricFamily> out;
+    Fam up("qscope_up", "1 while qscope has a snapshot of a live target; 0 before the first one or after it exited",
+           kGauge, {});
+    if (!snap) {
+        up.add({}, 0);
+        out.push_back(std::move(up).finish());
+        return out;
+    }
+    const Snapshot& s = *snap;
+    up.add({}, s.target.exited ? 0 : 1);
+    out.push_back(std::move(up).finish());
+
+    // ---- target ---------------------------------------------------------------------
+    {
+        Fam info("qscope_target_info", "The observed process (fixed for the life of this qscope)", kGauge,
+                 {"pid", "comm"});
+        info.add({std::to_string(s.target.pid), s.target.comm}, 1);
+        out.push_back(std::move(info).finish());
+        Fam th("qscope_target_threads", "Threads of the target now", kGauge, {});
+        th.add({}, s.target.threads);
+        out.push_back(std::move(th).finish());
+        Fam age("qscope_snapshot_age_seconds", "Seconds since the snapshot served here was taken", kGauge, {});
+        age.add({}, s.taken_at_unix_ms ? std::max<double>(0, (now_unix_ms - s.taken_at_unix_ms) / 1e3) : 0);
+        out.push_back(std::move(age).finish());
+        Fam lost("qscope_lost_events_total",
+                 "Kernel events qscope could not record (ring buffer or map full) since attach", kCounter, {});
+        lost.add({}, static_cast<double>(s.lost_events));
+        out.push_back(std::move(lost).finish());
+    }
+
+    // ---- listeners and requests, by port ------------------------------------------------
+    {
+        std::vector<std::pair<std::string, double>> kw;
+        for (const auto& l : s.listeners)
+            kw.push_back({std::to_string(l.port), static_cast<double>(l.accepted_total + l.accept_queue)});
+        for (const auto& p : s.requests.ports)
+            kw.push_back({std::to_string(p.port), static_cast<double>(p.completed_total + p.in_flight + p.waiting_unread)});
+        LabelCapper port_label(kw, cap);
+        auto port = [&](uint16_t p) { return port_label(std::to_string(p)); };
+
+        Fam qlen("qscope_accept_queue_length", "Connections handshaken but not yet accept()ed, now", kGauge, {"port"});
+        Fam qmax("qscope_accept_queue_backlog", "Listen backlog: the accept queue's limit", kGauge, {"port"});
+        Fam wait("qscope_accept_wait_seconds", "Time from handshake completion to accept() return", kHist, {"port"},
+                 &kAcceptWaitBuckets);
+        Fam ovf("qscope_listen_overflows_total", "Connections dropped because the accept queue was full, since attach",
+                kCounter, {"port"});
+        Fam acc("qscope_accepted_connections_total", "Connections accepted, since attach", kCounter, {"port"});
+        for (const auto& l : s.listeners) {
+            const LabelValues lv{port(l.port)};
+            qlen.add(lv, l.accept_queue);
+            qmax.add(lv, l.backlog);
+            wait.add_hist(lv, l.accept_wait_total);
+            ovf.add(lv, static_cast<double>(l.overflows_total));
+            acc.add(lv, static_cast<double>(l.accepted_total));
+        }
+
+        Fam infl("qscope_requests_in_flight", "Requests read whose response is not yet written, now", kGauge, {"port"});
+        Fam unread("qscope_requests_waiting_unread",
+                   "Accepted connections whose request bytes arrived but nobody has read them, now", kGauge, {"port"});
+        Fam done("qscope_requests_completed_total", "Requests completed, since attach", kCounter, {"port"});
+        Fam dur("qscope_request_duration_seconds", "Time from the first request byte read to the response written",
+                kHist, {"port", "status_class"}, &kRequestBuckets);
+        if (!s.requests.ports.empty()) {
+            for (const auto& p : s.requests.ports) {
+                const auto& pl = port(p.port);
+                infl.add({pl}, static_cast<double>(p.in_flight));
+                unread.add({pl}, static_cast<double>(p.waiting_unread));
+                done.add({pl}, static_cast<double>(p.completed_total));
+                for (int c = 0; c < 5; ++c) dur.add_hist({pl, kStatusClass[c]}, p.duration_total[c]);
+            }
+        } else {
+            // A source that does not break requests down by port: with one listening port
+            // the totals are that port's; otherwise they belong to no port in particular.
+            std::set<uint16_t> lports;
+            for (const auto& l : s.listeners) lports.insert(l.port);
+            const std::string pl = lports.size() == 1 ? port(*lports.begin()) : "all";
+            if (lports.size() == 1 || s.requests.in_flight || s.requests.waiting_unread) {
+                infl.add({pl}, static_cast<double>(s.requests.in_flight));
+                unread.add({pl}, static_cast<double>(s.requests.waiting_unread));
+            }
+        }
+        // Zero series for quiet listening ports, so panels read 0 rather than "no data".
+        for (const auto& l : s.listeners) {
+            infl.add({port(l.port)}, 0);
+            unread.add({port(l.port)}, 0);
+        }
+        for (auto* f : {&qlen, &qmax, &wait, &ovf, &acc, &infl, &unread, &done, &dur})
+            out.push_back(std::move(*f).finish());
+
+        Fam oldest("qscope_requests_oldest_in_flight_seconds", "Age of the oldest request in flight, now", kGauge, {});
+        oldest.add({}, s.requests.oldest_in_flight_seconds);
+        out.push_back(std::move(oldest).finish());
+        Fam conns("qscope_server_connections", "Accepted connections open now", kGauge, {});
+        conns.add({}, static_cast<double>(s.requests.connections));
+        out.push_back(std::move(conns).finish());
+    }
+
+    // ---- downstream peers ---------------------------------------------------------------
+    {
+        std::vector<std::pair<std::string, double>> kw;
+        for (const auto& d : s.downstream)
+            kw.push_back({d.peer, static_cast<double>(d.calls_total + d.connections + d.busy)});
+        LabelCapper peer(kw, cap);
+        Fam conns("qscope_downstream_connections", "Outbound connections to the peer open now", kGauge, {"peer"});
+        Fam busy("qscope_downstream_busy", "Outbound connections with a request sent and the reply not yet read, now",
+                 kGauge, {"peer"});
+        Fam oldest("qscope_downstream_oldest_busy_seconds", "Age of the oldest call awaiting the peer's reply, now",
+                   kGauge, {"peer"});
+        Fam calls("qscope_downstream_calls_total", "Calls to the peer completed, since attach", kCounter, {"peer"});
+        Fam fails("qscope_downstream_connect_failures_total", "Connects to the peer refused or timed out, since attach",
+                  kCounter, {"peer"});
+        Fam resets("qscope_downstream_resets_total", "Connections to the peer reset, since attach", kCounter, {"peer"});
+        Fam dur("qscope_downstream_call_duration_seconds", "Time from a request sent to the peer to its reply read",
+                kHist, {"peer"}, &kDownstreamBuckets);
+        for (const auto& d : s.downstream) {
+            const LabelValues lv{peer(d.peer)};
+            conns.add(lv, static_cast<double>(d.connections));
+            busy.add(lv, static_cast<double>(d.busy));
+            oldest.set_max(lv, d.oldest_busy_seconds);
+            calls.add(lv, static_cast<double>(d.calls_total));
+            fails.add(lv, static_cast<double>(d.connect_failures_total));
+            resets.add(lv, static_cast<double>(d.resets_total));
+            dur.add_hist(lv, d.call_total);
+        }
+        for (auto* f : {&conns, &busy, &oldest, &calls, &fails, &resets, &dur}) out.push_back(std::move(*f).finish());
+    }
+
+    // ---- thread groups ------------------------------------------------------------------
+    {
+        std::vector<std::pair<std::string, double>> kw;
+        // Threads now, with cumulative blocked time as a small tie-breaker.
+        for (const auto& g : s.thread_groups) kw.push_back({g.name, g.threads + g.blocked_seconds_total * 1e-9});
+        LabelCapper group(kw, cap);
+        Fam threads("qscope_threads", "Threads of the target by group and scheduler state, now", kGauge,
+                    {"group", "state"});
+        Fam blocked("qscope_threads_blocked", "Threads blocked in a syscall now, by group and syscall (futex: gates)",
+                    kGauge, {"group", "syscall"});
+        Fam secs("qscope_blocked_seconds_total", "Seconds threads spent blocked off-CPU, by group and syscall",
+                 kCounter, {"group", "syscall"});
+        for (const auto& g : s.thread_groups) {
+            const auto& gl = group(g.name);
+            threads.add({gl, "running"}, g.running);
+            threads.add({gl, "runnable"}, g.runnable);
+            threads.add({gl, "blocked"}, g.blocked);
+            // A syscall that ever blocked this group keeps a series (0 when nobody is in it
+            // now), so gauges drop to 0 instead of going stale and panels never flap.
+            for (const auto& [sc, t] : g.blocked_seconds_by_syscall_total) blocked.add({gl, sc}, 0);
+            for (const auto& [sc, n] : g.blocked_by) blocked.add({gl, sc}, n);
+            for (const auto& [sc, t] : g.blocked_seconds_by_syscall_total) secs.add({gl, sc}, t);
+        }
+        for (auto* f : {&threads, &blocked, &secs}) out.push_back(std::move(*f).finish());
+    }
+
+    // ---- carriers -----------------------------------------------------------------------
+    {
+        const auto& c = s.carriers;
+        Fam det("qscope_carriers_detected", "1 if the target runs carrier threads (a user-space scheduler's workers)",
+                kGauge, {});
+        det.add({}, c.detected ? 1 : 0);
+        Fam st("qscope_carriers", "Carrier threads by state, now", kGauge, {"state"});
+        st.add({"running"}, c.running);
+        st.add({"idle"}, c.idle);
+        st.add({"runnable"}, c.runnable);
+        st.add({"stalled"}, c.stalled);
+        Fam stalls("qscope_carrier_stalls_total", "Times a carrier blocked while it had work to run, since attach",
+                   kCounter, {});
+        stalls.add({}, static_cast<double>(c.stall_events_total));
+        Fam dur("qscope_carrier_stall_duration_seconds", "How long each carrier stall lasted", kHist, {},
+                &kStallBuckets);
+        dur.add_hist({}, c.stall_total);
+        for (auto* f : {&det, &st, &stalls, &dur}) out.push_back(std::move(*f).finish());
+    }
+
+    // ---- verdict ------------------------------------------------------------------------
+    {
+        Fam v("qscope_verdict", "The current verdict: the stage where the limit lives, and where (1 for the current one)",
+              kGauge, {"stage", "where"});
+        v.add({s.verdict.stage, s.verdict.where}, 1);
+        Fam w("qscope_verdict_waiting", "Requests or threads waiting at the verdict's stage, now", kGauge, {});
+        w.add({}, static_cast<double>(s.verdict.waiting));
+        Fam stage("qscope_stage_waiting", "Requests or threads waiting at each stage, now", kGauge, {"stage"});
+        for (const auto& r : s.verdict.ranking) stage.add({r.stage}, static_cast<double>(r.waiting));
+        for (auto* f : {&v, &w, &stage}) out.push_back(std::move(*f).finish());
+    }
+    return out;
+}
+
+std::vector<prom::MetricFamily> SnapshotCollectable::collect() const {
+    const auto snap = latest_();
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    return snapshot_families(snap.get(), label_cap_, now);
+}
+
+}  // namespace qscope

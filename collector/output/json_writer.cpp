@@ -1,0 +1,254 @@
+#include "output/json_writer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace qscope {
+
+using json = nlohmann::ordered_json;
+
+// Seconds rounded to the microsecond: keeps golden files stable and output short.
+static double secs(double s) { return std::round(s * 1e6) / 1e6; }
+
+static json q_json(const Quantiles& q, bool p90) {
+    json j = {{"p50", secs(q.p50)}, {"p99", secs(q.p99)}, {"max", secs(q.max)}};
+    if (p90) j["p90"] = secs(q.p90);
+    return j;
+}
+
+json to_json(const Snapshot& s) {
+    json j;
+    j["target"] = {{"pid", s.target.pid},
+                   {"comm", s.target.comm},
+                   {"threads", s.target.threads},
+                   {"exited", s.target.exited}};
+    if (!s.target.exit_note.empty()) j["target"]["note"] = s.target.exit_note;
+    j["window_seconds"] = secs(s.window_seconds);
+    j["taken_at_unix_ms"] = s.taken_at_unix_ms;  // lines a snapshot up with other clocks (oracles)
+
+    json ls = json::array();
+    for (const auto& l : s.listeners) {
+        ls.push_back({{"port", l.port},
+                      {"addr", l.addr},
+                      {"backlog", l.backlog},
+                      {"accept_queue", l.accept_queue},
+                      {"accept_queue_max", l.accept_queue_max},
+                      {"accepted", l.accepted},
+                      {"accept_wait_seconds", q_json(l.accept_wait, false)},
+                      {"overflows", l.overflows}});
+    }
+    j["listeners"] = ls;
+
+    const auto& r = s.requests;
+    j["requests"] = {{"in_flight", r.in_flight},
+                     {"in_flight_max", r.in_flight_max},
+                     {"waiting_unread", r.waiting_unread},
+                     {"waiting_unread_max", r.waiting_unread_max},
+                     {"completed", r.completed},
+                     {"rate_per_second", std::round(r.rate_per_second * 10) / 10},
+                     {"connections", r.connections},
+                     {"latency_seconds", q_json(r.latency, true)},
+                     {"oldest_in_flight_seconds", secs(r.oldest_in_flight_seconds)},
+                     {"oldest_unread_seconds", secs(r.oldest_unread_seconds)},
+                     {"status",
+                      {{"2xx", r.status.c2xx},
+                       {"3xx", r.status.c3xx},
+                       {"4xx", r.status.c4xx},
+                       {"5xx", r.status.c5xx},
+                       {"unknown", r.status.unknown}}}};
+
+    json ds = json::array();
+    for (const auto& d : s.downstream) {
+        ds.push_back({{"peer", d.peer},
+                      {"connections", d.connections},
+                      {"busy", d.busy},
+                      {"busy_max", d.busy_max},
+                      {"calls", d.calls},
+                      {"call_seconds", q_json(d.call, false)},
+                      {"oldest_busy_seconds", secs(d.oldest_busy_seconds)},
+                      {"connect_seconds", q_json(d.connect, false)},
+                      {"connect_failures", d.connect_failures},
+                      {"resets", d.resets}});
+    }
+    j["downstream"] = ds;
+
+    json tg = json::array();
+    for (const auto& g : s.thread_groups) {
+        json by = json::object();
+        for (const auto& [k, v] : g.blocked_by) by[k] = v;
+        tg.push_back({{"name", g.name},
+                      {"threads", g.threads},
+                      {"running", g.running},
+                      {"runnable", g.runnable},
+                      {"blocked", g.blocked},
+                      {"blocked_by", by},
+                      {"runqueue_wait_seconds", secs(g.runqueue_wait_seconds)},
+                      {"runqueue_wait", q_json(g.runqueue_wait, false)}});
+    }
+    j["thread_groups"] = tg;
+
+    json ws = json::array();
+    for (const auto& w : s.waits) {
+        json wj = {{"group", w.group},
+                   {"syscall", w.syscall},
+                   {"resource", w.resource},
+                   {"kind", w.kind},
+                   {"threads_now", w.threads_now},
+                   {"blocked_seconds", secs(w.blocked_seconds)},
+                   {"count", w.count},
+                   {"stack", w.stack}};
+        if (w.kind == "futex") {
+            wj["waiters_now"] = w.waiters_now;
+            wj["wait_seconds"] = q_json(w.wait, false);
+        }
+        if (!w.kernel_stack.empty()) wj["kernel_stack"] = w.kernel_stack;
+        ws.push_back(wj);
+    }
+    j["waits"] = ws;
+
+    const auto& c = s.carriers;
+    json stalls = json::array();
+    for (const auto& st : c.stalls)
+        stalls.push_back({{"tid", st.tid},
+                          {"syscall", st.syscall},
+                          {"reason", st.reason},
+                          {"seconds", secs(st.seconds)},
+                          {"ongoing", st.ongoing},
+                          {"stack", st.stack}});
+    json per = json::array();
+    for (const auto& t : c.per_carrier) per.push_back({{"tid", t.tid}, {"name", t.name}, {"state", t.state}});
+    j["carriers"] = {{"detected", c.detected},
+                     {"pattern", c.pattern},
+                     {"runtime", c.runtime},
+                     {"mount_state_known", c.mount_state_known},
+                     {"threads", c.threads},
+                     {"running", c.running},
+                     {"idle", c.idle},
+                     {"runnable", c.runnable},
+                     {"stalled", c.stalled},
+                     {"stall_events", c.stall_events},
+                     {"stall_events_total", c.stall_events_total},
+                     {"vm_waits", c.vm_waits},
+                     {"stalls", stalls},
+                     {"per_carrier", per}};
+
+    json rk = json::array();
+    for (const auto& st : s.verdict.ranking)
+        rk.push_back({{"stage", st.stage}, {"where", st.where}, {"waiting", st.waiting}});
+    j["verdict"] = {{"stage", s.verdict.stage},
+                    {"where", s.verdict.where},
+                    {"waiting", s.verdict.waiting},
+                    {"summary", s.verdict.summary},
+                    {"severity", s.verdict.severity},
+                    {"ranking", rk}};
+    j["parked_in_runtime"] = s.parked_in_runtime;
+    if (!s.parked_virtual_threads.empty()) {
+        json pv = json::array();
+        for (const auto& p : s.parked_virtual_threads) pv.push_back({{"frames", p.frames}, {"count", p.count}});
+        j["parked_virtual_threads"] = pv;
+    }
+    j["probes"] = s.sources;
+    j["lost_events"] = s.lost_events;
+    j["partial"] = s.partial;
+    j["warnings"] = s.warnings;
+    return j;
+}
+
+// Thread names and paths come from the target and need not be UTF-8: replace, never fail.
+std::string render_json(const Snapshot& s, int indent) {
+    return to_json(s).dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+static std::string ms(double s) {
+    char b[32];
+    if (s >= 1)
+        std::snprintf(b, sizeof b, "%.2fs", s);
+    else
+        std::snprintf(b, sizeof b, "%.1fms", s * 1e3);
+    return b;
+}
+
+static void render_requests(std::ostringstream& o, const Snapshot& s) {
+    o << "\nLISTENERS\n";
+    if (s.listeners.empty()) o << "  (none)\n";
+    for (const auto& l : s.listeners)
+        o << "  :" << l.port << " " << l.addr << "  queue " << l.accept_queue << " (max " << l.accept_queue_max
+          << ") of backlog " << l.backlog << ", accepted " << l.accepted << ", wait p50 "
+          << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows << "\n";
+
+    const auto& r = s.requests;
+    o << "\nREQUESTS\n  in flight " << r.in_flight << " (max " << r.in_flight_max << "), unread in connector "
+      << r.waiting_unread << " (max " << r.waiting_unread_max << "), completed " << r.completed << "\n"
+      << "  latency p50 " << ms(r.latency.p50) << " p90 " << ms(r.latency.p90) << " p99 " << ms(r.latency.p99)
+      << " max " << ms(r.latency.max) << ", oldest in flight " << ms(r.oldest_in_flight_seconds) << "\n"
+      << "  status 2xx " << r.status.c2xx << "  3xx " << r.status.c3xx << "  4xx " << r.status.c4xx << "  5xx "
+      << r.status.c5xx << "  unknown " << r.status.unknown << "\n";
+
+    o << "\nDOWNSTREAM\n";
+    if (s.downstream.empty()) o << "  (none)\n";
+    for (const auto& d : s.downstream)
+        o << "  " << d.peer << "  conns " << d.connections << ", busy " << d.busy << " (max " << d.busy_max
+          << "), calls " << d.calls << ", p50 " << ms(d.call.p50) << " p99 " << ms(d.call.p99) << ", oldest busy "
+          << ms(d.oldest_busy_seconds) << ", connect failures " << d.connect_failures << ", resets " << d.resets
+          << "\n";
+}
+
+static void render_threads(std::ostringstream& o, const Snapshot& s) {
+    o << "\nTHREAD GROUPS\n";
+    for (const auto& g : s.thread_groups) {
+        o << "  " << g.name << ": " << g.threads << " threads, " << g.running << " running, " << g.runnable
+          << " runnable, " << g.blocked << " blocked";
+        for (const auto& [k, v] : g.blocked_by) o << " " << k << "=" << v;
+        o << "\n";
+    }
+
+    o << "\nTOP WAITS\n";
+    int n = 0;
+    for (const auto& w : s.waits) {
+        if (n++ == 10) break;
+        o << "  " << w.group << " " << w.syscall << " " << w.resource << ": " << w.threads_now << " now, "
+          << ms(w.blocked_seconds) << " blocked over " << w.count << " waits\n";
+        int f = 0;
+        for (const auto& fr : w.stack) {
+            if (f++ == 6) break;
+            o << "      " << fr << "\n";
+        }
+    }
+
+    const auto& c = s.carriers;
+    o << "\nCARRIERS\n";
+    if (!c.detected)
+        o << "  (none detected)\n";
+    else {
+        o << "  " << c.pattern << ": " << c.threads << " carriers, " << c.running << " running, " << c.idle
+          << " idle, " << c.runnable << " runnable, " << c.stalled << " stalled; " << c.stall_events
+          << " stall events\n";
+        for (const auto& st : c.stalls)
+            o << "    tid " << st.tid << " " << st.reason << " in " << st.syscall << " for " << ms(st.seconds)
+              << (st.ongoing ? " (ongoing)" : "") << "\n";
+    }
+}
+
+std::string render_report(const Snapshot& s) {
+    std::ostringstream o;
+    o << "qscope: " << s.target.comm << " (pid " << s.target.pid << ", " << s.target.threads
+      << " threads), observed " << ms(s.window_seconds) << "\n";
+    if (s.target.exited) o << "  !! " << s.target.exit_note << "\n";
+    o << "\nVERDICT  [" << s.verdict.stage << "] " << s.verdict.summary << "\n";
+
+    // A section whose probes were not loaded says so: zeros there would read as "no queue".
+    auto has = [&](const char* src) { return std::find(s.sources.begin(), s.sources.end(), src) != s.sources.end(); };
+    if (has("sock")) render_requests(o, s);
+    else o << "\nLISTENERS, REQUESTS, DOWNSTREAM\n  (not observed: --no-requests)\n";
+    if (has("sched")) render_threads(o, s);
+    else o << "\nTHREAD GROUPS, TOP WAITS, CARRIERS\n  (not observed: --no-threads)\n";
+
+    if (s.lost_events) o << "\nLOST EVENTS " << s.lost_events << " (figures marked partial)\n";
+    for (const auto& p : s.partial) o << "  partial: " << p << "\n";
+    for (const auto& w : s.warnings) o << "  warning: " << w << "\n";
+    return o.str();
+}
+
+}  // namespace qscope

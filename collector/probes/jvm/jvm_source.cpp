@@ -1,0 +1,584 @@
+// Carrier threads (JVM virtual-thread carriers, or --carriers REGEX for other runtimes) and
+// the on-demand JVM enrichments (thread-dump aggregation, perf map). BPF side:
+// bpf/carrier.bpf.c; model: carrier_model.h; JVM internals: jvm_vmstructs.h.
+#include <dirent.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "probes/jvm/jvm_source.h"
+
+#include "engine/bpf_util.h"
+#include "carrier.skel.h"
+#include "carrier.h"
+#include "probes/jvm/carrier_model.h"
+#include "model/errors.h"
+#include "probes/jvm/jvm_dump.h"
+#include "probes/jvm/jvm_vmstructs.h"
+#include "engine/source.h"
+#include "symbols/symbolizer.h"
+#include "engine/target.h"
+
+namespace qscope {
+namespace {
+
+static_assert(sizeof(qs_carrier) == 88, "qs_carrier layout shared with carrier.bpf.c");
+static_assert(sizeof(qs_carrier_stall) == 32, "qs_carrier_stall layout");
+static_assert(sizeof(qs_carrier_pinned) == 16, "qs_carrier_pinned layout");
+
+constexpr uint64_t kStallThresholdNs = 20'000'000;  // JFR jdk.VirtualThreadPinned default
+constexpr const char* kCarrierClass = "jdk/internal/misc/CarrierThread";
+constexpr size_t kMaxWindowStalls = 4096;   // kept per window for the "stalls" list
+constexpr size_t kStallsShown = 20;
+constexpr size_t kSymbolizePerTick = 64;    // stacks are symbolized when they arrive
+constexpr double kRescanSeconds = 2.0;      // carrier set refresh when the thread count is stable
+constexpr double kJcmdTimeout = 15.0;
+
+// bpf_ktime_get_ns() clock.
+uint64_t mono_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+struct StallRec {
+    int tid = 0;
+    uint64_t start_ns = 0, duration_ns = 0;
+    int64_t syscall = -1;
+    bool pinned = false;
+    std::string vm_reason;  // non-empty: a VM wait, not a stall
+    std::vector<std::string> stack;
+};
+
+std::string read_comm(int pid, int tid) {
+    std::string s;
+    if (!read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm", s)) return {};
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    return s;
+}
+
+std::vector<int> list_tids(int pid) {
+    std::vector<int> out;
+    DIR* d = opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+    if (!d) return out;
+    while (auto* e = readdir(d))
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9') out.push_back(atoi(e->d_name));
+    closedir(d);
+    return out;
+}
+
+class JvmSource final : public Source {
+public:
+    const char* name() const override { return "jvm"; }
+
+    void start(const Target& target, const Config& cfg) override {
+        cfg_ = &cfg;
+        pid_ = target.pid();
+        jvm_ = jvm::find_jvm(pid_);
+        if (jvm_) {
+            jvm::load_vmstructs(pid_, *jvm_);
+            mem_ = std::make_unique<jvm::ProcessMemory>(pid_);
+            jcmd_ = jvm::find_jcmd(*jvm_);
+        }
+        if (!cfg.carriers_regex.empty()) {
+            try {
+                regex_ = std::regex(cfg.carriers_regex);
+            } catch (const std::regex_error& e) {
+                throw Error(Exit::usage, "--carriers: invalid regular expression '" + cfg.carriers_regex +
+                                             "': " + e.what());
+            }
+            pattern_ = cfg.carriers_regex;
+        } else if (jvm_) {
+            pattern_ = "ForkJoinPool-N-worker-M (JVM virtual-thread scheduler)";
+        } else {
+            return;  // not a JVM and no pattern: nothing to watch, no probes attached
+        }
+        jvm_mode_ = jvm_ && jvm_->layout.has_value();
+        if (jvm_mode_ && cfg.carriers_regex.empty() && !jvm_->layout->has_vthread && !jvm_->layout->jt_cont_entry) {
+            // JDK < 21: no virtual threads, so no carriers; its ForkJoinPool workers are
+            // ordinary pool threads (the sched family covers them).
+            pattern_.clear();
+            return;
+        }
+        if (jvm_ && !jvm_mode_)
+            notes_.push_back("carriers: JVM internals unreadable (" + jvm_->why +
+                             "); mounted-vs-idle falls back to the generic rule (blocked outside futex/epoll = stalled)");
+        if (cfg.jvm_perfmap && jvm_) run_perfmap();
+        open_bpf(cfg);
+        refresh_carriers(true);
+        if (cfg.verbose)
+            std::fprintf(stderr, "qscope: carriers: %zu attached (%s)\n", carriers_.size(), runtime().c_str());
+    }
+
+    void collect(Snapshot& snap, const Tick& tick) override {
+        if (cfg_ && cfg_->jvm_dump) do_thread_dump(snap);
+        if (!parked_.empty()) snap.parked_virtual_threads = parked_;
+        for (const auto& n : notes_) snap.warnings.push_back(n);
+        if (!skel_) return;
+
+        const uint64_t now = tick.now_ns;
+        // The first window starts when the probes attached (before the collector's first
+        // tick, which waits for every other source to start): stalls in between count.
+        // The kernel counts every mounted block >= the threshold; VM waits are told apart only
+        // here, from the records' stacks, and subtracted. A record read now may belong to a
+        // block the counter read just before did not include yet: only VM waits that ended
+        // before that read are subtracted this tick, the rest at the next one, so the count
+        // never dips below the truth. Records without a stack (ring buffer short of room,
+        // symbolizing capped) stay stalls.
+        const uint64_t read_at = mono_ns();
+        const uint64_t stalls_total = read_counter(QS_CC_STALLS);
+        if (tick.window_reset && tick.index > 0) {
+            window_stalls_.clear();
+            window_stalls_dropped_ = false;
+        }
+        refresh_carriers(false);
+        symbolized_this_tick_ = 0;
+        ring_buffer__consume(rb_);
+        while (!vm_pending_.empty() && vm_pending_.front() < read_at) {
+            vm_pending_.pop_front();
+            vm_waits_total_++;
+        }
+        if (tick.window_reset && tick.index > 0) {
+            window_stalls_base_ = stalls_total;
+            vm_waits_base_ = vm_waits_total_;
+        }
+
+        Carriers& c = snap.carriers;
+        c.detected = !carriers_.empty();
+        c.pattern = pattern_;
+        c.runtime = runtime();
+        c.mount_state_known = jvm_mode_;
+        c.stall_events_total = stalls_total - std::min(stalls_total, vm_waits_total_);
+        const uint64_t window_all = stalls_total - std::min(stalls_total, window_stalls_base_);
+        c.vm_waits = std::min(window_all, vm_waits_total_ - std::min(vm_waits_total_, vm_waits_base_));
+        c.stall_events = window_all - c.vm_waits;
+        if (cfg_->verbose >= 2)
+            std::fprintf(stderr, "qscope: carriers: tick %llu reset %d stalls total %llu base %llu records %zu\n",
+                         (unsigned long long)tick.index, (int)tick.window_reset, (unsigned long long)stalls_total,
+                         (unsigned long long)window_stalls_base_, window_stalls_.size());
+        qs_hist h{};
+        const uint32_t zero = 0;
+        if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stall_hist), &zero, &h) == 0)
+            c.stall_total = Histogram::from_kernel(h);
+
+        const int map_fd = bpf_map__fd(skel_->maps.carriers);
+        std::vector<CarrierStall> ongoing;
+        for (const auto& [tid, info] : carriers_) {
+            qs_carrier k{};
+            const bool have = bpf_map_lookup_elem(map_fd, &tid, &k) == 0;
+            carrier::Observation o;
+            o.generic = !jvm_mode_;
+            o.bpf_state = have ? k.state : 0;
+            if (o.bpf_state == QS_CS_UNKNOWN) fill_from_proc(tid, info.jt, o);
+            CarrierThread t;
+            t.tid = tid;
+            t.name = info.name;
+            t.state = carrier::classify(o);
+            // Blocked right now with a virtual thread mounted, but on the VM (a safepoint, a GC
+            // pause): not a stall of the carrier's task. Shown as "blocked", counted nowhere.
+            std::string vm_now;
+            if (have && k.state == QS_CS_STALLED && jvm_mode_ && cfg_->want_stacks) vm_now = current_vm_wait(tid);
+            if (!vm_now.empty()) t.state = "blocked";
+            c.threads++;
+            if (t.state == "running") c.running++;
+            else if (t.state == "runnable") c.runnable++;
+            else if (t.state == "idle") c.idle++;
+            else if (t.state == "stalled") c.stalled++;
+            if (have && k.state == QS_CS_STALLED && vm_now.empty() && k.block_start_ns && now > k.block_start_ns &&
+                now - k.block_start_ns >= kStallThresholdNs) {
+                CarrierStall s;
+                s.tid = tid;
+                s.syscall = carrier::syscall_label(k.syscall);
+                s.reason = carrier::stall_reason(k.syscall, false);
+                s.seconds = (now - k.block_start_ns) / 1e9;
+                s.ongoing = true;
+                ongoing.push_back(s);
+            }
+            c.per_carrier.push_back(t);
+        }
+        std::vector<const StallRec*> done;
+        for (const auto& s : window_stalls_)
+            if (s.vm_reason.empty()) done.push_back(&s);
+        std::sort(done.begin(), done.end(),
+                  [](const StallRec* a, const StallRec* b) { return a->duration_ns > b->duration_ns; });
+        std::sort(ongoing.begin(), ongoing.end(),
+                  [](const CarrierStall& a, const CarrierStall& b) { return a.seconds > b.seconds; });
+        for (auto& s : ongoing)
+            if (c.stalls.size() < kStallsShown) c.stalls.push_back(std::move(s));
+        for (const StallRec* r : done) {
+            if (c.stalls.size() >= kStallsShown) break;
+            CarrierStall s;
+            s.tid = r->tid;
+            s.syscall = carrier::syscall_label(r->syscall);
+            s.reason = carrier::stall_reason(r->syscall, r->pinned);
+            s.seconds = r->duration_ns / 1e9;
+            s.stack = r->stack;
+            c.stalls.push_back(std::move(s));
+        }
+        if (window_stalls_dropped_)
+            snap.partial.push_back("carriers: only the first " + std::to_string(kMaxWindowStalls) +
+                                   " stalls of the window are listed; counts are exact");
+    }
+
+    uint64_t lost_events() const override { return skel_ ? read_counter(QS_CC_RB_DROPS) : 0; }
+
+    ~JvmSource() override {
+        if (rb_) ring_buffer__free(rb_);
+        for (auto* l : links_) bpf_link__destroy(l);
+    }
+
+private:
+    struct CarrierInfo {
+        uint64_t jt = 0;
+        std::string name;
+    };
+
+    std::string runtime() const { return jvm_mode_ ? "jvm" : "generic"; }
+
+    uint64_t read_counter(uint32_t idx) const {
+        uint64_t v = 0;
+        bpf_map_lookup_elem(bpf_map__fd(skel_->maps.counters), &idx, &v);
+        return v;
+    }
+
+    void open_bpf(const Config& cfg) {
+        skel_.reset(carrier_bpf__open());
+        if (!skel_) throw_bpf_error("carrier: open BPF object", errno);
+        auto* ro = skel_->rodata;
+        ro->targ_tgid = static_cast<uint32_t>(pid_);
+        ro->stall_threshold_ns = kStallThresholdNs;
+        ro->want_stacks = cfg.want_stacks ? 1 : 0;
+        ro->mount_mode = QS_MOUNT_GENERIC;
+        if (jvm_mode_) {
+            const auto& l = *jvm_->layout;
+            if (l.jt_cont_entry) {
+                ro->mount_mode = QS_MOUNT_CONT_ENTRY;
+                ro->mount_off_a = *l.jt_cont_entry;
+            } else if (l.has_vthread) {
+                ro->mount_mode = QS_MOUNT_OOPHANDLES;
+                ro->mount_off_a = l.jt_vthread;
+                ro->mount_off_b = l.jt_threadobj;
+            } else {
+                // JDK < 21: no virtual threads, so nothing is ever mounted.
+                jvm_mode_ = false;
+                notes_.push_back("carriers: this JVM has no virtual threads (no JavaThread::_vthread)");
+            }
+        }
+        const uint32_t max_carriers = std::max<uint32_t>(64, std::min<uint32_t>(cfg.max_threads, 4096));
+        bpf_check(bpf_map__set_max_entries(skel_->maps.carriers, max_carriers), "carrier: size map carriers");
+        bpf_check(bpf_map__set_max_entries(skel_->maps.stack_slots, cfg.want_stacks ? 256 : 1),
+                  "carrier: size map stack_slots");
+        const bool pin_hook = jvm_ && jvm_->has_pinned_event && jvm_mode_;
+        bpf_program__set_autoload(skel_->progs.carrier_pinned, pin_hook);
+        bpf_check(carrier_bpf__load(skel_.get()), "carrier: load BPF programs (tp_btf/sched_switch, sched_wakeup)");
+        attach(skel_->progs.carrier_switch, "carrier: attach tp_btf/sched_switch");
+        attach(skel_->progs.carrier_wakeup, "carrier: attach tp_btf/sched_wakeup");
+        if (pin_hook) {
+            LIBBPF_OPTS(bpf_uprobe_opts, uo, .func_name = "JVM_VirtualThreadPinnedEvent");
+            bpf_link* l = bpf_program__attach_uprobe_opts(skel_->progs.carrier_pinned, pid_,
+                                                          jvm_->libjvm_host.c_str(), 0, &uo);
+            if (!l)
+                notes_.push_back("carriers: cannot attach uprobe JVM_VirtualThreadPinnedEvent in " +
+                                 jvm_->libjvm + ": " + errno_text(errno) + "; futex stalls are not labelled 'pinned park'");
+            else
+                links_.push_back(l);
+        }
+        rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &JvmSource::on_event, this, nullptr);
+        if (!rb_) throw_bpf_error("carrier: ring_buffer__new(events)", errno);
+    }
+
+    void attach(bpf_program* p, const char* what) {
+        bpf_link* l = bpf_program__attach(p);
+        if (!l) throw_bpf_error(what, errno);
+        links_.push_back(l);
+    }
+
+    static int on_event(void* ctx, void* data, size_t size) {
+        auto* self = static_cast<JvmSource*>(ctx);
+        if (size < sizeof(uint32_t)) return 0;
+        const uint32_t kind = *static_cast<const uint32_t*>(data);
+        if ((kind == QS_CARRIER_REC_STALL && size >= sizeof(qs_carrier_stall)) ||
+            (kind == QS_CARRIER_REC_STALL_STACK && size >= sizeof(qs_carrier_stall_stack))) {
+            const auto* r = static_cast<const qs_carrier_stall*>(data);
+            StallRec s;
+            s.tid = static_cast<int>(r->tid);
+            s.start_ns = r->start_ns;
+            s.duration_ns = r->duration_ns;
+            s.syscall = r->syscall;
+            if (kind == QS_CARRIER_REC_STALL_STACK)
+                self->symbolize(static_cast<const qs_carrier_stall_stack*>(data)->stack, s.stack);
+            s.vm_reason = carrier::vm_wait_reason(s.stack);
+            if (!s.vm_reason.empty()) {
+                self->vm_pending_.push_back(s.start_ns + s.duration_ns);
+                if (self->cfg_ && self->cfg_->verbose >= 1) {
+                    std::string top;
+                    for (size_t i = 0; i < s.stack.size() && i < 8; i++) top += (i ? " <- " : "") + s.stack[i];
+                    std::fprintf(stderr, "qscope: carriers: tid %d %.1f ms %s, not a stall: %s\n", s.tid,
+                                 s.duration_ns / 1e6, s.vm_reason.c_str(), top.c_str());
+                }
+            }
+            if (self->window_stalls_.size() >= kMaxWindowStalls) {
+                self->window_stalls_dropped_ = true;
+                return 0;
+            }
+            self->window_stalls_.push_back(std::move(s));
+        } else if (kind == QS_CARRIER_REC_PINNED && size >= sizeof(qs_carrier_pinned)) {
+            const auto* p = static_cast<const qs_carrier_pinned*>(data);
+            // The JVM reports the pinned park right after it returns: label the stall of
+            // that carrier that ended just before.
+            for (auto it = self->window_stalls_.rbegin(); it != self->window_stalls_.rend(); ++it) {
+                if (it->tid != static_cast<int>(p->tid)) continue;
+                const uint64_t end = it->start_ns + it->duration_ns;
+                if (end <= p->at_ns && p->at_ns - end < 100'000'000) it->pinned = true;
+                break;
+            }
+        }
+        return 0;
+    }
+
+    // The stack copied when the carrier's current block began (its slot is marked with
+    // start_ns 0 until the block ends), judged like a finished record's.
+    std::string current_vm_wait(int tid) {
+        if (!stack_buf_) stack_buf_ = std::make_unique<qs_carrier_stall_stack>();
+        const uint32_t key = static_cast<uint32_t>(tid);
+        if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stack_slots), &key, stack_buf_.get()) != 0) return {};
+        if (stack_buf_->hdr.start_ns != 0 || stack_buf_->stack.tid != key) return {};
+        std::vector<std::string> frames;
+        symbolize(stack_buf_->stack, frames);
+        return carrier::vm_wait_reason(frames);
+    }
+
+    void symbolize(const qs_ustack& st, std::vector<std::string>& out) {
+        if (symbolized_this_tick_ >= kSymbolizePerTick || st.size == 0) return;
+        symbolized_this_tick_++;
+        try {
+            if (!symbolizer_) symbolizer_ = std::make_unique<Symbolizer>(pid_);
+            auto ips = symbolizer_->unwind(st, 32);
+            out = symbolizer_->symbolize_user(ips);
+        } catch (const std::exception&) {
+            // A stack is a bonus: the stall itself is already counted.
+        }
+    }
+
+    void fill_from_proc(int tid, uint64_t jt, carrier::Observation& o) {
+        std::string stat;
+        const std::string base = "/proc/" + std::to_string(pid_) + "/task/" + std::to_string(tid);
+        ProcStat ps;
+        if (read_file(base + "/stat", stat) && parse_proc_stat(stat, ps)) o.proc_state = ps.state;
+        if (jvm_mode_ && jt) {
+            o.mounted_now = jvm::thread_mounted(*mem_, *jvm_->layout, jt);
+        } else {
+            std::string sc;
+            if (read_file(base + "/syscall", sc)) {
+                if (sc.rfind("running", 0) == 0) o.proc_syscall = -1;
+                else o.proc_syscall = atoll(sc.c_str());
+            }
+        }
+    }
+
+    // /proc/PID/stat's num_threads: cheaper than listing the tasks every tick.
+    int thread_count() const {
+        std::string stat;
+        ProcStat ps;
+        if (read_file("/proc/" + std::to_string(pid_) + "/stat", stat) && parse_proc_stat(stat, ps))
+            return ps.num_threads;
+        return -1;
+    }
+
+    // Finds carriers: on the first call, when the thread count changed, or every few
+    // seconds. JVM: JavaThreads whose java.lang.Thread is a jdk.internal.misc.CarrierThread
+    // (read through VMStructs: excludes JDK 25's ForkJoinPool-1-delayScheduler, which
+    // shares the carriers' comm, and application ForkJoinPools); --carriers: comm regex.
+    void refresh_carriers(bool force) {
+        const uint64_t now = monotonic_ns();
+        const int nthreads = thread_count();
+        if (!force && nthreads == last_nthreads_ && (now - last_scan_ns_) / 1e9 < kRescanSeconds) return;
+        last_nthreads_ = nthreads;
+        last_scan_ns_ = now;
+
+        std::map<int, CarrierInfo> found;
+        std::map<int, uint64_t> jts;
+        if (jvm_mode_) jts = jvm::java_threads(*mem_, *jvm_->layout);
+        const bool by_regex = !cfg_->carriers_regex.empty();
+        bool need_names = false;
+        // Thread names rarely change after start: read each new tid's comm once, so a
+        // 10,000-thread target costs one directory listing per scan, not 10,000 reads.
+        std::map<int, std::string> comms;
+        for (int tid : list_tids(pid_)) {
+            auto cached = comm_cache_.find(tid);
+            comms[tid] = cached != comm_cache_.end() ? cached->second : read_comm(pid_, tid);
+        }
+        comm_cache_.swap(comms);
+        for (const auto& [tid, comm] : comm_cache_) {
+            CarrierInfo info;
+            info.name = comm;
+            if (by_regex) {
+                if (!std::regex_search(comm, regex_)) continue;
+                if (jvm_mode_) {
+                    auto it = jts.find(tid);
+                    if (it == jts.end()) continue;  // JVM mode reads JavaThread fields
+                    info.jt = it->second;
+                }
+                found[tid] = info;
+                continue;
+            }
+            if (comm.rfind("ForkJoinPool-", 0) != 0) continue;
+            if (!jvm_mode_) {
+                // No VMStructs: comm only. JDK 25's delayScheduler is in here too (noted).
+                if (std::regex_match(comm, std::regex(R"(ForkJoinPool-\d+-?)"))) found[tid] = info;
+                continue;
+            }
+            auto it = jts.find(tid);
+            if (it == jts.end()) continue;
+            info.jt = it->second;
+            const std::string cls = jvm::thread_class_name(*mem_, *jvm_->layout, info.jt);
+            if (cls.empty()) {
+                need_names = true;
+                found[tid] = info;  // decided below by Java name
+                continue;
+            }
+            if (cls == kCarrierClass) found[tid] = info;
+        }
+        if (need_names) filter_by_java_names(found);
+        if (cfg_->verbose >= 2)
+            std::fprintf(stderr, "qscope: carriers: scan of %d threads found %zu carriers\n", nthreads, found.size());
+        if (!jvm_mode_ && !by_regex && !comm_only_noted_) {
+            comm_only_noted_ = true;
+            notes_.push_back("carriers: matched by thread name prefix only; JDK 25's ForkJoinPool-1-delayScheduler "
+                             "may be counted as a carrier");
+        }
+
+        const int map_fd = bpf_map__fd(skel_->maps.carriers);
+        const int slot_fd = bpf_map__fd(skel_->maps.stack_slots);
+        for (auto it = carriers_.begin(); it != carriers_.end();) {
+            if (!found.count(it->first)) {
+                bpf_map_delete_elem(map_fd, &it->first);
+                bpf_map_delete_elem(slot_fd, &it->first);
+                it = carriers_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        for (auto& [tid, info] : found) {
+            auto cur = carriers_.find(tid);
+            if (cur != carriers_.end() && cur->second.jt == info.jt) continue;
+            qs_carrier k{};
+            k.jt = info.jt;
+            k.syscall = -1;
+            const uint32_t key = static_cast<uint32_t>(tid);
+            if (bpf_map_update_elem(map_fd, &key, &k, BPF_ANY) != 0) continue;  // map full: unwatched
+            if (cfg_->want_stacks) {
+                static qs_carrier_stall_stack zero_slot{};
+                bpf_map_update_elem(slot_fd, &key, &zero_slot, BPF_NOEXIST);  // full: no stacks
+            }
+            carriers_[tid] = info;
+        }
+    }
+
+    // Fallback when class names cannot be read: Java names from `jcmd Thread.print`.
+    void filter_by_java_names(std::map<int, CarrierInfo>& found) {
+        std::map<int, std::string> names;
+        if (!jcmd_.empty()) {
+            auto r = jvm::run_command({jcmd_, std::to_string(pid_), "Thread.print"}, kJcmdTimeout);
+            if (r.exit_status == 0)
+                for (const auto& e : jvm::parse_thread_print(r.out)) names[e.nid] = e.name;
+        }
+        for (auto it = found.begin(); it != found.end();) {
+            auto n = names.find(it->first);
+            if (n == names.end()) {
+                ++it;  // unknown: keep (comm matched)
+                continue;
+            }
+            if (!jvm::is_carrier_name(n->second)) {
+                it = found.erase(it);
+            } else {
+                it->second.name = n->second;
+                ++it;
+            }
+        }
+    }
+
+    void do_thread_dump(Snapshot& snap) {
+        if (!jvm_) {
+            snap.warnings.push_back("--jvm-dump: PID " + std::to_string(pid_) + " is not a JVM (no libjvm.so mapped)");
+            return;
+        }
+        if (jcmd_.empty()) {
+            snap.warnings.push_back("--jvm-dump: no jcmd found for " + jvm_->java_home);
+            return;
+        }
+        const std::string file = "/tmp/qscope-threads-" + std::to_string(getpid()) + "-" +
+                                 std::to_string(monotonic_ns()) + ".json";
+        auto r = jvm::run_command({jcmd_, std::to_string(pid_), "Thread.dump_to_file", "-format=json", file},
+                                  kJcmdTimeout);
+        // The JVM writes the file in its own mount namespace.
+        const std::string host_file = "/proc/" + std::to_string(pid_) + "/root" + file;
+        std::string text;
+        const bool got = read_file(host_file, text) || read_file(file, text);
+        unlink(host_file.c_str());
+        if (r.timed_out || r.exit_status != 0 || !got) {
+            std::string why = r.timed_out ? "timed out" : !r.error.empty() ? r.error : r.err.empty() ? r.out : r.err;
+            while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+            snap.warnings.push_back("--jvm-dump: jcmd Thread.dump_to_file failed: " + why);
+            return;
+        }
+        try {
+            parked_ = jvm::aggregate_thread_dump(text);
+        } catch (const std::exception& e) {
+            snap.warnings.push_back(std::string("--jvm-dump: ") + e.what());
+        }
+    }
+
+    void run_perfmap() {
+        if (jcmd_.empty()) {
+            notes_.push_back("--jvm-perfmap: no jcmd found for " + jvm_->java_home);
+            return;
+        }
+        auto r = jvm::run_command({jcmd_, std::to_string(pid_), "Compiler.perfmap"}, kJcmdTimeout);
+        if (r.timed_out || r.exit_status != 0)
+            notes_.push_back("--jvm-perfmap: jcmd Compiler.perfmap failed" +
+                             std::string(r.timed_out ? " (timed out)" : ""));
+    }
+
+    const Config* cfg_ = nullptr;
+    int pid_ = 0;
+    std::optional<jvm::JvmProcess> jvm_;
+    std::unique_ptr<jvm::ProcessMemory> mem_;
+    std::string jcmd_;
+    bool jvm_mode_ = false;
+    std::regex regex_;
+    std::string pattern_;
+    std::vector<std::string> notes_;
+    bool comm_only_noted_ = false;
+
+    QSCOPE_SKEL_PTR(carrier) skel_;
+    std::vector<bpf_link*> links_;
+    ring_buffer* rb_ = nullptr;
+
+    std::map<int, CarrierInfo> carriers_;
+    std::map<int, std::string> comm_cache_;
+    int last_nthreads_ = -1;
+    uint64_t last_scan_ns_ = 0;
+
+    std::deque<StallRec> window_stalls_;
+    bool window_stalls_dropped_ = false;
+    uint64_t window_stalls_base_ = 0;
+    std::deque<uint64_t> vm_pending_;   // end times of VM-wait records not yet subtracted
+    uint64_t vm_waits_total_ = 0, vm_waits_base_ = 0;
+    size_t symbolized_this_tick_ = 0;
+    std::unique_ptr<Symbolizer> symbolizer_;
+    std::unique_ptr<qs_carrier_stall_stack> stack_buf_;  // 8 KiB: not on the stack
+    std::vector<ParkedFrames> parked_;
+};
+
+}  // namespace
+
+std::unique_ptr<Source> make_jvm_source() { return std::make_unique<JvmSource>(); }
+
+}  // namespace qscope

@@ -1,0 +1,660 @@
+// The sched source: loads bpf/sched.bpf.c for one target and builds thread_groups and waits.
+//
+// Live thread states come from a task iterator run once per tick over the target's threads
+// (a pid-filtered iter/task link), not from /proc: the iterator reads the very fields
+// /proc/PID/task/TID/{stat,syscall} print (__state, pt_regs->orig_ax) in one read() of a
+// few bytes per thread, where /proc costs two open+read+close per thread — with 10,000
+// threads that is 20,000 file reads (~100-200 ms of CPU) per tick against ~2 ms. The same
+// pass seeds threads blocked since before attach (sched_switch never saw them go to sleep)
+// and samples the stacks of long waits (see sched.bpf.c for why there).
+#include "probes/sched/sched_source.h"
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <unordered_map>
+
+#include "engine/bpf_util.h"
+#include "model/errors.h"
+#include "sys/proc_tasks.h"
+#include "sched.skel.h"
+#include "engine/source.h"
+#include "symbols/symbolizer.h"
+#include "sys/syscall_names.h"
+#include "engine/target.h"
+
+namespace qscope {
+
+std::string kernel_group_name(const std::string& comm) {
+    char c[QS_COMM_LEN] = {0}, g[QS_COMM_LEN] = {0};
+    std::memcpy(c, comm.data(), std::min(comm.size(), sizeof(c) - 1));
+    qs_group_from_comm(c, g);
+    return std::string(g, strnlen(g, sizeof(g)));
+}
+
+ThreadState thread_state(const qs_thread_rec& r) {
+    if (r.state != 0) return ThreadState::blocked;
+    return (r.flags & QS_TREC_ON_CPU) ? ThreadState::running : ThreadState::runnable;
+}
+
+void add_wait_slots(Histogram& h, const uint32_t* slots, size_t n) {
+    for (size_t i = 0; i < n && i < QS_WHIST_SLOTS; i++) {
+        if (!slots[i]) continue;
+        const uint64_t lo = qs_whist_slot_low(static_cast<uint32_t>(i));
+        const uint64_t hi = i + 1 < QS_WHIST_SLOTS ? qs_whist_slot_low(static_cast<uint32_t>(i + 1)) : lo * 2;
+        h.add((lo + hi) / 2, slots[i]);
+    }
+}
+
+std::string frame_function(const std::string& frame) {
+    std::string f = frame;
+    const auto paren = f.rfind(" (");
+    if (paren != std::string::npos && f.back() == ')') f = f.substr(0, paren);
+    const auto plus = f.rfind("+0x");
+    if (plus != std::string::npos) f = f.substr(0, plus);
+    return f;
+}
+
+std::string short_function(const std::string& func) {
+    std::string f = func;
+    static const std::string anon = "(anonymous namespace)::";
+    for (size_t p; (p = f.find(anon)) != std::string::npos;) f.erase(p, anon.size());
+    for (const char* q : {" const", " volatile", " &&", " &"})
+        if (f.size() > std::strlen(q) && f.compare(f.size() - std::strlen(q), std::string::npos, q) == 0)
+            f.erase(f.size() - std::strlen(q));
+    if (!f.empty() && f.back() == ')') {  // drop the parameter list, matching parentheses
+        int depth = 0;
+        for (size_t i = f.size(); i-- > 0;) {
+            if (f[i] == ')') depth++;
+            else if (f[i] == '(' && --depth == 0) {
+                if (i > 0) f.erase(i);
+                break;
+            }
+        }
+    }
+    return f;
+}
+
+std::string frame_module(const std::string& frame) {
+    const auto paren = frame.rfind(" (");
+    if (paren == std::string::npos || frame.back() != ')') return {};
+    return frame.substr(paren + 2, frame.size() - paren - 3);
+}
+
+static bool runtime_module(const std::string& m) {
+    static const char* const prefixes[] = {"libc.so", "libc-", "libpthread", "ld-linux", "libstdc++",
+                                           "libjvm", "libgcc_s"};
+    for (const char* p : prefixes)
+        if (m.rfind(p, 0) == 0) return true;
+    return false;
+}
+
+std::string first_app_frame(const std::vector<std::string>& frames) {
+    std::string last_runtime;
+    for (const auto& f : frames) {
+        const std::string m = frame_module(f);
+        if (!m.empty() && runtime_module(m)) {
+            last_runtime = frame_function(f);
+            continue;
+        }
+        const std::string fn = frame_function(f);
+        // Unsymbolized code outside any module (JIT or interpreter without a perf map): the
+        // runtime's entry point says more ("Unsafe_Park") than an address.
+        if (m.empty() && fn.rfind("0x", 0) == 0 && !last_runtime.empty()) return last_runtime;
+        return fn;
+    }
+    return {};
+}
+
+std::string wait_site_signature(const std::vector<std::string>& frames) {
+    std::string sig;
+    bool app = false;
+    for (const auto& f : frames) {
+        const std::string m = frame_module(f);
+        // Frames without a module are JIT/interpreter code: application frames, and their
+        // addresses are the same for every thread running that code.
+        if (!app && !m.empty() && runtime_module(m)) continue;
+        app = true;
+        sig += frame_function(f);
+        sig += ';';
+    }
+    return sig;
+}
+
+const std::string& LabelCap::label(const std::string& name) {
+    auto it = labels_.find(name);
+    if (it != labels_.end()) return it->second;
+    if (name.empty() || name == "other" || labels_.size() >= cap_) return other_;
+    return labels_.emplace(name, name).first->second;
+}
+
+namespace {
+
+// Stack captures per iterator run. The iterator is the ring's only producer and user space
+// drains it before every run, so a ring holding one run's budget never fills: a full ring
+// used to be reported as ~one lost event per thread of a 10,000-thread target.
+constexpr uint32_t kMaxStacksPerIter = 64;
+
+uint32_t stack_ring_bytes() {
+    const uint64_t need = uint64_t{kMaxStacksPerIter} * (sizeof(qs_stack_event) + 8 /* BPF_RINGBUF_HDR_SZ */);
+    uint64_t size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    while (size < need) size <<= 1;  // a power-of-two number of pages
+    return static_cast<uint32_t>(size);
+}
+
+struct WaitKeyLess {
+    bool operator()(const qs_wait_key& a, const qs_wait_key& b) const {
+        return std::memcmp(&a, &b, sizeof(a)) < 0;
+    }
+};
+
+struct Cum {  // cumulative figures of one kernel wait key, as of one read
+    uint64_t count = 0, total_ns = 0;
+    std::vector<uint32_t> slots;  // only for futex keys: the window histogram needs them
+};
+
+struct StackInfo {
+    std::vector<std::string> user, kernel;
+    std::vector<uint64_t> kernel_ips;  // captured before the kernel symbol table was loaded
+};
+
+std::string group_of(const char g[QS_COMM_LEN]) { return std::string(g, strnlen(g, QS_COMM_LEN)); }
+
+class SchedSource final : public Source {
+public:
+    const char* name() const override { return "sched"; }
+    void start(const Target& target, const Config& cfg) override;
+    void collect(Snapshot& snap, const Tick& tick) override;
+    uint64_t lost_events() const override { return lost_; }
+
+private:
+    void read_waits(std::map<qs_wait_key, qs_wait_val, WaitKeyLess>& out);
+    std::map<std::string, Histogram> read_runqueue();
+    std::vector<qs_thread_rec> run_iter();
+    void on_stack(const qs_stack_event& e);
+    static int ringbuf_cb(void* ctx, void* data, size_t size);
+    std::string resource_of(const qs_wait_key& k, std::string& kind, const StackInfo* st);
+
+    QSCOPE_SKEL_PTR(sched) skel_;
+    bpf_link* iter_link_ = nullptr;
+    std::vector<bpf_link*> links_;
+    ring_buffer* rb_ = nullptr;
+    std::unique_ptr<Symbolizer> sym_;
+    // Kernel frames are named from the second tick on: the first load of /proc/kallsyms
+    // (~120k symbols, 100-150 ms of CPU) is not worth delaying the first frame for.
+    bool name_kernel_frames_ = false;
+    std::unique_ptr<FdResolver> fds_;
+    Config cfg_;
+    int pid_ = 0;
+    uint64_t lost_ = 0;
+    bool stacks_failed_ = false;
+    bool sym_refreshed_ = false;
+    std::string stack_warning_;
+
+    std::unique_ptr<LabelCap> groups_;
+    // Window baselines, per kernel key: cumulative (completed + ongoing) at window start.
+    std::map<qs_wait_key, Cum, WaitKeyLess> base_waits_;
+    std::map<std::string, Histogram> base_rq_;
+    // Stacks by kernel wait key (group, syscall, res): the latest capture for that key.
+    std::map<qs_wait_key, StackInfo, WaitKeyLess> stacks_;
+    // Exported counters are kept monotonic across the (rare) tick where a wait completes
+    // between the map read and the iterator run.
+    std::map<std::pair<std::string, std::string>, double> exported_blocked_;
+
+public:
+    ~SchedSource() override {
+        if (rb_) ring_buffer__free(rb_);
+        if (iter_link_) bpf_link__destroy(iter_link_);
+        for (auto* l : links_) bpf_link__destroy(l);
+    }
+};
+
+void SchedSource::start(const Target& target, const Config& cfg) {
+    cfg_ = cfg;
+    pid_ = target.pid();
+    groups_ = std::make_unique<LabelCap>(cfg.label_cap);
+    fds_ = std::make_unique<FdResolver>(pid_);
+    skel_.reset(sched_bpf__open());
+    if (!skel_) throw_bpf_error("sched: open BPF object", errno);
+    skel_->rodata->targ_tgid = static_cast<__u32>(pid_);
+    skel_->rodata->want_stacks = cfg.want_stacks ? 1 : 0;
+    skel_->rodata->stack_min_ns = static_cast<__u64>(cfg.stack_min_block_seconds * 1e9);
+    skel_->rodata->max_stacks_per_iter = kMaxStacksPerIter;
+    // Wait keys: about one per thread per wait site (a JVM parks each thread on its own
+    // futex word) plus one per fd waited on; the slack covers sockets and files.
+    const uint32_t threads = std::max<uint32_t>(cfg.max_threads, 256);
+    bpf_check(bpf_map__set_max_entries(skel_->maps.waits, threads + 4096), "sched: size map waits");
+    bpf_check(bpf_map__set_max_entries(skel_->maps.stack_seen, threads), "sched: size map stack_seen");
+    bpf_check(bpf_map__set_max_entries(skel_->maps.stacks, stack_ring_bytes()), "sched: size ring buffer stacks");
+    // Kernel groups are pre-cap (comm-derived); beyond this they fold into the overflow group.
+    bpf_check(bpf_map__set_max_entries(skel_->maps.rq_hist, cfg.label_cap * 4 + 64), "sched: size map rq_hist");
+    if (int err = sched_bpf__load(skel_.get())) {
+        // Name a missing tracepoint rather than libbpf's errno. Checked only on failure: a
+        // parse of the kernel's BTF costs ~20 ms on the way to the first frame.
+        std::unique_ptr<btf, void (*)(btf*)> vmlinux(btf__load_vmlinux_btf(), btf__free);
+        for (const char* tp : {"sched_switch", "sched_wakeup", "sched_wakeup_new"})
+            if (!vmlinux || btf__find_by_name_kind(vmlinux.get(), (std::string("btf_trace_") + tp).c_str(),
+                                                   BTF_KIND_TYPEDEF) <= 0)
+                throw Error(Exit::kernel, std::string("kernel BTF lacks the ") + tp + " tracepoint (tp_btf/" + tp +
+                                              "): the sched probes cannot attach");
+        throw_bpf_error("sched: load BPF programs (sched.bpf.c)", err);
+    }
+
+    // Overflow buckets the programs fall back to when a map is full.
+    qs_wait_key ok{};
+    ok.syscall = QS_SYSCALL_OTHER;
+    qs_wait_val zv{};
+    bpf_check(bpf_map_update_elem(bpf_map__fd(skel_->maps.waits), &ok, &zv, BPF_NOEXIST), "sched: seed map waits");
+    qs_group_key gk{};
+    auto zh = std::make_unique<qs_hist>();
+    std::memset(zh.get(), 0, sizeof(qs_hist));
+    bpf_check(bpf_map_update_elem(bpf_map__fd(skel_->maps.rq_hist), &gk, zh.get(), BPF_NOEXIST), "sched: seed map rq_hist");
+
+    auto attach = [&](bpf_program* p, const char* what) {
+        bpf_link* l = bpf_program__attach(p);
+        if (!l) throw_bpf_error(std::string("sched: attach ") + what, errno);
+        links_.push_back(l);
+    };
+    attach(skel_->progs.qs_sched_switch, "tp_btf/sched_switch");
+    attach(skel_->progs.qs_sched_wakeup, "tp_btf/sched_wakeup");
+    attach(skel_->progs.qs_sched_wakeup_new, "tp_btf/sched_wakeup_new");
+
+    union bpf_iter_link_info linfo;
+    std::memset(&linfo, 0, sizeof(linfo));
+    linfo.task.pid = static_cast<__u32>(pid_);
+    DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, iopts);
+    iopts.link_info = &linfo;
+    iopts.link_info_len = sizeof(linfo);
+    iter_link_ = bpf_program__attach_iter(skel_->progs.qs_task_iter, &iopts);
+    if (!iter_link_) {
+        // Kernels before 6.1 have no pid filter for task iterators: walk every task and let
+        // the program's tgid check skip the others (slower on a busy machine, same result).
+        iter_link_ = bpf_program__attach_iter(skel_->progs.qs_task_iter, nullptr);
+        if (!iter_link_) throw_bpf_error("sched: attach iter.s/task (task iterator)", errno);
+    }
+
+    rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.stacks), &SchedSource::ringbuf_cb, this, nullptr);
+    if (!rb_) throw_bpf_error("sched: open ring buffer stacks", errno);
+
+    if (cfg.want_stacks) {
+        try {
+            sym_ = std::make_unique<Symbolizer>(pid_);
+        } catch (const std::exception& e) {
+            stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
+        }
+    }
+    // Seed threads that are blocked right now, so their waits count from attach.
+    run_iter();
+}
+
+int SchedSource::ringbuf_cb(void* ctx, void* data, size_t size) {
+    auto* self = static_cast<SchedSource*>(ctx);
+    if (size < sizeof(uint32_t)) return 0;
+    uint32_t kind;
+    std::memcpy(&kind, data, sizeof(kind));
+    if (kind == QS_EV_STACK && size >= sizeof(qs_stack_event))
+        self->on_stack(*static_cast<const qs_stack_event*>(data));
+    return 0;
+}
+
+void SchedSource::on_stack(const qs_stack_event& e) {
+    qs_wait_key k{};
+    std::memcpy(k.group, e.group, sizeof(k.group));
+    k.syscall = e.syscall;
+    k.res = e.res;
+    StackInfo st;
+    if (sym_) {
+        try {
+            if (!sym_refreshed_) {  // libraries loaded since the last tick
+                sym_->refresh();
+                sym_refreshed_ = true;
+            }
+            std::vector<uint64_t> ips = sym_->unwind(e.ustack);
+            st.user = sym_->symbolize_user(ips);
+            std::vector<uint64_t> kips(e.kstack, e.kstack + std::min<uint32_t>(e.kstack_len, QS_KSTACK_DEPTH));
+            if (name_kernel_frames_)
+                st.kernel = sym_->symbolize_kernel(kips);
+            else
+                st.kernel_ips = std::move(kips);
+        } catch (const std::exception& ex) {
+            // One bad sample must not cost the tick; the wait keeps its numbers.
+            if (!stacks_failed_) stack_warning_ = std::string("sched: stack unwinding failed: ") + ex.what();
+            stacks_failed_ = true;
+        }
+    }
+    if (!st.user.empty() || !st.kernel.empty() || !st.kernel_ips.empty()) stacks_[k] = std::move(st);
+}
+
+void SchedSource::read_waits(std::map<qs_wait_key, qs_wait_val, WaitKeyLess>& out) {
+    const int fd = bpf_map__fd(skel_->maps.waits);
+    // Batch reads: one syscall per chunk instead of two per key (10,000 keys = 20,000
+    // syscalls otherwise). Falls back to get_next_key where batching is unsupported.
+    const uint32_t chunk = 512;
+    std::vector<qs_wait_key> keys(chunk);
+    std::vector<qs_wait_val> vals(chunk);
+    qs_wait_key in_batch{}, out_batch{};
+    bool first = true;
+    for (;;) {
+        uint32_t n = chunk;
+        int err = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys.data(), vals.data(), &n, nullptr);
+        const int e = err ? errno : 0;
+        for (uint32_t i = 0; i < n; i++) out[keys[i]] = vals[i];
+        if (err) {
+            if (e == ENOENT) return;  // done
+            if (e == EINVAL || e == ENOTSUP || e == EOPNOTSUPP) break;
+            throw_bpf_error("sched: read map waits", e);
+        }
+        in_batch = out_batch;
+        first = false;
+    }
+    qs_wait_key cur{}, next{};
+    const void* prev = nullptr;
+    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+        qs_wait_val v;
+        if (map_lookup(fd, next, v)) out[next] = v;
+        cur = next;
+        prev = &cur;
+    }
+}
+
+std::map<std::string, Histogram> SchedSource::read_runqueue() {
+    std::map<std::string, Histogram> out;
+    const int fd = bpf_map__fd(skel_->maps.rq_hist);
+    auto h = std::make_unique<qs_hist>();
+    qs_group_key cur{}, next{};
+    const void* prev = nullptr;
+    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+        if (bpf_map_lookup_elem(fd, &next, h.get()) == 0) {
+            Histogram hist = Histogram::from_kernel(*h);
+            const std::string g = group_of(next.group);
+            auto it = out.find(g);
+            if (it == out.end())
+                out.emplace(g, std::move(hist));
+            else
+                it->second.merge(hist);
+        }
+        cur = next;
+        prev = &cur;
+    }
+    return out;
+}
+
+std::vector<qs_thread_rec> SchedSource::run_iter() {
+    std::vector<qs_thread_rec> recs;
+    skel_->bss->iter_captures = 0;
+    const int fd = bpf_iter_create(bpf_link__fd(iter_link_));
+    if (fd < 0) throw_bpf_error("sched: run task iterator", errno);
+    std::vector<char> buf;
+    char chunk[1 << 16];
+    for (;;) {
+        const ssize_t n = ::read(fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            const int e = errno;
+            ::close(fd);
+            throw_bpf_error("sched: read task iterator", e);
+        }
+        if (n == 0) break;
+        buf.insert(buf.end(), chunk, chunk + n);
+    }
+    ::close(fd);
+    recs.resize(buf.size() / sizeof(qs_thread_rec));
+    if (!recs.empty()) std::memcpy(recs.data(), buf.data(), recs.size() * sizeof(qs_thread_rec));
+    return recs;
+}
+
+std::string SchedSource::resource_of(const qs_wait_key& k, std::string& kind, const StackInfo* st) {
+    char buf[64];
+    if (k.syscall == QS_SYSCALL_OTHER) {
+        kind = "other";
+        return "(waits map full)";
+    }
+    switch (syscall_arg0_kind(k.syscall)) {
+    case SyscallArg0::fd: {
+        auto r = fds_->resolve(static_cast<int>(k.res));
+        kind = r.kind;
+        return r.name;
+    }
+    case SyscallArg0::futex_addr: {
+        kind = "futex";
+        if (st) {
+            const std::string f = first_app_frame(st->user);
+            if (!f.empty()) return "futex:" + short_function(f);
+        }
+        std::snprintf(buf, sizeof(buf), "futex@0x%" PRIx64, static_cast<uint64_t>(k.res));
+        return buf;
+    }
+    case SyscallArg0::futex_vec:
+        kind = "futex";
+        return "futex_waitv";
+    default:
+        kind = "other";
+        return "";
+    }
+}
+
+void SchedSource::collect(Snapshot& snap, const Tick& tick) {
+    // Order matters: the map is read before the iterator so a wait that completes in
+    // between is counted once (next tick), never twice (as completed and as ongoing).
+    std::map<qs_wait_key, qs_wait_val, WaitKeyLess> waits;
+    read_waits(waits);
+    std::map<std::string, Histogram> rq = read_runqueue();
+    sym_refreshed_ = false;
+    name_kernel_frames_ = tick.index > 0;
+    // Drain the previous run's captures (the attach-time seeding run's, on the first tick)
+    // so this run has the whole ring, then this run's.
+    bool rb_failed = ring_buffer__consume(rb_) < 0;
+    std::vector<qs_thread_rec> recs = run_iter();
+    rb_failed |= ring_buffer__consume(rb_) < 0;
+    if (rb_failed) snap.partial.push_back("sched: ring buffer read failed");
+    fds_->refresh();
+    if (sym_ && name_kernel_frames_) {
+        for (auto& [k, st] : stacks_) {
+            if (st.kernel_ips.empty()) continue;
+            try {
+                st.kernel = sym_->symbolize_kernel(st.kernel_ips);
+            } catch (const std::exception& ex) {
+                if (!stacks_failed_) stack_warning_ = std::string("sched: kernel stack symbolization failed: ") + ex.what();
+                stacks_failed_ = true;
+            }
+            st.kernel_ips.clear();
+        }
+    }
+
+    // Lost events: per-CPU counters summed.
+    {
+        const int ncpu = libbpf_num_possible_cpus();
+        std::vector<uint64_t> per(static_cast<size_t>(std::max(ncpu, 1)));
+        // Named per counter, so a report says which map or buffer dropped what.
+        static const char* const what[QS_LOST_MAX] = {
+            "waits map full (time attributed to syscall \"other\")",
+            "runqueue map full (attributed to group \"other\")",
+            "stack records (ring buffer full)",
+            "per-thread state unavailable",
+        };
+        uint64_t total = 0;
+        std::string detail;
+        for (uint32_t i = 0; i < QS_LOST_MAX; i++) {
+            if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.lost), &i, per.data()) != 0) continue;
+            uint64_t s = 0;
+            for (auto v : per) s += v;
+            total += s;
+            if (s) detail += (detail.empty() ? "" : "; ") + std::to_string(s) + " " + what[i];
+        }
+        if (total > 0)
+            snap.partial.push_back("sched: " + std::to_string(total) + " events lost since attach: " + detail);
+        lost_ = total;
+    }
+    if (!stack_warning_.empty()) snap.warnings.push_back(stack_warning_);
+
+    // The first tick's groups claim labels biggest first; later groups first come.
+    if (groups_->size() == 0) {
+        std::map<std::string, int> sizes;
+        for (const auto& r : recs) sizes[group_of(r.group)]++;
+        std::vector<std::pair<int, std::string>> order;
+        for (const auto& [g, n] : sizes) order.push_back({-n, g});
+        std::sort(order.begin(), order.end());
+        for (const auto& [n, g] : order) groups_->label(g);
+    }
+
+    // ---- live view, and ongoing waits -------------------------------------------------
+    std::map<std::string, ThreadGroup> tg;
+    std::map<qs_wait_key, uint64_t, WaitKeyLess> ongoing_ns;
+    std::map<qs_wait_key, int, WaitKeyLess> threads_now;
+    for (const auto& r : recs) {
+        const std::string& label = groups_->label(group_of(r.group));
+        ThreadGroup& g = tg[label];
+        g.name = label;
+        g.threads++;
+        switch (thread_state(r)) {
+        case ThreadState::running: g.running++; break;
+        case ThreadState::runnable: g.runnable++; break;
+        case ThreadState::blocked:
+            g.blocked++;
+            g.blocked_by[syscall_name(r.syscall)]++;
+            break;
+        }
+        if (r.state != 0) {
+            qs_wait_key k{};
+            std::memcpy(k.group, r.group, sizeof(k.group));
+            k.syscall = r.syscall;
+            k.res = r.res;
+            threads_now[k]++;
+            if ((r.flags & QS_TREC_TRACKED) && r.now_ns > r.block_start_ns)
+                ongoing_ns[k] += r.now_ns - r.block_start_ns;
+        }
+    }
+
+    // ---- cumulative per kernel key (completed + ongoing), and the window baseline ------
+    std::map<qs_wait_key, Cum, WaitKeyLess> cum;
+    for (const auto& [k, v] : waits) {
+        Cum& c = cum[k];
+        c.count = v.count;
+        c.total_ns = v.total_ns;
+        if (syscall_arg0_kind(k.syscall) == SyscallArg0::futex_addr) c.slots.assign(v.slots, v.slots + QS_WHIST_SLOTS);
+    }
+    for (const auto& [k, ns] : ongoing_ns) cum[k].total_ns += ns;
+    if (tick.window_reset) {
+        base_waits_ = cum;
+        base_rq_ = rq;
+    }
+
+    // ---- runqueue wait and blocked totals per group -------------------------------------
+    {
+        // Several kernel groups may fold into one label ("other"): merge window histograms.
+        std::map<std::string, Histogram> per_label;
+        for (auto& [g, h] : rq) {
+            const std::string& label = groups_->label(g);
+            auto b = base_rq_.find(g);
+            per_label[label].merge(b != base_rq_.end() ? h.delta(b->second) : h);
+        }
+        for (auto& [label, h] : per_label) {
+            auto it = tg.find(label);
+            if (it == tg.end()) continue;  // no live thread in that group now
+            it->second.runqueue_wait = h.quantiles();
+            it->second.runqueue_wait_seconds = h.sum_seconds();
+        }
+    }
+    std::map<std::pair<std::string, std::string>, double> blocked_total;
+    for (const auto& [k, c] : cum) {
+        const std::string label = k.syscall == QS_SYSCALL_OTHER ? "other" : groups_->label(group_of(k.group));
+        const std::string sc = k.syscall == QS_SYSCALL_OTHER ? "other" : syscall_name(k.syscall);
+        blocked_total[{label, sc}] += c.total_ns / 1e9;
+    }
+    for (auto& [key, secs] : blocked_total) {
+        double& exp = exported_blocked_[key];
+        exp = std::max(exp, secs);
+    }
+    for (const auto& [key, secs] : exported_blocked_) {
+        auto it = tg.find(key.first);
+        if (it == tg.end()) continue;  // the exporter shows live groups; totals resume if it returns
+        it->second.blocked_seconds_by_syscall_total[key.second] = secs;
+        it->second.blocked_seconds_total += secs;
+    }
+
+    // ---- wait rows: (group, syscall, resource[, wait site for futex gates]) -------------
+    struct Row {
+        Wait w;
+        Histogram hist;
+        bool have_stack = false;
+    };
+    std::map<std::tuple<std::string, std::string, std::string, std::string>, Row> rows;
+    for (const auto& [k, c] : cum) {
+        const Cum* base = nullptr;
+        auto b = base_waits_.find(k);
+        if (b != base_waits_.end()) base = &b->second;
+        const uint64_t dcount = base && c.count >= base->count ? c.count - base->count : (base ? 0 : c.count);
+        const uint64_t dns = base && c.total_ns >= base->total_ns ? c.total_ns - base->total_ns : (base ? 0 : c.total_ns);
+        auto tn = threads_now.find(k);
+        const int now_threads = tn == threads_now.end() ? 0 : tn->second;
+        if (dcount == 0 && dns == 0 && now_threads == 0) continue;  // idle in this window
+
+        const StackInfo* st = nullptr;
+        auto s = stacks_.find(k);
+        if (s != stacks_.end()) st = &s->second;
+        std::string kind;
+        const std::string res = resource_of(k, kind, st);
+        const std::string label = k.syscall == QS_SYSCALL_OTHER ? "other" : groups_->label(group_of(k.group));
+        const std::string sc = k.syscall == QS_SYSCALL_OTHER ? "other" : syscall_name(k.syscall);
+        const std::string site = (kind == "futex" && st) ? wait_site_signature(st->user) : std::string();
+        Row& row = rows[{label, sc, res, site}];
+        row.w.group = label;
+        row.w.syscall = sc;
+        row.w.resource = res;
+        row.w.kind = kind;
+        row.w.threads_now += now_threads;
+        row.w.blocked_seconds += dns / 1e9;
+        row.w.count += dcount;
+        if (st && !row.have_stack) {
+            row.w.stack = st->user;
+            row.w.kernel_stack = st->kernel;
+            row.have_stack = true;
+        }
+        if (!c.slots.empty()) {
+            std::vector<uint32_t> d(c.slots);
+            if (base && base->slots.size() == d.size())
+                for (size_t i = 0; i < d.size(); i++) d[i] = d[i] >= base->slots[i] ? d[i] - base->slots[i] : 0;
+            add_wait_slots(row.hist, d.data(), d.size());
+        }
+    }
+    std::vector<Wait> out;
+    out.reserve(rows.size());
+    for (auto& [key, row] : rows) {
+        if (row.w.kind == "futex") {
+            row.w.waiters_now = row.w.threads_now;
+            row.w.wait = row.hist.quantiles();
+        }
+        out.push_back(std::move(row.w));
+    }
+    std::sort(out.begin(), out.end(), [](const Wait& a, const Wait& b) {
+        if (a.threads_now != b.threads_now) return a.threads_now > b.threads_now;
+        return a.blocked_seconds > b.blocked_seconds;
+    });
+    // Bounded output: the rows that explain the most waiting. The dropped tail is small.
+    const size_t max_rows = std::max<size_t>(cfg_.label_cap * 2, 20);
+    if (out.size() > max_rows) out.resize(max_rows);
+    snap.waits = std::move(out);
+
+    snap.thread_groups.clear();
+    for (auto& [name, g] : tg) snap.thread_groups.push_back(std::move(g));
+    std::sort(snap.thread_groups.begin(), snap.thread_groups.end(),
+              [](const ThreadGroup& a, const ThreadGroup& b) {
+                  if (a.threads != b.threads) return a.threads > b.threads;
+                  return a.name < b.name;
+              });
+}
+
+}  // namespace
+
+std::unique_ptr<Source> make_sched_source() { return std::make_unique<SchedSource>(); }
+
+}  // namespace qscope

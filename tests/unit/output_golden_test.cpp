@@ -1,0 +1,54 @@
+// Golden JSON and text reports of the dashboard's fixture snapshots (tui_fixtures.h): the
+// contract's bytes, so a refactor of the model or the renderers that changes one field or
+// one word of the report fails here. Each fixture twice: with its hand-written verdict, and
+// with the verdict compute_verdict() gives it (the verdict's own wording).
+// QSCOPE_UPDATE_GOLDEN=1 rewrites the files; review the diff before committing it.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "model/verdict.h"
+#include "output/json_writer.h"
+#include "tui_fixtures.h"
+
+using namespace qscope;
+
+namespace {
+
+void check_golden(const std::string& file, const std::string& got) {
+    const std::string path = std::string(QSCOPE_SOURCE_DIR) + "/tests/unit/golden/" + file;
+    const char* upd = std::getenv("QSCOPE_UPDATE_GOLDEN");
+    if (upd && std::string(upd) == "1") {
+        std::ofstream(path) << got;
+        WARN("rewrote " << path);
+        return;
+    }
+    std::ifstream in(path);
+    INFO("golden file " << path << " (QSCOPE_UPDATE_GOLDEN=1 to create or update)");
+    REQUIRE(in.good());
+    std::stringstream want;
+    want << in.rdbuf();
+    CHECK(want.str() == got);
+}
+
+void check_fixture(const std::string& name, const Snapshot& s) {
+    check_golden("json_" + name + ".json", render_json(s) + "\n");
+    check_golden("report_" + name + ".txt", render_report(s));
+    Snapshot c = s;
+    compute_verdict(c);
+    check_golden("json_" + name + "_computed.json", render_json(c) + "\n");
+    check_golden("report_" + name + "_computed.txt", render_report(c));
+}
+
+}  // namespace
+
+TEST_CASE("golden JSON and report of each fixture", "[output][golden]") {
+    using namespace tui_fixtures;
+    check_fixture("idle", idle());
+    check_fixture("accept_overflow", accept_overflow());
+    check_fixture("pool_saturated", pool_saturated());
+    check_fixture("silent_partner", silent_partner());
+    check_fixture("carriers_stalled", carriers_stalled());
+    check_fixture("target_exited", target_exited());
+}

@@ -1,4 +1,4 @@
-// Golden JSON and text reports of the dashboard's fixture snapshots (tui_fixtures.h): the
+// Golden JSON, text reports and /metrics of the dashboard's fixture snapshots (tui_fixtures.h): the
 // contract's bytes, so a refactor of the model or the renderers that changes one field or
 // one word of the report fails here. Each fixture twice: with its hand-written verdict, and
 // with the verdict compute_verdict() gives it (the verdict's own wording).
@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "metrics/metrics.h"
 #include "model/verdict.h"
 #include "output/json_writer.h"
 #include "tui_fixtures.h"
@@ -39,11 +40,14 @@ void check_fixture(const std::string& name, const Snapshot& s) {
     compute_verdict(c);
     check_golden("json_" + name + "_computed.json", render_json(c) + "\n");
     check_golden("report_" + name + "_computed.txt", render_report(c));
+    // /metrics as a scrape would render it, dated 5 s after the snapshot was taken.
+    check_golden("metrics_" + name + "_computed.txt",
+                 prom::serialize(snapshot_families(&c, 50, c.taken_at_unix_ms + 5000)));
 }
 
 }  // namespace
 
-TEST_CASE("golden JSON and report of each fixture", "[output][golden]") {
+TEST_CASE("golden JSON, report and metrics of each fixture", "[output][golden]") {
     using namespace tui_fixtures;
     check_fixture("idle", idle());
     check_fixture("accept_overflow", accept_overflow());

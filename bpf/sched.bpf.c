@@ -5,7 +5,7 @@
  *
  * Why sched_switch and not syscalls:sys_enter_*: enabling any syscalls:* or raw_syscalls
  * tracepoint puts every syscall of every process on the machine on the slow path (~10 ns
- * each, KERNEL-NOTES "Cost"). A thread that blocks passes through sched_switch anyway, and
+ * each, docs/kernel.md "Costs"). A thread that blocks passes through sched_switch anyway, and
  * its pt_regs still hold the syscall number (orig_ax) and arguments (di, si): the futex
  * address and op, or the fd. Nothing is paid on syscalls that do not block.
  */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /* The sock probe family: accept queue, connector queue, in flight (server side) and
- * downstream peers (client side) of one target process. See KERNEL-NOTES.md for how each hook
+ * downstream peers (client side) of one target process. See docs/kernel.md for how each hook
  * was verified on the development kernel, and conn_state.h for the per-connection machine.
  *
  * Cost: every program that runs in the target's own threads filters on targ_tgid first.

@@ -1,4 +1,4 @@
-// Snapshot → Prometheus metric families: the metric contract of DESIGN.md "Metrics".
+// Snapshot → Prometheus metric families: the metric contract of docs/grafana.md "Metric reference".
 // Pure functions of one snapshot, so unit tests feed real-shaped snapshots without root.
 #pragma once
 #include <functional>

@@ -1,5 +1,5 @@
-// The model every view renders: one immutable Snapshot per refresh (DESIGN.md "Snapshot
-// JSON"). Field names mirror the JSON contract; add fields freely, never rename.
+// The model every view renders: one immutable Snapshot per refresh (docs/design.md; the JSON
+// contract is docs/json.md). Field names mirror the JSON contract; add fields freely, never rename.
 #pragma once
 #include <cstdint>
 #include <map>

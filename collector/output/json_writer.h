@@ -1,4 +1,4 @@
-// Snapshot → the JSON contract of DESIGN.md. A pure renderer, peer of the text report,
+// Snapshot → the JSON contract of docs/json.md. A pure renderer, peer of the text report,
 // the TUI and the exporter.
 #pragma once
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 // VMStructs parsing over a byte buffer laid out as Temurin 25's libjvm lays out the tables
 // (entry stride 48, field offsets 0/8/16/24/32/40) and its JavaThread field offsets (dumped
-// from a live Temurin 25.0.3 JVM; see JVM-NOTES.md).
+// from a live Temurin 25.0.3 JVM; see docs/kernel.md "JVM facts").
 #include <catch2/catch.hpp>
 #include <cstring>
 

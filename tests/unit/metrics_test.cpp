@@ -1,4 +1,4 @@
-// Snapshot → metric families: the DESIGN.md metric contract, bucket edges, label caps.
+// Snapshot → metric families: the metric contract (docs/grafana.md), bucket edges, label caps.
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>

@@ -24,7 +24,7 @@ namespace qscope {
 std::string peer_label(const qs_peer_key& k);
 
 // sk_drops of a listener counts SYN-stage overflows once and ACK-stage ones twice, and each
-// ACK-stage overflow also shows as one kfree_skb(TCP_LISTEN_OVERFLOW) (KERNEL-NOTES.md):
+// ACK-stage overflow also shows as one kfree_skb(TCP_LISTEN_OVERFLOW) (docs/kernel.md):
 // overflows = drops - skb_drops, never negative.
 uint64_t listen_overflows(uint64_t sk_drops_delta, uint64_t overflow_skb_drops_delta);
 

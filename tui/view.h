@@ -1,7 +1,7 @@
 // The dashboard's model/view layer: everything `qscope top` shows is computed here as a
 // pure function of (Snapshot, terminal size, UI state). No curses, no clocks, no I/O — so
 // unit tests render real-shaped snapshots to golden text, and the curses backend
-// (top.cpp) only paints the grid and turns key presses into handle_key() calls.
+// (dashboard.cpp) only paints the grid and turns key presses into handle_key() calls.
 #pragma once
 #include <array>
 #include <cstdint>

@@ -94,7 +94,12 @@ TEST_CASE("alerts: a real pool gate fires QscopePoolSaturated; the target's exit
     const double t0 = now_s();
 
     // ---- the rules, with short `for:` ---------------------------------------------------
-    const std::string dir = temp_dir("qs-alerts");
+    // Removed last, after every process below has stopped, also when a REQUIRE ends the test.
+    struct ScratchDir {
+        std::string path;
+        ~ScratchDir() { sh("rm -rf " + path); }
+    } scratch{temp_dir("qs-alerts")};
+    const std::string& dir = scratch.path;
     {
         const std::string rules = read_text(source_dir() + "/dashboards/alerts.yml");
         const std::regex for_line(R"(\n( +)for: \S+)"), alert_line(R"(\n\s+- alert: )");
@@ -180,7 +185,6 @@ TEST_CASE("alerts: a real pool gate fires QscopePoolSaturated; the target's exit
 
     prom.signal(SIGTERM);
     prom.wait(15);
-    sh("rm -rf " + dir);
     const double took = now_s() - t0;
     std::printf("alerts_test: %.1f s in all\n", took);
     CHECK(took < 60);

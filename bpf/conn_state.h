@@ -38,6 +38,8 @@
 /* qs_conn.flags (plain: written only by the thread that owns the transition) */
 #define QS_F_SEEDED 1        /* existed before attach */
 #define QS_F_START_UNKNOWN 2 /* request/call already in progress at attach: start unknown */
+#define QS_F_H2 4            /* inbound: a response began with an HTTP/2 frame (see qs_note_protocol) */
+#define QS_F_TLS 8           /* inbound: a response began with a TLS record */
 
 /* qs_conn.aflags (atomic: arrivals race with reads) */
 #define QS_A_UNREAD   1      /* receive queue holds request bytes the app has not read */
@@ -55,6 +57,12 @@
 #define QS_STATUS_5XX 3
 #define QS_STATUS_UNKNOWN 4
 #define QS_STATUS_CLASSES 5
+/* Not classes (apply() counts them as unknown): what a response began with instead of a
+ * status line, when it can be recognised. Such connections are still followed in read/write
+ * turns, which for HTTP/2 are not requests: user space names them in `partial`. */
+#define QS_STATUS_H2 5       /* an HTTP/2 frame: cleartext h2c */
+#define QS_STATUS_TLS 6      /* a TLS record: neither the status nor HTTP/2 can be seen inside */
+#define QS_H2_FRAME_HEADER 9 /* nginx writes a frame's 9-byte header as an iovec of its own */
 
 struct qs_conn {
 	__u64 t_start;   /* inbound: handshake done (accept wait starts); outbound: SYN_SENT */
@@ -366,6 +374,64 @@ static __always_inline int qs_http_status_class(const unsigned char *b, int n)
 	case '5': return QS_STATUS_5XX;
 	default: return QS_STATUS_UNKNOWN;
 	}
+}
+
+/* Does b start with an HTTP/2 frame header a server sends (RFC 9113 4.1, 6)? Every field is
+ * checked: length within the default SETTINGS_MAX_FRAME_SIZE (16384), a known type with that
+ * type's fixed length and stream rule, reserved bit clear. A status line ('H') or a TLS
+ * record (0x14-0x17) fails on the first byte already. */
+static __always_inline int qs_is_h2_frame(const unsigned char *b, int n)
+{
+	__u32 len, stream;
+	if (n < QS_H2_FRAME_HEADER || (b[5] & 0x80))
+		return 0;
+	len = ((__u32)b[0] << 16) | ((__u32)b[1] << 8) | b[2];
+	stream = ((__u32)b[5] << 24) | ((__u32)b[6] << 16) | ((__u32)b[7] << 8) | b[8];
+	if (len > 16384)
+		return 0;
+	switch (b[3]) {
+	case 0: /* DATA */ case 1: /* HEADERS */ case 5: /* PUSH_PROMISE */ case 9: /* CONTINUATION */
+		return stream != 0;
+	case 2: /* PRIORITY */ return stream != 0 && len == 5;
+	case 3: /* RST_STREAM */ return stream != 0 && len == 4;
+	case 4: /* SETTINGS */ return stream == 0 && len % 6 == 0;
+	case 6: /* PING */ return stream == 0 && len == 8;
+	case 7: /* GOAWAY */ return stream == 0 && len >= 8;
+	case 8: /* WINDOW_UPDATE */ return len == 4;
+	default: return 0;
+	}
+}
+
+/* A TLS record header (RFC 8446 5.1): content type 20-23, legacy version 3.x, length within
+ * a record's bound. */
+static __always_inline int qs_is_tls_record(const unsigned char *b, int n)
+{
+	__u32 len;
+	if (n < 5 || b[0] < 20 || b[0] > 23 || b[1] != 3 || b[2] > 4)
+		return 0;
+	len = ((__u32)b[3] << 8) | b[4];
+	return len > 0 && len <= 16384 + 2048;
+}
+
+/* The first n bytes of a response: its status class, or QS_STATUS_H2 / QS_STATUS_TLS. */
+static __always_inline int qs_response_class(const unsigned char *b, int n)
+{
+	if (qs_is_h2_frame(b, n))
+		return QS_STATUS_H2;
+	if (qs_is_tls_record(b, n))
+		return QS_STATUS_TLS;
+	return qs_http_status_class(b, n);
+}
+
+/* A response of this connection began with `status`: the QS_F_H2 / QS_F_TLS bit it sets for
+ * the first time (the caller counts the connection once), else 0. */
+static __always_inline __u8 qs_note_protocol(struct qs_conn *c, int status)
+{
+	__u8 bit = status == QS_STATUS_H2 ? QS_F_H2 : status == QS_STATUS_TLS ? QS_F_TLS : 0;
+	if (!bit || (c->flags & bit))
+		return 0;
+	c->flags |= bit;
+	return bit;
 }
 
 #endif

@@ -31,6 +31,8 @@ __u64 next_peer_idx = 0;
 __u64 lost_conn_full = 0;  /* connections not tracked: conns map full */
 __u64 lost_peer_full = 0;  /* peer index map full (folded into "other", not lost) */
 __u64 lost_port_full = 0;  /* listening ports beyond QS_MAX_PORTS */
+__u64 conns_h2 = 0;        /* inbound connections seen answering in HTTP/2 frames (qs_note_protocol) */
+__u64 conns_tls = 0;       /* inbound connections seen answering in TLS records */
 
 /* The connection table: struct sock * -> state. Sized from Config before load. */
 struct {
@@ -407,9 +409,11 @@ int BPF_PROG(qs_recv, struct sock *sk, int ret, int flags)
 #define NR_writev 20
 #define NR_sendmmsg 307
 
-/* Status class of the response whose first bytes this write carries. Only the 12 bytes of
- * the status line are copied. At sock_send_length the current thread is inside the syscall:
- * its registers give the buffer (write/sendto), the iovec (writev), the msghdr (sendmsg). */
+/* Status class of the response whose first bytes this write carries, or QS_STATUS_H2 / _TLS
+ * (qs_response_class). Only the 12 bytes of the status line are copied, 9 when the first
+ * buffer is an HTTP/2 frame header alone. At sock_send_length the current thread is inside
+ * the syscall: its registers give the buffer (write/sendto), the iovec (writev), the msghdr
+ * (sendmsg). */
 static __always_inline int response_status(void)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
@@ -417,6 +421,7 @@ static __always_inline int response_status(void)
 	unsigned char buf[12];
 	const void *base = 0;
 	__u64 len = 0;
+	__u32 n;
 	long nr;
 	unsigned long si, dx;
 	struct iovec iov;
@@ -448,11 +453,12 @@ static __always_inline int response_status(void)
 	} else {
 		return QS_STATUS_UNKNOWN;   /* sendfile, splice, io_uring: no user buffer here */
 	}
-	if (!base || len < sizeof(buf))
+	if (!base || len < QS_H2_FRAME_HEADER)
 		return QS_STATUS_UNKNOWN;
-	if (bpf_probe_read_user(buf, sizeof(buf), base))
+	n = len < sizeof(buf) ? QS_H2_FRAME_HEADER : sizeof(buf);
+	if (bpf_probe_read_user(buf, n, base))
 		return QS_STATUS_UNKNOWN;
-	return qs_http_status_class(buf, sizeof(buf));
+	return qs_response_class(buf, n);
 }
 
 static __always_inline int in_send_syscall(void)
@@ -481,8 +487,15 @@ int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
 		return 0;
-	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e))
+	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e)) {
+		__u8 proto;
 		status = response_status();
+		proto = qs_note_protocol(c, status);
+		if (proto == QS_F_H2)
+			__sync_fetch_and_add(&conns_h2, 1);
+		else if (proto == QS_F_TLS)
+			__sync_fetch_and_add(&conns_tls, 1);
+	}
 	apply(c, &e, status);
 	return 0;
 }

@@ -395,6 +395,55 @@ TEST_CASE("HTTP status class from the status line only", "[sock]") {
     CHECK(status_of("") == QS_STATUS_UNKNOWN);
 }
 
+static int response_of(const std::string& s) {
+    return qs_response_class(reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
+}
+
+TEST_CASE("a response that is no status line: HTTP/2 frame or TLS record, else unknown", "[sock]") {
+    using std::string;
+    CHECK(response_of("HTTP/1.1 200 OK\r\n") == QS_STATUS_2XX);
+    CHECK(response_of("HTTP/1.1 100 Continue") == QS_STATUS_UNKNOWN);
+    // What nginx writes first on h2c: a HEADERS frame header alone (9 bytes, stream 0x7d7).
+    CHECK(response_of(string("\x00\x00\x27\x01\x04\x00\x00\x07\xd7", 9)) == QS_STATUS_H2);
+    CHECK(response_of(string("\x00\x00\x0c\x04\x00\x00\x00\x00\x00\x00\x03\x00", 12)) == QS_STATUS_H2);  // SETTINGS
+    CHECK(response_of(string("\x00\x00\x04\x08\x00\x00\x00\x00\x00\x00\x00\x10", 12)) == QS_STATUS_H2);  // WINDOW_UPD.
+    CHECK(response_of(string("\x00\x00\x08\x06\x01\x00\x00\x00\x00", 9)) == QS_STATUS_H2);  // PING ack
+    CHECK(response_of(string("\x00\x00\x27\x01\x04\x00\x00\x00\x00", 9)) == QS_STATUS_UNKNOWN);  // HEADERS on stream 0
+    CHECK(response_of(string("\x00\x00\x0c\x04\x00\x00\x00\x00\x01", 9)) == QS_STATUS_UNKNOWN);  // SETTINGS on a stream
+    CHECK(response_of(string("\x00\x00\x05\x04\x00\x00\x00\x00\x00", 9)) == QS_STATUS_UNKNOWN);  // SETTINGS, 5 bytes
+    CHECK(response_of(string("\x00\x40\x01\x00\x00\x00\x00\x00\x01", 9)) == QS_STATUS_UNKNOWN);  // 16385 > max frame
+    CHECK(response_of(string("\x00\x00\x27\x0a\x00\x00\x00\x00\x01", 9)) == QS_STATUS_UNKNOWN);  // unknown type
+    CHECK(response_of(string("\x00\x00\x27\x01\x04\x80\x00\x00\x01", 9)) == QS_STATUS_UNKNOWN);  // reserved bit
+    CHECK(response_of(string("\x00\x00\x27\x01\x04\x00\x00\x07", 8)) == QS_STATUS_UNKNOWN);      // short
+    // TLS records: application data (TLS 1.2/1.3 framing), a handshake, an alert.
+    CHECK(response_of(string("\x17\x03\x03\x00\x45\x9a\x10\x44\x00\x01\x02\x03", 12)) == QS_STATUS_TLS);
+    CHECK(response_of(string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\x00", 12)) == QS_STATUS_TLS);
+    CHECK(response_of(string("\x15\x03\x03\x00\x02\x02\x28\x00\x00\x00\x00\x00", 12)) == QS_STATUS_TLS);
+    CHECK(response_of(string("\x17\x02\x03\x00\x45\x9a\x10\x44\x00\x01\x02\x03", 12)) == QS_STATUS_UNKNOWN);
+    CHECK(response_of(string("\x17\x03\x03\x00\x00\x9a\x10\x44\x00\x01\x02\x03", 12)) == QS_STATUS_UNKNOWN);
+    CHECK(response_of(string("\x17\x03\x03\x48\x01\x9a\x10\x44\x00\x01\x02\x03", 12)) == QS_STATUS_UNKNOWN);
+    CHECK(response_of("") == QS_STATUS_UNKNOWN);
+}
+
+TEST_CASE("a connection is noted as HTTP/2 or TLS once, whatever its responses", "[sock]") {
+    Conn k = inbound(1);
+    CHECK(qs_note_protocol(&k.c, QS_STATUS_2XX) == 0);
+    CHECK(qs_note_protocol(&k.c, QS_STATUS_UNKNOWN) == 0);
+    CHECK(qs_note_protocol(&k.c, QS_STATUS_H2) == QS_F_H2);
+    CHECK(qs_note_protocol(&k.c, QS_STATUS_H2) == 0);
+    CHECK(qs_note_protocol(&k.c, QS_STATUS_TLS) == QS_F_TLS);
+    CHECK(qs_note_protocol(&k.c, QS_STATUS_TLS) == 0);
+    // The flags ride along with the state machine's: a seeded mid-request connection keeps both.
+    Conn s;
+    qs_effects e{};
+    qs_conn_seed(&s.c, QS_DIR_IN, 0, 10, 0, 1, &e);
+    CHECK(qs_note_protocol(&s.c, QS_STATUS_H2) == QS_F_H2);
+    CHECK((s.c.flags & (QS_F_SEEDED | QS_F_START_UNKNOWN | QS_F_H2)) == (QS_F_SEEDED | QS_F_START_UNKNOWN | QS_F_H2));
+    s.write(20, 100);
+    CHECK((s.c.flags & QS_F_H2) != 0);
+    CHECK(!(s.c.flags & QS_F_START_UNKNOWN));
+}
+
 TEST_CASE("attach mid-request: sequence numbers tell in flight from idle", "[sock]") {
     const __u32 base = 0xfffffff0u;  // wraps: the comparisons must be modular
     // Request (100 bytes) read, response not written: the peer's last segment carried data.

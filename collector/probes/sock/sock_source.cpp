@@ -216,6 +216,16 @@ public:
             snap.partial.push_back("sock: more than " + std::to_string(QS_MAX_PORTS) +
                                    " listening ports; the rest are not measured");
         if (listen_error_.size()) snap.partial.push_back("sock: listeners: " + listen_error_);
+        // Not lost events: connections followed in read/write turns that are not requests.
+        if (const uint64_t h2 = load(b->conns_h2))
+            snap.partial.push_back("sock: " + std::to_string(h2) +
+                                   " connections answer in HTTP/2 frames (since attach): counted per connection, "
+                                   "not per stream (in flight, completed and latency are the connection's "
+                                   "read/write turns; status unknown)");
+        if (const uint64_t tls = load(b->conns_tls))
+            snap.partial.push_back("sock: " + std::to_string(tls) +
+                                   " connections answer in TLS records (since attach): status unknown, and HTTP/2 "
+                                   "inside would be counted per connection, not per stream");
         snap.warnings.insert(snap.warnings.end(), warnings_.begin(), warnings_.end());
     }
 

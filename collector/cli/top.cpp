@@ -19,7 +19,8 @@ namespace {
 
 std::unique_ptr<MetricsServer> maybe_listen(const Collector& col, const TopOptions& opt) {
     if (opt.listen.empty()) return nullptr;
-    return std::make_unique<MetricsServer>(col, opt.listen, opt.allow_remote);
+    return std::make_unique<MetricsServer>([&col] { return col.latest(); }, col.config().label_cap, opt.listen,
+                                           opt.allow_remote);
 }
 
 int exit_status(const std::shared_ptr<const Snapshot>& s) {

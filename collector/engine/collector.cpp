@@ -138,7 +138,6 @@ std::shared_ptr<const Snapshot> Collector::tick() {
             std::fprintf(stderr, "qscope: tick 0 %s %.0f ms\n", s->name(), (monotonic_ns() - ts) / 1e6);
     }
     cfg_.jvm_dump = false;
-    snap->warnings.insert(snap->warnings.end(), start_warnings_.begin(), start_warnings_.end());
     compute_verdict(*snap);
     std::shared_ptr<const Snapshot> out = snap;
     {

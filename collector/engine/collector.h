@@ -63,7 +63,6 @@ private:
     std::mutex wait_mu_;
     std::condition_variable wait_cv_;
     std::thread thread_;
-    std::vector<std::string> start_warnings_;
 };
 
 }  // namespace qscope

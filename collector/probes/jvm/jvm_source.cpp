@@ -139,7 +139,10 @@ public:
         }
         refresh_carriers(false);
         symbolized_this_tick_ = 0;
-        ring_buffer__consume(rb_);
+        ring_buffer__consume(rb_.get());
+        lost_.update("carriers",
+                     {{read_counter(QS_CC_RB_DROPS), "stall records (ring buffer full): not listed, still counted"}},
+                     snap);
         while (!vm_pending_.empty() && vm_pending_.front() < read_at) {
             vm_pending_.pop_front();
             vm_waits_total_++;
@@ -226,13 +229,6 @@ public:
                                    " stalls of the window are listed; counts are exact");
     }
 
-    uint64_t lost_events() const override { return skel_ ? read_counter(QS_CC_RB_DROPS) : 0; }
-
-    ~JvmSource() override {
-        if (rb_) ring_buffer__free(rb_);
-        for (auto* l : links_) bpf_link__destroy(l);
-    }
-
 private:
     struct CarrierInfo {
         uint64_t jt = 0;
@@ -277,26 +273,19 @@ private:
         const bool pin_hook = jvm_ && jvm_->has_pinned_event && jvm_mode_;
         bpf_program__set_autoload(skel_->progs.carrier_pinned, pin_hook);
         bpf_check(carrier_bpf__load(skel_.get()), "carrier: load BPF programs (tp_btf/sched_switch, sched_wakeup)");
-        attach(skel_->progs.carrier_switch, "carrier: attach tp_btf/sched_switch");
-        attach(skel_->progs.carrier_wakeup, "carrier: attach tp_btf/sched_wakeup");
+        links_.push_back(attach_program(skel_->progs.carrier_switch, "carrier: attach tp_btf/sched_switch"));
+        links_.push_back(attach_program(skel_->progs.carrier_wakeup, "carrier: attach tp_btf/sched_wakeup"));
         if (pin_hook) {
             LIBBPF_OPTS(bpf_uprobe_opts, uo, .func_name = "JVM_VirtualThreadPinnedEvent");
-            bpf_link* l = bpf_program__attach_uprobe_opts(skel_->progs.carrier_pinned, pid_,
-                                                          jvm_->libjvm_host.c_str(), 0, &uo);
+            Link l(bpf_program__attach_uprobe_opts(skel_->progs.carrier_pinned, pid_, jvm_->libjvm_host.c_str(), 0,
+                                                   &uo));
             if (!l)
                 notes_.push_back("carriers: cannot attach uprobe JVM_VirtualThreadPinnedEvent in " +
                                  jvm_->libjvm + ": " + errno_text(errno) + "; futex stalls are not labelled 'pinned park'");
             else
-                links_.push_back(l);
+                links_.push_back(std::move(l));
         }
-        rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &JvmSource::on_event, this, nullptr);
-        if (!rb_) throw_bpf_error("carrier: ring_buffer__new(events)", errno);
-    }
-
-    void attach(bpf_program* p, const char* what) {
-        bpf_link* l = bpf_program__attach(p);
-        if (!l) throw_bpf_error(what, errno);
-        links_.push_back(l);
+        rb_ = open_ring_buffer(skel_->maps.events, &JvmSource::on_event, this, "carrier: ring_buffer__new(events)");
     }
 
     static int on_event(void* ctx, void* data, size_t size) {
@@ -557,9 +546,10 @@ private:
     std::vector<std::string> notes_;
     bool comm_only_noted_ = false;
 
+    // Declared in the order they are made, so they are released in reverse.
     QSCOPE_SKEL_PTR(carrier) skel_;
-    std::vector<bpf_link*> links_;
-    ring_buffer* rb_ = nullptr;
+    std::vector<Link> links_;
+    RingBuffer rb_;
 
     std::map<int, CarrierInfo> carriers_;
     std::map<int, std::string> comm_cache_;

@@ -174,7 +174,6 @@ public:
     const char* name() const override { return "sched"; }
     void start(const Target& target, const Config& cfg) override;
     void collect(Snapshot& snap, const Tick& tick) override;
-    uint64_t lost_events() const override { return lost_; }
 
 private:
     void read_waits(std::map<qs_wait_key, qs_wait_val, WaitKeyLess>& out);
@@ -184,10 +183,13 @@ private:
     static int ringbuf_cb(void* ctx, void* data, size_t size);
     std::string resource_of(const qs_wait_key& k, std::string& kind, const StackInfo* st);
 
+    // Declared in the order they are made, so they are released in reverse.
     QSCOPE_SKEL_PTR(sched) skel_;
-    bpf_link* iter_link_ = nullptr;
-    std::vector<bpf_link*> links_;
-    ring_buffer* rb_ = nullptr;
+    std::vector<Link> links_;
+    Link iter_link_;
+    RingBuffer rb_;
+    MapReader<qs_wait_key, qs_wait_val> waits_reader_;
+    MapReader<qs_group_key, qs_hist, 64> rq_reader_;  // few keys, 5 KiB values
     std::unique_ptr<Symbolizer> sym_;
     // Kernel frames are named from the second tick on: the first load of /proc/kallsyms
     // (~120k symbols, 100-150 ms of CPU) is not worth delaying the first frame for.
@@ -195,7 +197,6 @@ private:
     std::unique_ptr<FdResolver> fds_;
     Config cfg_;
     int pid_ = 0;
-    uint64_t lost_ = 0;
     bool stacks_failed_ = false;
     bool sym_refreshed_ = false;
     std::string stack_warning_;
@@ -209,13 +210,6 @@ private:
     // Exported counters are kept monotonic across the (rare) tick where a wait completes
     // between the map read and the iterator run.
     std::map<std::pair<std::string, std::string>, double> exported_blocked_;
-
-public:
-    ~SchedSource() override {
-        if (rb_) ring_buffer__free(rb_);
-        if (iter_link_) bpf_link__destroy(iter_link_);
-        for (auto* l : links_) bpf_link__destroy(l);
-    }
 };
 
 void SchedSource::start(const Target& target, const Config& cfg) {
@@ -240,10 +234,9 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     if (int err = sched_bpf__load(skel_.get())) {
         // Name a missing tracepoint rather than libbpf's errno. Checked only on failure: a
         // parse of the kernel's BTF costs ~20 ms on the way to the first frame.
-        std::unique_ptr<btf, void (*)(btf*)> vmlinux(btf__load_vmlinux_btf(), btf__free);
+        KernelTracepoints tps;
         for (const char* tp : {"sched_switch", "sched_wakeup", "sched_wakeup_new"})
-            if (!vmlinux || btf__find_by_name_kind(vmlinux.get(), (std::string("btf_trace_") + tp).c_str(),
-                                                   BTF_KIND_TYPEDEF) <= 0)
+            if (!tps.has_btf(tp))
                 throw Error(Exit::kernel, std::string("kernel BTF lacks the ") + tp + " tracepoint (tp_btf/" + tp +
                                               "): the sched probes cannot attach");
         throw_bpf_error("sched: load BPF programs (sched.bpf.c)", err);
@@ -259,14 +252,9 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     std::memset(zh.get(), 0, sizeof(qs_hist));
     bpf_check(bpf_map_update_elem(bpf_map__fd(skel_->maps.rq_hist), &gk, zh.get(), BPF_NOEXIST), "sched: seed map rq_hist");
 
-    auto attach = [&](bpf_program* p, const char* what) {
-        bpf_link* l = bpf_program__attach(p);
-        if (!l) throw_bpf_error(std::string("sched: attach ") + what, errno);
-        links_.push_back(l);
-    };
-    attach(skel_->progs.qs_sched_switch, "tp_btf/sched_switch");
-    attach(skel_->progs.qs_sched_wakeup, "tp_btf/sched_wakeup");
-    attach(skel_->progs.qs_sched_wakeup_new, "tp_btf/sched_wakeup_new");
+    links_.push_back(attach_program(skel_->progs.qs_sched_switch, "sched: attach tp_btf/sched_switch"));
+    links_.push_back(attach_program(skel_->progs.qs_sched_wakeup, "sched: attach tp_btf/sched_wakeup"));
+    links_.push_back(attach_program(skel_->progs.qs_sched_wakeup_new, "sched: attach tp_btf/sched_wakeup_new"));
 
     union bpf_iter_link_info linfo;
     std::memset(&linfo, 0, sizeof(linfo));
@@ -274,16 +262,15 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, iopts);
     iopts.link_info = &linfo;
     iopts.link_info_len = sizeof(linfo);
-    iter_link_ = bpf_program__attach_iter(skel_->progs.qs_task_iter, &iopts);
+    iter_link_.reset(bpf_program__attach_iter(skel_->progs.qs_task_iter, &iopts));
     if (!iter_link_) {
         // Kernels before 6.1 have no pid filter for task iterators: walk every task and let
         // the program's tgid check skip the others (slower on a busy machine, same result).
-        iter_link_ = bpf_program__attach_iter(skel_->progs.qs_task_iter, nullptr);
+        iter_link_.reset(bpf_program__attach_iter(skel_->progs.qs_task_iter, nullptr));
         if (!iter_link_) throw_bpf_error("sched: attach iter.s/task (task iterator)", errno);
     }
 
-    rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.stacks), &SchedSource::ringbuf_cb, this, nullptr);
-    if (!rb_) throw_bpf_error("sched: open ring buffer stacks", errno);
+    rb_ = open_ring_buffer(skel_->maps.stacks, &SchedSource::ringbuf_cb, this, "sched: open ring buffer stacks");
 
     if (cfg.want_stacks) {
         try {
@@ -335,63 +322,28 @@ void SchedSource::on_stack(const qs_stack_event& e) {
 }
 
 void SchedSource::read_waits(std::map<qs_wait_key, qs_wait_val, WaitKeyLess>& out) {
-    const int fd = bpf_map__fd(skel_->maps.waits);
-    // Batch reads: one syscall per chunk instead of two per key (10,000 keys = 20,000
-    // syscalls otherwise). Falls back to get_next_key where batching is unsupported.
-    const uint32_t chunk = 512;
-    std::vector<qs_wait_key> keys(chunk);
-    std::vector<qs_wait_val> vals(chunk);
-    qs_wait_key in_batch{}, out_batch{};
-    bool first = true;
-    for (;;) {
-        uint32_t n = chunk;
-        int err = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys.data(), vals.data(), &n, nullptr);
-        const int e = err ? errno : 0;
-        for (uint32_t i = 0; i < n; i++) out[keys[i]] = vals[i];
-        if (err) {
-            if (e == ENOENT) return;  // done
-            if (e == EINVAL || e == ENOTSUP || e == EOPNOTSUPP) break;
-            throw_bpf_error("sched: read map waits", e);
-        }
-        in_batch = out_batch;
-        first = false;
-    }
-    qs_wait_key cur{}, next{};
-    const void* prev = nullptr;
-    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-        qs_wait_val v;
-        if (map_lookup(fd, next, v)) out[next] = v;
-        cur = next;
-        prev = &cur;
-    }
+    waits_reader_.for_each(bpf_map__fd(skel_->maps.waits),
+                           [&](const qs_wait_key& k, const qs_wait_val& v) { out[k] = v; });
 }
 
 std::map<std::string, Histogram> SchedSource::read_runqueue() {
     std::map<std::string, Histogram> out;
-    const int fd = bpf_map__fd(skel_->maps.rq_hist);
-    auto h = std::make_unique<qs_hist>();
-    qs_group_key cur{}, next{};
-    const void* prev = nullptr;
-    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-        if (bpf_map_lookup_elem(fd, &next, h.get()) == 0) {
-            Histogram hist = Histogram::from_kernel(*h);
-            const std::string g = group_of(next.group);
-            auto it = out.find(g);
-            if (it == out.end())
-                out.emplace(g, std::move(hist));
-            else
-                it->second.merge(hist);
-        }
-        cur = next;
-        prev = &cur;
-    }
+    rq_reader_.for_each(bpf_map__fd(skel_->maps.rq_hist), [&](const qs_group_key& k, const qs_hist& h) {
+        Histogram hist = Histogram::from_kernel(h);
+        const std::string g = group_of(k.group);
+        auto it = out.find(g);
+        if (it == out.end())
+            out.emplace(g, std::move(hist));
+        else
+            it->second.merge(hist);
+    });
     return out;
 }
 
 std::vector<qs_thread_rec> SchedSource::run_iter() {
     std::vector<qs_thread_rec> recs;
     skel_->bss->iter_captures = 0;
-    const int fd = bpf_iter_create(bpf_link__fd(iter_link_));
+    const int fd = bpf_iter_create(bpf_link__fd(iter_link_.get()));
     if (fd < 0) throw_bpf_error("sched: run task iterator", errno);
     std::vector<char> buf;
     char chunk[1 << 16];
@@ -452,9 +404,9 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     name_kernel_frames_ = tick.index > 0;
     // Drain the previous run's captures (the attach-time seeding run's, on the first tick)
     // so this run has the whole ring, then this run's.
-    bool rb_failed = ring_buffer__consume(rb_) < 0;
+    bool rb_failed = ring_buffer__consume(rb_.get()) < 0;
     std::vector<qs_thread_rec> recs = run_iter();
-    rb_failed |= ring_buffer__consume(rb_) < 0;
+    rb_failed |= ring_buffer__consume(rb_.get()) < 0;
     if (rb_failed) snap.partial.push_back("sched: ring buffer read failed");
     fds_->refresh();
     if (sym_ && name_kernel_frames_) {
@@ -470,29 +422,24 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
         }
     }
 
-    // Lost events: per-CPU counters summed.
+    // Lost events: per-CPU counters summed, one cause each.
     {
         const int ncpu = libbpf_num_possible_cpus();
         std::vector<uint64_t> per(static_cast<size_t>(std::max(ncpu, 1)));
-        // Named per counter, so a report says which map or buffer dropped what.
         static const char* const what[QS_LOST_MAX] = {
             "waits map full (time attributed to syscall \"other\")",
             "runqueue map full (attributed to group \"other\")",
             "stack records (ring buffer full)",
             "per-thread state unavailable",
         };
-        uint64_t total = 0;
-        std::string detail;
+        std::vector<LostCause> causes;
         for (uint32_t i = 0; i < QS_LOST_MAX; i++) {
             if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.lost), &i, per.data()) != 0) continue;
-            uint64_t s = 0;
-            for (auto v : per) s += v;
-            total += s;
-            if (s) detail += (detail.empty() ? "" : "; ") + std::to_string(s) + " " + what[i];
+            uint64_t n = 0;
+            for (auto v : per) n += v;
+            causes.push_back({n, what[i]});
         }
-        if (total > 0)
-            snap.partial.push_back("sched: " + std::to_string(total) + " events lost since attach: " + detail);
-        lost_ = total;
+        lost_.update("sched", causes, snap);
     }
     if (!stack_warning_.empty()) snap.warnings.push_back(stack_warning_);
 

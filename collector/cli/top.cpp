@@ -66,7 +66,7 @@ int run_top(const Config& cfg, const TopOptions& opt) {
     auto server = maybe_listen(col, opt);
     col.run_in_background([&](const std::shared_ptr<const Snapshot>& s) { dash.post(s); });
     const auto newest = dash.run({.reset_window = [&] { col.reset_window(); },
-                                  .request_jvm_dump = [&] { col.request_jvm_dump(); },
+                                  .request_jvm_dump = [&] { col.request(OnDemand::jvm_dump); },
                                   .stop_requested = [] { return g_stop_requested.load(); }},
                                  opt.iterations);
     col.stop();

@@ -22,6 +22,12 @@ struct Tick {
     double dt_seconds = 0;         // since the previous tick
 };
 
+// Work a user asks for once (a key in top, a flag at start) that is too slow for a tick: the
+// source that does it starts it on request and shows the result at a later tick.
+enum class OnDemand {
+    jvm_dump,  // jcmd Thread.dump_to_file: where the parked virtual threads wait
+};
+
 // One cause of lost events, as read at one tick: its count since attach, and what it leaves
 // incomplete, read after the count ("3 connections not tracked (connection table full ...)").
 struct LostCause {
@@ -54,6 +60,12 @@ public:
     virtual void start(const Target& target, const Config& cfg) = 0;
     // Drain ring buffers, read maps, fill this source's sections of `snap`.
     virtual void collect(Snapshot& snap, const Tick& tick) = 0;
+    // Start on-demand work, called on the collector thread just before a collect(). A source
+    // that does not do `what` ignores it; one already doing it does not start it twice.
+    virtual void request(OnDemand /*what*/) {}
+    // Blocks until the on-demand work started so far has finished; true if a result waits
+    // for the next collect() to show it.
+    virtual bool finish_requests() { return false; }
     // Events this source could not record, since attach (see LostEvents).
     uint64_t lost_events() const { return lost_.total(); }
 

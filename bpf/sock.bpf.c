@@ -29,7 +29,6 @@ struct qs_hist peer_hists[QS_MAX_PEERS * QS_PEER_HISTS];
 __u64 next_port_idx = 0;   /* allocator shared with user space (atomic adds on both sides) */
 __u64 next_peer_idx = 0;
 __u64 lost_conn_full = 0;  /* connections not tracked: conns map full */
-__u64 lost_peer_full = 0;  /* peer index map full (folded into "other", not lost) */
 __u64 lost_port_full = 0;  /* listening ports beyond QS_MAX_PORTS */
 __u64 conns_h2 = 0;        /* inbound connections seen answering in HTTP/2 frames (qs_note_protocol) */
 __u64 conns_tls = 0;       /* inbound connections seen answering in TLS records */
@@ -232,7 +231,7 @@ static __always_inline __u32 peer_index(const struct qs_peer_key *k)
 		v = bpf_map_lookup_elem(&peer_idx, k);
 		if (v)
 			return *v;
-		__sync_fetch_and_add(&lost_peer_full, 1);
+		/* The index map is full: the peer folds into "other" (not lost). */
 		return QS_PEER_OTHER;
 	}
 	return idx;

@@ -73,8 +73,14 @@ int run_snapshot(const Config& cfg, const SnapshotOptions& opt) {
         const uint64_t step = std::min<uint64_t>(end - now, static_cast<uint64_t>(cfg.interval_seconds * 1e9));
         // Interrupted: one more tick, so the report covers the run up to the Ctrl-C.
         sleep_unless_stopped(step / 1e9);
+        // On-demand work still running (--jvm-dump's jcmd, started by the first tick) belongs
+        // in the output: the last tick waits for it, stretching the window by that long.
+        if (g_stop_requested || monotonic_ns() >= end) col.finish_requests();
         snap = col.tick();
     }
+    // The loop ended without that last tick (a first tick that outlasted --duration, a stop
+    // or exit seen at a tick): one more for the result.
+    if (col.finish_requests()) snap = col.tick();
     if (opt.json)
         std::cout << render_json(*snap) << std::endl;
     else

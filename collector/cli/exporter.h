@@ -1,24 +1,31 @@
-// Prometheus /metrics over HTTP, rendered at scrape time from the collector's latest
-// snapshot. Used by `qscope export` and `qscope top --listen`.
+// Prometheus /metrics over HTTP, rendered at scrape time from the latest snapshot. Used by
+// `qscope export` and `qscope top --listen`; the HTTP server is prom/pull's.
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "model/snapshot.h"
+
 namespace qscope {
 
-class Collector;
+namespace prom {
+class Exposer;
+}
 
 class MetricsServer {
 public:
-    // Throws Error(usage) for a non-loopback address without allow_remote, and
-    // Error(failure) when the address cannot be bound (naming it and the errno).
-    MetricsServer(const Collector& collector, const std::string& listen, bool allow_remote);
+    // What a scrape renders: the newest published snapshot (null before the first tick).
+    using Latest = std::function<std::shared_ptr<const Snapshot>()>;
+    // Throws Error(usage) for a bad --listen or a non-loopback address without allow_remote,
+    // and Error(failure) when the address cannot be bound (naming it and the errno).
+    MetricsServer(Latest latest, uint32_t label_cap, const std::string& listen, bool allow_remote);
     ~MetricsServer();
     std::string url() const;  // http://ADDR:PORT/metrics
 
 private:
-    struct Impl;
-    std::unique_ptr<Impl> impl_;
+    std::unique_ptr<prom::Exposer> exposer_;
 };
 
 }  // namespace qscope

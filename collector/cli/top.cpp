@@ -19,7 +19,8 @@ namespace {
 
 std::unique_ptr<MetricsServer> maybe_listen(const Collector& col, const TopOptions& opt) {
     if (opt.listen.empty()) return nullptr;
-    return std::make_unique<MetricsServer>(col, opt.listen, opt.allow_remote);
+    return std::make_unique<MetricsServer>([&col] { return col.latest(); }, col.config().label_cap, opt.listen,
+                                           opt.allow_remote);
 }
 
 int exit_status(const std::shared_ptr<const Snapshot>& s) {
@@ -65,7 +66,7 @@ int run_top(const Config& cfg, const TopOptions& opt) {
     auto server = maybe_listen(col, opt);
     col.run_in_background([&](const std::shared_ptr<const Snapshot>& s) { dash.post(s); });
     const auto newest = dash.run({.reset_window = [&] { col.reset_window(); },
-                                  .request_jvm_dump = [&] { col.request_jvm_dump(); },
+                                  .request_jvm_dump = [&] { col.request(OnDemand::jvm_dump); },
                                   .stop_requested = [] { return g_stop_requested.load(); }},
                                  opt.iterations);
     col.stop();

@@ -76,19 +76,38 @@ static bool ensure_tracefs(std::string& root) {
     return false;
 }
 
-bool tracepoint_exists(const std::string& category, const std::string& name) {
+bool KernelTracepoints::has_tracefs(const std::string& category, const std::string& name) {
     std::string root;
     if (!ensure_tracefs(root)) return false;
     struct stat st;
     return stat((root + "/events/" + category + "/" + name + "/id").c_str(), &st) == 0;
 }
 
-bool btf_tracepoint_exists(const std::string& name) {
-    struct btf* vmlinux = btf__load_vmlinux_btf();
-    if (!vmlinux) return false;
-    const int id = btf__find_by_name_kind(vmlinux, ("btf_trace_" + name).c_str(), BTF_KIND_TYPEDEF);
-    btf__free(vmlinux);
-    return id > 0;
+int KernelTracepoints::btf_args(const std::string& name) {
+    if (!loaded_) {
+        vmlinux_.reset(btf__load_vmlinux_btf());
+        loaded_ = true;
+    }
+    btf* b = vmlinux_.get();
+    if (!b) return -1;
+    const int id = btf__find_by_name_kind(b, ("btf_trace_" + name).c_str(), BTF_KIND_TYPEDEF);
+    if (id <= 0) return -1;
+    const btf_type* t = btf__type_by_id(b, id);
+    t = btf__type_by_id(b, t->type);                            // pointer
+    if (t && btf_is_ptr(t)) t = btf__type_by_id(b, t->type);    // func proto
+    return t && btf_is_func_proto(t) ? btf_vlen(t) - 1 : -1;
+}
+
+Link attach_program(bpf_program* prog, const std::string& what) {
+    Link l(bpf_program__attach(prog));
+    if (!l) throw_bpf_error(what, errno);
+    return l;
+}
+
+RingBuffer open_ring_buffer(bpf_map* map, ring_buffer_sample_fn on_record, void* ctx, const std::string& what) {
+    RingBuffer rb(ring_buffer__new(bpf_map__fd(map), on_record, ctx, nullptr));
+    if (!rb) throw_bpf_error(what, errno);
+    return rb;
 }
 
 void throw_bpf_error(const std::string& what, int err) {

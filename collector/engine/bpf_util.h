@@ -1,12 +1,15 @@
-// libbpf glue shared by every source: RAII for skeletons, feature checks that produce a
-// clear error, and libbpf's log routed through ours.
+// libbpf glue shared by every source: owners for every kernel object a source holds, feature
+// checks that produce a clear error, map reads, and libbpf's log routed through ours.
 #pragma once
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/errors.h"
 
@@ -20,20 +23,6 @@ void init_libbpf_logging(int verbose);
 void check_bpf_privileges();
 // Throws Error(kernel) when /sys/kernel/btf/vmlinux is missing (CO-RE needs it).
 void check_btf();
-// Does tracefs (or debugfs) list this tracepoint? Mounts tracefs if needed.
-bool tracepoint_exists(const std::string& category, const std::string& name);
-// Does the kernel's BTF know this raw tracepoint (btf_trace_<name>)? For tp_btf programs.
-bool btf_tracepoint_exists(const std::string& name);
-
-// unique_ptr for a bpftool skeleton: SKEL_PTR(sock) → unique_ptr<sock_bpf, ...>
-template <typename T, void (*Destroy)(T*)>
-struct SkelDeleter {
-    void operator()(T* p) const {
-        if (p) Destroy(p);
-    }
-};
-#define QSCOPE_SKEL_PTR(name) \
-    std::unique_ptr<name##_bpf, ::qscope::SkelDeleter<name##_bpf, name##_bpf__destroy>>
 
 // Wraps a libbpf return (negative errno) into Error(kernel or permission) naming the step.
 [[noreturn]] void throw_bpf_error(const std::string& what, int err);
@@ -41,10 +30,114 @@ inline void bpf_check(int err, const std::string& what) {
     if (err) throw_bpf_error(what, err);
 }
 
-// Look-ups that tolerate the entry vanishing between iteration and read.
-template <typename K, typename V>
-bool map_lookup(int fd, const K& key, V& value) {
-    return bpf_map_lookup_elem(fd, &key, &value) == 0;
-}
+// ---- owners: a source holds every kernel object through one of these, so a failed start
+// or a destroyed source releases exactly what was created, in reverse order --------------
+
+// unique_ptr with a libbpf destructor: Owned<bpf_link, bpf_link__destroy>.
+template <typename T, auto Destroy>
+struct LibbpfDeleter {
+    void operator()(T* p) const {
+        if (p) Destroy(p);
+    }
+};
+template <typename T, auto Destroy>
+using Owned = std::unique_ptr<T, LibbpfDeleter<T, Destroy>>;
+
+// unique_ptr for a bpftool skeleton: QSCOPE_SKEL_PTR(sock) → unique_ptr<sock_bpf, ...>
+#define QSCOPE_SKEL_PTR(name) ::qscope::Owned<name##_bpf, name##_bpf__destroy>
+
+// An attached program (tracepoint, uprobe, iterator): detached when the owner goes.
+using Link = Owned<bpf_link, bpf_link__destroy>;
+// Throws naming `what` when the attach fails.
+Link attach_program(bpf_program* prog, const std::string& what);
+
+// A ring buffer's consumer. Its callback gets `ctx`, which must outlive the ring buffer.
+using RingBuffer = Owned<ring_buffer, ring_buffer__free>;
+// Throws naming `what` when the consumer cannot be set up.
+RingBuffer open_ring_buffer(bpf_map* map, ring_buffer_sample_fn on_record, void* ctx, const std::string& what);
+
+// ---- which tracepoints the kernel has ---------------------------------------------------
+
+// The one place a source asks whether a tracepoint exists, for both kinds it attaches to.
+// vmlinux BTF is parsed on the first BTF question and kept: a parse costs ~100 ms on a busy
+// 2-core machine, and one source asks about nine hooks.
+class KernelTracepoints {
+public:
+    // tp_btf/<name>: the arguments the raw tracepoint passes (btf_trace_<name> is a typedef
+    // of a pointer to a function whose first parameter is the context); -1 when the kernel
+    // lacks it.
+    int btf_args(const std::string& name);
+    bool has_btf(const std::string& name) { return btf_args(name) >= 0; }
+    // tracepoint/<category>/<name>, listed by tracefs (mounted if needed). The per-syscall
+    // events (syscalls/sys_exit_accept4) have no BTF of their own.
+    static bool has_tracefs(const std::string& category, const std::string& name);
+
+private:
+    Owned<btf, btf__free> vmlinux_;
+    bool loaded_ = false;
+};
+
+// ---- map reads --------------------------------------------------------------------------
+
+// Every entry of a BPF hash map, read in batches where the kernel allows (one syscall per
+// `Chunk` entries instead of two per key: 10,000 keys cost 20,000 syscalls otherwise), else
+// key by key. A kernel or map type that rejects batching is remembered and not asked again; a
+// batch that fails otherwise (ENOSPC: a bucket larger than the chunk) is dropped and the read
+// redone key by key, so the caller always gets one whole pass. Entries may come and go during
+// a read; one that vanishes between its key and its value is skipped.
+template <typename K, typename V, uint32_t Chunk = 1024>
+class MapReader {
+public:
+    static_assert(sizeof(K) >= sizeof(__u32), "a hash map's batch token is a u32 in a key-sized buffer");
+
+    template <typename Fn>  // Fn(const K&, const V&)
+    void for_each(int fd, Fn&& visit) {
+        if (batch_ok_) {
+            if (const size_t n = read_batched(fd); n != kRedo) {
+                for (size_t i = 0; i < n; ++i) visit(keys_[i], vals_[i]);
+                return;
+            }
+        }
+        K cur{}, next{};
+        const void* prev = nullptr;
+        V v;
+        while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+            if (bpf_map_lookup_elem(fd, &next, &v) == 0) visit(next, v);
+            cur = next;
+            prev = &cur;
+        }
+    }
+
+private:
+    static constexpr size_t kRedo = static_cast<size_t>(-1);
+
+    // The number of entries read into keys_/vals_, or kRedo. The buffers only grow, so a
+    // steady map costs no allocation per read.
+    size_t read_batched(int fd) {
+        K in_batch{}, out_batch{};
+        size_t have = 0;
+        for (bool first = true;; first = false) {
+            if (keys_.size() < have + Chunk) {
+                keys_.resize(have + Chunk);
+                vals_.resize(have + Chunk);
+            }
+            __u32 n = Chunk;
+            const int err = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys_.data() + have,
+                                                 vals_.data() + have, &n, nullptr);
+            const int e = err ? errno : 0;
+            have += n;
+            if (err && e == ENOENT) return have;  // the end of the map
+            if (err) {
+                if (e == EINVAL || e == 524 /* ENOTSUPP */ || e == EOPNOTSUPP) batch_ok_ = false;
+                return kRedo;
+            }
+            in_batch = out_batch;
+        }
+    }
+
+    bool batch_ok_ = true;
+    std::vector<K> keys_;
+    std::vector<V> vals_;
+};
 
 }  // namespace qscope

@@ -95,6 +95,18 @@ void Collector::start(const StartProgress& progress) {
     for (auto& e : errors)
         if (e) std::rethrow_exception(e);
     attach_ns_ = window_start_ns_ = last_tick_ns_ = monotonic_ns();
+    if (cfg_.jvm_dump) request(OnDemand::jvm_dump);
+}
+
+void Collector::request(OnDemand what) {
+    std::lock_guard<std::mutex> g(requests_mu_);
+    requests_.push_back(what);
+}
+
+bool Collector::finish_requests() {
+    bool waited = false;
+    for (auto& s : sources_) waited |= s->finish_requests();
+    return waited;
 }
 
 std::shared_ptr<const Snapshot> Collector::tick() {
@@ -122,11 +134,16 @@ std::shared_ptr<const Snapshot> Collector::tick() {
     snap->taken_at_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
-    if (jvm_dump_requested_.exchange(false)) cfg_.jvm_dump = true;
+    std::vector<OnDemand> requests;
+    {
+        std::lock_guard<std::mutex> g(requests_mu_);
+        requests.swap(requests_);
+    }
     for (auto& s : sources_) {
         snap->sources.push_back(s->name());
         const uint64_t ts = monotonic_ns();
         try {
+            for (OnDemand r : requests) s->request(r);
             s->collect(*snap, t);
         } catch (const std::exception& e) {
             // One source failing (say, the target vanished mid-read) must not take down
@@ -137,8 +154,6 @@ std::shared_ptr<const Snapshot> Collector::tick() {
         if (cfg_.verbose && t.index == 0)
             std::fprintf(stderr, "qscope: tick 0 %s %.0f ms\n", s->name(), (monotonic_ns() - ts) / 1e6);
     }
-    cfg_.jvm_dump = false;
-    snap->warnings.insert(snap->warnings.end(), start_warnings_.begin(), start_warnings_.end());
     compute_verdict(*snap);
     std::shared_ptr<const Snapshot> out = snap;
     {

@@ -43,8 +43,12 @@ public:
     std::shared_ptr<const Snapshot> latest() const;
     // Start a new window at the next tick (maxima, quantiles, window counters).
     void reset_window() { reset_requested_ = true; }
-    // Request a one-off JVM thread dump enrichment at the next tick.
-    void request_jvm_dump() { jvm_dump_requested_ = true; }
+    // Asks the sources for on-demand work (any thread): the next tick hands it to them, and
+    // a later one shows the result. --jvm-dump is such a request, made by start().
+    void request(OnDemand what);
+    // Waits for the on-demand work the sources have started; true if a result waits for the
+    // next tick. Call from the thread that ticks, before a tick whose snapshot must show it.
+    bool finish_requests();
     bool target_alive() const { return target_alive_; }
     const Config& config() const { return cfg_; }
     const Target& target() const { return target_; }
@@ -57,13 +61,13 @@ private:
     mutable std::mutex latest_mu_;
     uint64_t attach_ns_ = 0, window_start_ns_ = 0, last_tick_ns_ = 0, tick_index_ = 0;
     std::atomic<bool> reset_requested_{false};
-    std::atomic<bool> jvm_dump_requested_{false};
+    std::mutex requests_mu_;
+    std::vector<OnDemand> requests_;  // made since the last tick
     std::atomic<bool> target_alive_{true};
     std::atomic<bool> stop_{false};
     std::mutex wait_mu_;
     std::condition_variable wait_cv_;
     std::thread thread_;
-    std::vector<std::string> start_warnings_;
 };
 
 }  // namespace qscope

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/snapshot.h"
@@ -21,6 +22,35 @@ struct Tick {
     double dt_seconds = 0;         // since the previous tick
 };
 
+// Work a user asks for once (a key in top, a flag at start) that is too slow for a tick: the
+// source that does it starts it on request and shows the result at a later tick.
+enum class OnDemand {
+    jvm_dump,  // jcmd Thread.dump_to_file: where the parked virtual threads wait
+};
+
+// One cause of lost events, as read at one tick: its count since attach, and what it leaves
+// incomplete, read after the count ("3 connections not tracked (connection table full ...)").
+struct LostCause {
+    uint64_t count = 0;
+    std::string what;
+};
+
+// Events a source could not record since attach for lack of room: a BPF map or ring buffer
+// full, per-thread storage unavailable. The BPF side counts each such event once, and every
+// source reports its counts here, so Snapshot::lost_events (the sum over sources) means one
+// thing, and `partial` names the causes:
+//   "sched: 5 events lost since attach: 3 waits map full (...); 2 stack records (...)".
+class LostEvents {
+public:
+    // This tick's reading of every cause (replacing the last tick's); adds the line to
+    // snap.partial when any count is non-zero.
+    void update(const char* source, const std::vector<LostCause>& causes, Snapshot& snap);
+    uint64_t total() const { return total_; }
+
+private:
+    uint64_t total_ = 0;
+};
+
 class Source {
 public:
     virtual ~Source() = default;
@@ -30,8 +60,17 @@ public:
     virtual void start(const Target& target, const Config& cfg) = 0;
     // Drain ring buffers, read maps, fill this source's sections of `snap`.
     virtual void collect(Snapshot& snap, const Tick& tick) = 0;
-    // Events this source could not record (ring buffer full, map full), since attach.
-    virtual uint64_t lost_events() const { return 0; }
+    // Start on-demand work, called on the collector thread just before a collect(). A source
+    // that does not do `what` ignores it; one already doing it does not start it twice.
+    virtual void request(OnDemand /*what*/) {}
+    // Blocks until the on-demand work started so far has finished; true if a result waits
+    // for the next collect() to show it.
+    virtual bool finish_requests() { return false; }
+    // Events this source could not record, since attach (see LostEvents).
+    uint64_t lost_events() const { return lost_.total(); }
+
+protected:
+    LostEvents lost_;
 };
 
 uint64_t monotonic_ns();

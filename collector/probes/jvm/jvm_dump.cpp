@@ -15,6 +15,8 @@
 #include <regex>
 #include <stdexcept>
 
+#include "sys/proc_stat.h"
+
 namespace qscope::jvm {
 
 CommandResult run_command(const std::vector<std::string>& argv, double timeout_seconds) {
@@ -89,6 +91,32 @@ CommandResult run_command(const std::vector<std::string>& argv, double timeout_s
     if (!r.timed_out && WIFEXITED(status)) r.exit_status = WEXITSTATUS(status);
     if (r.exit_status == 127) r.error = "cannot execute " + argv[0];
     return r;
+}
+
+ThreadDump thread_dump(const std::string& jcmd, int pid, double timeout_seconds) {
+    ThreadDump d;
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    const std::string file = "/tmp/qscope-threads-" + std::to_string(getpid()) + "-" +
+                             std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()) +
+                             ".json";
+    auto r = run_command({jcmd, std::to_string(pid), "Thread.dump_to_file", "-format=json", file}, timeout_seconds);
+    // The JVM writes the file in its own mount namespace.
+    const std::string host_file = "/proc/" + std::to_string(pid) + "/root" + file;
+    std::string text;
+    const bool got = read_file(host_file, text) || read_file(file, text);
+    unlink(host_file.c_str());
+    if (r.timed_out || r.exit_status != 0 || !got) {
+        std::string why = r.timed_out ? "timed out" : !r.error.empty() ? r.error : r.err.empty() ? r.out : r.err;
+        while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+        d.error = "jcmd Thread.dump_to_file failed: " + why;
+        return d;
+    }
+    try {
+        d.parked = aggregate_thread_dump(text);
+    } catch (const std::exception& e) {
+        d.error = e.what();
+    }
+    return d;
 }
 
 namespace {

@@ -21,6 +21,15 @@ struct CommandResult {
 // Runs argv (no shell) with stdin closed, killing it after timeout_seconds.
 CommandResult run_command(const std::vector<std::string>& argv, double timeout_seconds);
 
+// `jcmd PID Thread.dump_to_file -format=json`, aggregated (aggregate_thread_dump). Slow: a
+// safepoint in the JVM and a file of every thread, seconds for a big one; the carrier source
+// runs it on its own thread.
+struct ThreadDump {
+    std::vector<ParkedFrames> parked;
+    std::string error;  // non-empty: no dump, and why
+};
+ThreadDump thread_dump(const std::string& jcmd, int pid, double timeout_seconds);
+
 // "java.base/java.util.concurrent.SynchronousQueue.poll(SynchronousQueue.java:338)" →
 // "java.util.concurrent.SynchronousQueue.poll"
 std::string frame_method(const std::string& frame);

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <map>
 #include <regex>
 #include <set>
@@ -78,7 +80,7 @@ public:
     const char* name() const override { return "jvm"; }
 
     void start(const Target& target, const Config& cfg) override {
-        cfg_ = &cfg;
+        cfg_ = cfg;
         pid_ = target.pid();
         jvm_ = jvm::find_jvm(pid_);
         if (jvm_) {
@@ -116,8 +118,32 @@ public:
             std::fprintf(stderr, "qscope: carriers: %zu attached (%s)\n", carriers_.size(), runtime().c_str());
     }
 
+    // --jvm-dump, or 'j' in top: jcmd runs on a thread of its own (seconds, with a 15 s
+    // timeout, that no tick waits for); the first collect() after it finishes shows it.
+    void request(OnDemand what) override {
+        if (what != OnDemand::jvm_dump) return;
+        if (!jvm_) {
+            dump_notes_.push_back("--jvm-dump: PID " + std::to_string(pid_) + " is not a JVM (no libjvm.so mapped)");
+            return;
+        }
+        if (jcmd_.empty()) {
+            dump_notes_.push_back("--jvm-dump: no jcmd found for " + jvm_->java_home);
+            return;
+        }
+        if (dump_.valid()) return;  // one at a time: the running dump is as fresh
+        dump_ = std::async(std::launch::async, jvm::thread_dump, jcmd_, pid_, kJcmdTimeout);
+    }
+
+    bool finish_requests() override {
+        if (!dump_.valid()) return false;
+        dump_.wait();
+        return true;
+    }
+
     void collect(Snapshot& snap, const Tick& tick) override {
-        if (cfg_ && cfg_->jvm_dump) do_thread_dump(snap);
+        take_thread_dump();
+        for (auto& n : dump_notes_) snap.warnings.push_back(std::move(n));
+        dump_notes_.clear();
         if (!parked_.empty()) snap.parked_virtual_threads = parked_;
         for (const auto& n : notes_) snap.warnings.push_back(n);
         if (!skel_) return;
@@ -139,7 +165,10 @@ public:
         }
         refresh_carriers(false);
         symbolized_this_tick_ = 0;
-        ring_buffer__consume(rb_);
+        ring_buffer__consume(rb_.get());
+        lost_.update("carriers",
+                     {{read_counter(QS_CC_RB_DROPS), "stall records (ring buffer full): not listed, still counted"}},
+                     snap);
         while (!vm_pending_.empty() && vm_pending_.front() < read_at) {
             vm_pending_.pop_front();
             vm_waits_total_++;
@@ -158,7 +187,7 @@ public:
         const uint64_t window_all = stalls_total - std::min(stalls_total, window_stalls_base_);
         c.vm_waits = std::min(window_all, vm_waits_total_ - std::min(vm_waits_total_, vm_waits_base_));
         c.stall_events = window_all - c.vm_waits;
-        if (cfg_->verbose >= 2)
+        if (cfg_.verbose >= 2)
             std::fprintf(stderr, "qscope: carriers: tick %llu reset %d stalls total %llu base %llu records %zu\n",
                          (unsigned long long)tick.index, (int)tick.window_reset, (unsigned long long)stalls_total,
                          (unsigned long long)window_stalls_base_, window_stalls_.size());
@@ -183,7 +212,7 @@ public:
             // Blocked right now with a virtual thread mounted, but on the VM (a safepoint, a GC
             // pause): not a stall of the carrier's task. Shown as "blocked", counted nowhere.
             std::string vm_now;
-            if (have && k.state == QS_CS_STALLED && jvm_mode_ && cfg_->want_stacks) vm_now = current_vm_wait(tid);
+            if (have && k.state == QS_CS_STALLED && jvm_mode_ && cfg_.want_stacks) vm_now = current_vm_wait(tid);
             if (!vm_now.empty()) t.state = "blocked";
             c.threads++;
             if (t.state == "running") c.running++;
@@ -224,13 +253,6 @@ public:
         if (window_stalls_dropped_)
             snap.partial.push_back("carriers: only the first " + std::to_string(kMaxWindowStalls) +
                                    " stalls of the window are listed; counts are exact");
-    }
-
-    uint64_t lost_events() const override { return skel_ ? read_counter(QS_CC_RB_DROPS) : 0; }
-
-    ~JvmSource() override {
-        if (rb_) ring_buffer__free(rb_);
-        for (auto* l : links_) bpf_link__destroy(l);
     }
 
 private:
@@ -277,26 +299,19 @@ private:
         const bool pin_hook = jvm_ && jvm_->has_pinned_event && jvm_mode_;
         bpf_program__set_autoload(skel_->progs.carrier_pinned, pin_hook);
         bpf_check(carrier_bpf__load(skel_.get()), "carrier: load BPF programs (tp_btf/sched_switch, sched_wakeup)");
-        attach(skel_->progs.carrier_switch, "carrier: attach tp_btf/sched_switch");
-        attach(skel_->progs.carrier_wakeup, "carrier: attach tp_btf/sched_wakeup");
+        links_.push_back(attach_program(skel_->progs.carrier_switch, "carrier: attach tp_btf/sched_switch"));
+        links_.push_back(attach_program(skel_->progs.carrier_wakeup, "carrier: attach tp_btf/sched_wakeup"));
         if (pin_hook) {
             LIBBPF_OPTS(bpf_uprobe_opts, uo, .func_name = "JVM_VirtualThreadPinnedEvent");
-            bpf_link* l = bpf_program__attach_uprobe_opts(skel_->progs.carrier_pinned, pid_,
-                                                          jvm_->libjvm_host.c_str(), 0, &uo);
+            Link l(bpf_program__attach_uprobe_opts(skel_->progs.carrier_pinned, pid_, jvm_->libjvm_host.c_str(), 0,
+                                                   &uo));
             if (!l)
                 notes_.push_back("carriers: cannot attach uprobe JVM_VirtualThreadPinnedEvent in " +
                                  jvm_->libjvm + ": " + errno_text(errno) + "; futex stalls are not labelled 'pinned park'");
             else
-                links_.push_back(l);
+                links_.push_back(std::move(l));
         }
-        rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &JvmSource::on_event, this, nullptr);
-        if (!rb_) throw_bpf_error("carrier: ring_buffer__new(events)", errno);
-    }
-
-    void attach(bpf_program* p, const char* what) {
-        bpf_link* l = bpf_program__attach(p);
-        if (!l) throw_bpf_error(what, errno);
-        links_.push_back(l);
+        rb_ = open_ring_buffer(skel_->maps.events, &JvmSource::on_event, this, "carrier: ring_buffer__new(events)");
     }
 
     static int on_event(void* ctx, void* data, size_t size) {
@@ -316,7 +331,7 @@ private:
             s.vm_reason = carrier::vm_wait_reason(s.stack);
             if (!s.vm_reason.empty()) {
                 self->vm_pending_.push_back(s.start_ns + s.duration_ns);
-                if (self->cfg_ && self->cfg_->verbose >= 1) {
+                if (self->cfg_.verbose >= 1) {
                     std::string top;
                     for (size_t i = 0; i < s.stack.size() && i < 8; i++) top += (i ? " <- " : "") + s.stack[i];
                     std::fprintf(stderr, "qscope: carriers: tid %d %.1f ms %s, not a stall: %s\n", s.tid,
@@ -405,7 +420,7 @@ private:
         std::map<int, CarrierInfo> found;
         std::map<int, uint64_t> jts;
         if (jvm_mode_) jts = jvm::java_threads(*mem_, *jvm_->layout);
-        const bool by_regex = !cfg_->carriers_regex.empty();
+        const bool by_regex = !cfg_.carriers_regex.empty();
         bool need_names = false;
         // Thread names rarely change after start: read each new tid's comm once, so a
         // 10,000-thread target costs one directory listing per scan, not 10,000 reads.
@@ -446,7 +461,7 @@ private:
             if (cls == kCarrierClass) found[tid] = info;
         }
         if (need_names) filter_by_java_names(found);
-        if (cfg_->verbose >= 2)
+        if (cfg_.verbose >= 2)
             std::fprintf(stderr, "qscope: carriers: scan of %d threads found %zu carriers\n", nthreads, found.size());
         if (!jvm_mode_ && !by_regex && !comm_only_noted_) {
             comm_only_noted_ = true;
@@ -473,7 +488,7 @@ private:
             k.syscall = -1;
             const uint32_t key = static_cast<uint32_t>(tid);
             if (bpf_map_update_elem(map_fd, &key, &k, BPF_ANY) != 0) continue;  // map full: unwatched
-            if (cfg_->want_stacks) {
+            if (cfg_.want_stacks) {
                 static qs_carrier_stall_stack zero_slot{};
                 bpf_map_update_elem(slot_fd, &key, &zero_slot, BPF_NOEXIST);  // full: no stacks
             }
@@ -504,35 +519,14 @@ private:
         }
     }
 
-    void do_thread_dump(Snapshot& snap) {
-        if (!jvm_) {
-            snap.warnings.push_back("--jvm-dump: PID " + std::to_string(pid_) + " is not a JVM (no libjvm.so mapped)");
-            return;
-        }
-        if (jcmd_.empty()) {
-            snap.warnings.push_back("--jvm-dump: no jcmd found for " + jvm_->java_home);
-            return;
-        }
-        const std::string file = "/tmp/qscope-threads-" + std::to_string(getpid()) + "-" +
-                                 std::to_string(monotonic_ns()) + ".json";
-        auto r = jvm::run_command({jcmd_, std::to_string(pid_), "Thread.dump_to_file", "-format=json", file},
-                                  kJcmdTimeout);
-        // The JVM writes the file in its own mount namespace.
-        const std::string host_file = "/proc/" + std::to_string(pid_) + "/root" + file;
-        std::string text;
-        const bool got = read_file(host_file, text) || read_file(file, text);
-        unlink(host_file.c_str());
-        if (r.timed_out || r.exit_status != 0 || !got) {
-            std::string why = r.timed_out ? "timed out" : !r.error.empty() ? r.error : r.err.empty() ? r.out : r.err;
-            while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
-            snap.warnings.push_back("--jvm-dump: jcmd Thread.dump_to_file failed: " + why);
-            return;
-        }
-        try {
-            parked_ = jvm::aggregate_thread_dump(text);
-        } catch (const std::exception& e) {
-            snap.warnings.push_back(std::string("--jvm-dump: ") + e.what());
-        }
+    // A finished dump replaces the last one; a failed one leaves it and says why.
+    void take_thread_dump() {
+        if (!dump_.valid() || dump_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+        jvm::ThreadDump d = dump_.get();
+        if (!d.error.empty())
+            dump_notes_.push_back("--jvm-dump: " + d.error);
+        else
+            parked_ = std::move(d.parked);
     }
 
     void run_perfmap() {
@@ -546,7 +540,7 @@ private:
                              std::string(r.timed_out ? " (timed out)" : ""));
     }
 
-    const Config* cfg_ = nullptr;
+    Config cfg_;
     int pid_ = 0;
     std::optional<jvm::JvmProcess> jvm_;
     std::unique_ptr<jvm::ProcessMemory> mem_;
@@ -557,9 +551,10 @@ private:
     std::vector<std::string> notes_;
     bool comm_only_noted_ = false;
 
+    // Declared in the order they are made, so they are released in reverse.
     QSCOPE_SKEL_PTR(carrier) skel_;
-    std::vector<bpf_link*> links_;
-    ring_buffer* rb_ = nullptr;
+    std::vector<Link> links_;
+    RingBuffer rb_;
 
     std::map<int, CarrierInfo> carriers_;
     std::map<int, std::string> comm_cache_;
@@ -575,6 +570,10 @@ private:
     std::unique_ptr<Symbolizer> symbolizer_;
     std::unique_ptr<qs_carrier_stall_stack> stack_buf_;  // 8 KiB: not on the stack
     std::vector<ParkedFrames> parked_;
+    std::vector<std::string> dump_notes_;  // for the next snapshot's warnings
+    // The running thread dump, which works on copies (jcmd path, pid). A source destroyed
+    // while it runs waits for it here (jcmd's timeout bounds the wait).
+    std::future<jvm::ThreadDump> dump_;
 };
 
 }  // namespace

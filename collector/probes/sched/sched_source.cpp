@@ -21,7 +21,9 @@
 #include <cstring>
 #include <memory>
 #include <set>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "engine/bpf_util.h"
 #include "model/errors.h"
@@ -169,25 +171,59 @@ struct StackInfo {
 
 std::string group_of(const char g[QS_COMM_LEN]) { return std::string(g, strnlen(g, QS_COMM_LEN)); }
 
+using WaitMap = std::map<qs_wait_key, qs_wait_val, WaitKeyLess>;
+using CumMap = std::map<qs_wait_key, Cum, WaitKeyLess>;
+
+// What the task iterator says about the target's threads right now.
+struct LiveView {
+    std::map<std::string, ThreadGroup> groups;                // by label
+    std::map<qs_wait_key, uint64_t, WaitKeyLess> ongoing_ns;  // blocked so far, waits not over yet
+    std::map<qs_wait_key, int, WaitKeyLess> threads_now;      // threads blocked on each key
+};
+
+// One wait row: (group, syscall, resource[, wait site for futex gates]).
+using WaitRowKey = std::tuple<std::string, std::string, std::string, std::string>;
+struct WaitRow {
+    Wait w;
+    Histogram hist;
+    bool have_stack = false;
+};
+using WaitRows = std::map<WaitRowKey, WaitRow>;
+
 class SchedSource final : public Source {
 public:
     const char* name() const override { return "sched"; }
     void start(const Target& target, const Config& cfg) override;
     void collect(Snapshot& snap, const Tick& tick) override;
-    uint64_t lost_events() const override { return lost_; }
 
 private:
-    void read_waits(std::map<qs_wait_key, qs_wait_val, WaitKeyLess>& out);
+    // Kernel state, read in this order each tick (see collect()).
+    WaitMap read_waits();
     std::map<std::string, Histogram> read_runqueue();
+    std::vector<qs_thread_rec> read_threads(Snapshot& snap, const Tick& tick);
     std::vector<qs_thread_rec> run_iter();
     void on_stack(const qs_stack_event& e);
     static int ringbuf_cb(void* ctx, void* data, size_t size);
+    void name_kernel_frames();
+    void report_lost(Snapshot& snap);
+    // From kernel state to the snapshot's sections.
+    void claim_group_labels(const std::vector<qs_thread_rec>& recs);
+    LiveView live_view(const std::vector<qs_thread_rec>& recs);
+    static CumMap cumulative(const WaitMap& waits, const LiveView& live);
+    void add_runqueue_wait(std::map<std::string, ThreadGroup>& groups, const std::map<std::string, Histogram>& rq);
+    void add_blocked_totals(std::map<std::string, ThreadGroup>& groups, const CumMap& cum);
+    std::vector<Wait> wait_rows(const CumMap& cum, const LiveView& live);
+    void add_wait(WaitRows& rows, const qs_wait_key& k, const Cum& c, int now_threads);
+    std::pair<std::string, std::string> labels_of(const qs_wait_key& k);
     std::string resource_of(const qs_wait_key& k, std::string& kind, const StackInfo* st);
 
+    // Declared in the order they are made, so they are released in reverse.
     QSCOPE_SKEL_PTR(sched) skel_;
-    bpf_link* iter_link_ = nullptr;
-    std::vector<bpf_link*> links_;
-    ring_buffer* rb_ = nullptr;
+    std::vector<Link> links_;
+    Link iter_link_;
+    RingBuffer rb_;
+    MapReader<qs_wait_key, qs_wait_val> waits_reader_;
+    MapReader<qs_group_key, qs_hist, 64> rq_reader_;  // few keys, 5 KiB values
     std::unique_ptr<Symbolizer> sym_;
     // Kernel frames are named from the second tick on: the first load of /proc/kallsyms
     // (~120k symbols, 100-150 ms of CPU) is not worth delaying the first frame for.
@@ -195,27 +231,19 @@ private:
     std::unique_ptr<FdResolver> fds_;
     Config cfg_;
     int pid_ = 0;
-    uint64_t lost_ = 0;
     bool stacks_failed_ = false;
     bool sym_refreshed_ = false;
     std::string stack_warning_;
 
     std::unique_ptr<LabelCap> groups_;
     // Window baselines, per kernel key: cumulative (completed + ongoing) at window start.
-    std::map<qs_wait_key, Cum, WaitKeyLess> base_waits_;
+    CumMap base_waits_;
     std::map<std::string, Histogram> base_rq_;
     // Stacks by kernel wait key (group, syscall, res): the latest capture for that key.
     std::map<qs_wait_key, StackInfo, WaitKeyLess> stacks_;
     // Exported counters are kept monotonic across the (rare) tick where a wait completes
     // between the map read and the iterator run.
     std::map<std::pair<std::string, std::string>, double> exported_blocked_;
-
-public:
-    ~SchedSource() override {
-        if (rb_) ring_buffer__free(rb_);
-        if (iter_link_) bpf_link__destroy(iter_link_);
-        for (auto* l : links_) bpf_link__destroy(l);
-    }
 };
 
 void SchedSource::start(const Target& target, const Config& cfg) {
@@ -240,10 +268,9 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     if (int err = sched_bpf__load(skel_.get())) {
         // Name a missing tracepoint rather than libbpf's errno. Checked only on failure: a
         // parse of the kernel's BTF costs ~20 ms on the way to the first frame.
-        std::unique_ptr<btf, void (*)(btf*)> vmlinux(btf__load_vmlinux_btf(), btf__free);
+        KernelTracepoints tps;
         for (const char* tp : {"sched_switch", "sched_wakeup", "sched_wakeup_new"})
-            if (!vmlinux || btf__find_by_name_kind(vmlinux.get(), (std::string("btf_trace_") + tp).c_str(),
-                                                   BTF_KIND_TYPEDEF) <= 0)
+            if (!tps.has_btf(tp))
                 throw Error(Exit::kernel, std::string("kernel BTF lacks the ") + tp + " tracepoint (tp_btf/" + tp +
                                               "): the sched probes cannot attach");
         throw_bpf_error("sched: load BPF programs (sched.bpf.c)", err);
@@ -259,14 +286,9 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     std::memset(zh.get(), 0, sizeof(qs_hist));
     bpf_check(bpf_map_update_elem(bpf_map__fd(skel_->maps.rq_hist), &gk, zh.get(), BPF_NOEXIST), "sched: seed map rq_hist");
 
-    auto attach = [&](bpf_program* p, const char* what) {
-        bpf_link* l = bpf_program__attach(p);
-        if (!l) throw_bpf_error(std::string("sched: attach ") + what, errno);
-        links_.push_back(l);
-    };
-    attach(skel_->progs.qs_sched_switch, "tp_btf/sched_switch");
-    attach(skel_->progs.qs_sched_wakeup, "tp_btf/sched_wakeup");
-    attach(skel_->progs.qs_sched_wakeup_new, "tp_btf/sched_wakeup_new");
+    links_.push_back(attach_program(skel_->progs.qs_sched_switch, "sched: attach tp_btf/sched_switch"));
+    links_.push_back(attach_program(skel_->progs.qs_sched_wakeup, "sched: attach tp_btf/sched_wakeup"));
+    links_.push_back(attach_program(skel_->progs.qs_sched_wakeup_new, "sched: attach tp_btf/sched_wakeup_new"));
 
     union bpf_iter_link_info linfo;
     std::memset(&linfo, 0, sizeof(linfo));
@@ -274,16 +296,15 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, iopts);
     iopts.link_info = &linfo;
     iopts.link_info_len = sizeof(linfo);
-    iter_link_ = bpf_program__attach_iter(skel_->progs.qs_task_iter, &iopts);
+    iter_link_.reset(bpf_program__attach_iter(skel_->progs.qs_task_iter, &iopts));
     if (!iter_link_) {
         // Kernels before 6.1 have no pid filter for task iterators: walk every task and let
         // the program's tgid check skip the others (slower on a busy machine, same result).
-        iter_link_ = bpf_program__attach_iter(skel_->progs.qs_task_iter, nullptr);
+        iter_link_.reset(bpf_program__attach_iter(skel_->progs.qs_task_iter, nullptr));
         if (!iter_link_) throw_bpf_error("sched: attach iter.s/task (task iterator)", errno);
     }
 
-    rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.stacks), &SchedSource::ringbuf_cb, this, nullptr);
-    if (!rb_) throw_bpf_error("sched: open ring buffer stacks", errno);
+    rb_ = open_ring_buffer(skel_->maps.stacks, &SchedSource::ringbuf_cb, this, "sched: open ring buffer stacks");
 
     if (cfg.want_stacks) {
         try {
@@ -334,64 +355,31 @@ void SchedSource::on_stack(const qs_stack_event& e) {
     if (!st.user.empty() || !st.kernel.empty() || !st.kernel_ips.empty()) stacks_[k] = std::move(st);
 }
 
-void SchedSource::read_waits(std::map<qs_wait_key, qs_wait_val, WaitKeyLess>& out) {
-    const int fd = bpf_map__fd(skel_->maps.waits);
-    // Batch reads: one syscall per chunk instead of two per key (10,000 keys = 20,000
-    // syscalls otherwise). Falls back to get_next_key where batching is unsupported.
-    const uint32_t chunk = 512;
-    std::vector<qs_wait_key> keys(chunk);
-    std::vector<qs_wait_val> vals(chunk);
-    qs_wait_key in_batch{}, out_batch{};
-    bool first = true;
-    for (;;) {
-        uint32_t n = chunk;
-        int err = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys.data(), vals.data(), &n, nullptr);
-        const int e = err ? errno : 0;
-        for (uint32_t i = 0; i < n; i++) out[keys[i]] = vals[i];
-        if (err) {
-            if (e == ENOENT) return;  // done
-            if (e == EINVAL || e == ENOTSUP || e == EOPNOTSUPP) break;
-            throw_bpf_error("sched: read map waits", e);
-        }
-        in_batch = out_batch;
-        first = false;
-    }
-    qs_wait_key cur{}, next{};
-    const void* prev = nullptr;
-    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-        qs_wait_val v;
-        if (map_lookup(fd, next, v)) out[next] = v;
-        cur = next;
-        prev = &cur;
-    }
+WaitMap SchedSource::read_waits() {
+    WaitMap out;
+    waits_reader_.for_each(bpf_map__fd(skel_->maps.waits),
+                           [&](const qs_wait_key& k, const qs_wait_val& v) { out[k] = v; });
+    return out;
 }
 
 std::map<std::string, Histogram> SchedSource::read_runqueue() {
     std::map<std::string, Histogram> out;
-    const int fd = bpf_map__fd(skel_->maps.rq_hist);
-    auto h = std::make_unique<qs_hist>();
-    qs_group_key cur{}, next{};
-    const void* prev = nullptr;
-    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-        if (bpf_map_lookup_elem(fd, &next, h.get()) == 0) {
-            Histogram hist = Histogram::from_kernel(*h);
-            const std::string g = group_of(next.group);
-            auto it = out.find(g);
-            if (it == out.end())
-                out.emplace(g, std::move(hist));
-            else
-                it->second.merge(hist);
-        }
-        cur = next;
-        prev = &cur;
-    }
+    rq_reader_.for_each(bpf_map__fd(skel_->maps.rq_hist), [&](const qs_group_key& k, const qs_hist& h) {
+        Histogram hist = Histogram::from_kernel(h);
+        const std::string g = group_of(k.group);
+        auto it = out.find(g);
+        if (it == out.end())
+            out.emplace(g, std::move(hist));
+        else
+            it->second.merge(hist);
+    });
     return out;
 }
 
 std::vector<qs_thread_rec> SchedSource::run_iter() {
     std::vector<qs_thread_rec> recs;
     skel_->bss->iter_captures = 0;
-    const int fd = bpf_iter_create(bpf_link__fd(iter_link_));
+    const int fd = bpf_iter_create(bpf_link__fd(iter_link_.get()));
     if (fd < 0) throw_bpf_error("sched: run task iterator", errno);
     std::vector<char> buf;
     char chunk[1 << 16];
@@ -445,74 +433,96 @@ std::string SchedSource::resource_of(const qs_wait_key& k, std::string& kind, co
 void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     // Order matters: the map is read before the iterator so a wait that completes in
     // between is counted once (next tick), never twice (as completed and as ongoing).
-    std::map<qs_wait_key, qs_wait_val, WaitKeyLess> waits;
-    read_waits(waits);
-    std::map<std::string, Histogram> rq = read_runqueue();
-    sym_refreshed_ = false;
-    name_kernel_frames_ = tick.index > 0;
-    // Drain the previous run's captures (the attach-time seeding run's, on the first tick)
-    // so this run has the whole ring, then this run's.
-    bool rb_failed = ring_buffer__consume(rb_) < 0;
-    std::vector<qs_thread_rec> recs = run_iter();
-    rb_failed |= ring_buffer__consume(rb_) < 0;
-    if (rb_failed) snap.partial.push_back("sched: ring buffer read failed");
+    const WaitMap waits = read_waits();
+    const std::map<std::string, Histogram> rq = read_runqueue();
+    const std::vector<qs_thread_rec> recs = read_threads(snap, tick);
     fds_->refresh();
-    if (sym_ && name_kernel_frames_) {
-        for (auto& [k, st] : stacks_) {
-            if (st.kernel_ips.empty()) continue;
-            try {
-                st.kernel = sym_->symbolize_kernel(st.kernel_ips);
-            } catch (const std::exception& ex) {
-                if (!stacks_failed_) stack_warning_ = std::string("sched: kernel stack symbolization failed: ") + ex.what();
-                stacks_failed_ = true;
-            }
-            st.kernel_ips.clear();
-        }
-    }
-
-    // Lost events: per-CPU counters summed.
-    {
-        const int ncpu = libbpf_num_possible_cpus();
-        std::vector<uint64_t> per(static_cast<size_t>(std::max(ncpu, 1)));
-        // Named per counter, so a report says which map or buffer dropped what.
-        static const char* const what[QS_LOST_MAX] = {
-            "waits map full (time attributed to syscall \"other\")",
-            "runqueue map full (attributed to group \"other\")",
-            "stack records (ring buffer full)",
-            "per-thread state unavailable",
-        };
-        uint64_t total = 0;
-        std::string detail;
-        for (uint32_t i = 0; i < QS_LOST_MAX; i++) {
-            if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.lost), &i, per.data()) != 0) continue;
-            uint64_t s = 0;
-            for (auto v : per) s += v;
-            total += s;
-            if (s) detail += (detail.empty() ? "" : "; ") + std::to_string(s) + " " + what[i];
-        }
-        if (total > 0)
-            snap.partial.push_back("sched: " + std::to_string(total) + " events lost since attach: " + detail);
-        lost_ = total;
-    }
+    name_kernel_frames();
+    report_lost(snap);
     if (!stack_warning_.empty()) snap.warnings.push_back(stack_warning_);
 
-    // The first tick's groups claim labels biggest first; later groups first come.
-    if (groups_->size() == 0) {
-        std::map<std::string, int> sizes;
-        for (const auto& r : recs) sizes[group_of(r.group)]++;
-        std::vector<std::pair<int, std::string>> order;
-        for (const auto& [g, n] : sizes) order.push_back({-n, g});
-        std::sort(order.begin(), order.end());
-        for (const auto& [n, g] : order) groups_->label(g);
+    claim_group_labels(recs);
+    LiveView live = live_view(recs);
+    const CumMap cum = cumulative(waits, live);
+    if (tick.window_reset) {
+        base_waits_ = cum;
+        base_rq_ = rq;
     }
+    add_runqueue_wait(live.groups, rq);
+    add_blocked_totals(live.groups, cum);
+    snap.waits = wait_rows(cum, live);
+    for (auto& [name, g] : live.groups) snap.thread_groups.push_back(std::move(g));
+    std::sort(snap.thread_groups.begin(), snap.thread_groups.end(),
+              [](const ThreadGroup& a, const ThreadGroup& b) {
+                  if (a.threads != b.threads) return a.threads > b.threads;
+                  return a.name < b.name;
+              });
+}
 
-    // ---- live view, and ongoing waits -------------------------------------------------
-    std::map<std::string, ThreadGroup> tg;
-    std::map<qs_wait_key, uint64_t, WaitKeyLess> ongoing_ns;
-    std::map<qs_wait_key, int, WaitKeyLess> threads_now;
+// Runs the task iterator, draining the stack ring before (the previous run's captures, the
+// attach-time seeding run's on the first tick, so this run has the whole ring) and after.
+std::vector<qs_thread_rec> SchedSource::read_threads(Snapshot& snap, const Tick& tick) {
+    sym_refreshed_ = false;
+    name_kernel_frames_ = tick.index > 0;
+    bool rb_failed = ring_buffer__consume(rb_.get()) < 0;
+    std::vector<qs_thread_rec> recs = run_iter();
+    rb_failed |= ring_buffer__consume(rb_.get()) < 0;
+    if (rb_failed) snap.partial.push_back("sched: ring buffer read failed");
+    return recs;
+}
+
+// Stacks captured before kernel frames were named (the first tick's) get their names now.
+void SchedSource::name_kernel_frames() {
+    if (!sym_ || !name_kernel_frames_) return;
+    for (auto& [k, st] : stacks_) {
+        if (st.kernel_ips.empty()) continue;
+        try {
+            st.kernel = sym_->symbolize_kernel(st.kernel_ips);
+        } catch (const std::exception& ex) {
+            if (!stacks_failed_) stack_warning_ = std::string("sched: kernel stack symbolization failed: ") + ex.what();
+            stacks_failed_ = true;
+        }
+        st.kernel_ips.clear();
+    }
+}
+
+// The BPF side's per-CPU loss counters, summed, one cause each.
+void SchedSource::report_lost(Snapshot& snap) {
+    static const char* const what[QS_LOST_MAX] = {
+        "waits map full (time attributed to syscall \"other\")",
+        "runqueue map full (attributed to group \"other\")",
+        "stack records (ring buffer full)",
+        "per-thread state unavailable",
+    };
+    const int ncpu = libbpf_num_possible_cpus();
+    std::vector<uint64_t> per(static_cast<size_t>(std::max(ncpu, 1)));
+    std::vector<LostCause> causes;
+    for (uint32_t i = 0; i < QS_LOST_MAX; i++) {
+        if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.lost), &i, per.data()) != 0) continue;
+        uint64_t n = 0;
+        for (auto v : per) n += v;
+        causes.push_back({n, what[i]});
+    }
+    lost_.update("sched", causes, snap);
+}
+
+// The first tick's groups claim labels biggest first; later groups first come.
+void SchedSource::claim_group_labels(const std::vector<qs_thread_rec>& recs) {
+    if (groups_->size() != 0) return;
+    std::map<std::string, int> sizes;
+    for (const auto& r : recs) sizes[group_of(r.group)]++;
+    std::vector<std::pair<int, std::string>> order;
+    for (const auto& [g, n] : sizes) order.push_back({-n, g});
+    std::sort(order.begin(), order.end());
+    for (const auto& [n, g] : order) groups_->label(g);
+}
+
+// Thread groups by live state, and the waits going on now.
+LiveView SchedSource::live_view(const std::vector<qs_thread_rec>& recs) {
+    LiveView live;
     for (const auto& r : recs) {
         const std::string& label = groups_->label(group_of(r.group));
-        ThreadGroup& g = tg[label];
+        ThreadGroup& g = live.groups[label];
         g.name = label;
         g.threads++;
         switch (thread_state(r)) {
@@ -528,103 +538,67 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
             std::memcpy(k.group, r.group, sizeof(k.group));
             k.syscall = r.syscall;
             k.res = r.res;
-            threads_now[k]++;
+            live.threads_now[k]++;
             if ((r.flags & QS_TREC_TRACKED) && r.now_ns > r.block_start_ns)
-                ongoing_ns[k] += r.now_ns - r.block_start_ns;
+                live.ongoing_ns[k] += r.now_ns - r.block_start_ns;
         }
     }
+    return live;
+}
 
-    // ---- cumulative per kernel key (completed + ongoing), and the window baseline ------
-    std::map<qs_wait_key, Cum, WaitKeyLess> cum;
+// Per kernel key: completed waits plus the time the ongoing ones have waited so far.
+CumMap SchedSource::cumulative(const WaitMap& waits, const LiveView& live) {
+    CumMap cum;
     for (const auto& [k, v] : waits) {
         Cum& c = cum[k];
         c.count = v.count;
         c.total_ns = v.total_ns;
         if (syscall_arg0_kind(k.syscall) == SyscallArg0::futex_addr) c.slots.assign(v.slots, v.slots + QS_WHIST_SLOTS);
     }
-    for (const auto& [k, ns] : ongoing_ns) cum[k].total_ns += ns;
-    if (tick.window_reset) {
-        base_waits_ = cum;
-        base_rq_ = rq;
-    }
+    for (const auto& [k, ns] : live.ongoing_ns) cum[k].total_ns += ns;
+    return cum;
+}
 
-    // ---- runqueue wait and blocked totals per group -------------------------------------
-    {
-        // Several kernel groups may fold into one label ("other"): merge window histograms.
-        std::map<std::string, Histogram> per_label;
-        for (auto& [g, h] : rq) {
-            const std::string& label = groups_->label(g);
-            auto b = base_rq_.find(g);
-            per_label[label].merge(b != base_rq_.end() ? h.delta(b->second) : h);
-        }
-        for (auto& [label, h] : per_label) {
-            auto it = tg.find(label);
-            if (it == tg.end()) continue;  // no live thread in that group now
-            it->second.runqueue_wait = h.quantiles();
-            it->second.runqueue_wait_seconds = h.sum_seconds();
-        }
+// The window's runqueue wait of each group with a live thread.
+void SchedSource::add_runqueue_wait(std::map<std::string, ThreadGroup>& groups,
+                                    const std::map<std::string, Histogram>& rq) {
+    // Several kernel groups may fold into one label ("other"): merge window histograms.
+    std::map<std::string, Histogram> per_label;
+    for (auto& [g, h] : rq) {
+        const std::string& label = groups_->label(g);
+        auto b = base_rq_.find(g);
+        per_label[label].merge(b != base_rq_.end() ? h.delta(b->second) : h);
     }
+    for (auto& [label, h] : per_label) {
+        auto it = groups.find(label);
+        if (it == groups.end()) continue;  // no live thread in that group now
+        it->second.runqueue_wait = h.quantiles();
+        it->second.runqueue_wait_seconds = h.sum_seconds();
+    }
+}
+
+// Seconds blocked since attach, per group and syscall: exported counters, never going back.
+void SchedSource::add_blocked_totals(std::map<std::string, ThreadGroup>& groups, const CumMap& cum) {
     std::map<std::pair<std::string, std::string>, double> blocked_total;
-    for (const auto& [k, c] : cum) {
-        const std::string label = k.syscall == QS_SYSCALL_OTHER ? "other" : groups_->label(group_of(k.group));
-        const std::string sc = k.syscall == QS_SYSCALL_OTHER ? "other" : syscall_name(k.syscall);
-        blocked_total[{label, sc}] += c.total_ns / 1e9;
-    }
+    for (const auto& [k, c] : cum) blocked_total[labels_of(k)] += c.total_ns / 1e9;
     for (auto& [key, secs] : blocked_total) {
         double& exp = exported_blocked_[key];
         exp = std::max(exp, secs);
     }
     for (const auto& [key, secs] : exported_blocked_) {
-        auto it = tg.find(key.first);
-        if (it == tg.end()) continue;  // the exporter shows live groups; totals resume if it returns
+        auto it = groups.find(key.first);
+        if (it == groups.end()) continue;  // the exporter shows live groups; totals resume if it returns
         it->second.blocked_seconds_by_syscall_total[key.second] = secs;
         it->second.blocked_seconds_total += secs;
     }
+}
 
-    // ---- wait rows: (group, syscall, resource[, wait site for futex gates]) -------------
-    struct Row {
-        Wait w;
-        Histogram hist;
-        bool have_stack = false;
-    };
-    std::map<std::tuple<std::string, std::string, std::string, std::string>, Row> rows;
+// The window's wait rows, the ones that explain the most waiting first.
+std::vector<Wait> SchedSource::wait_rows(const CumMap& cum, const LiveView& live) {
+    WaitRows rows;
     for (const auto& [k, c] : cum) {
-        const Cum* base = nullptr;
-        auto b = base_waits_.find(k);
-        if (b != base_waits_.end()) base = &b->second;
-        const uint64_t dcount = base && c.count >= base->count ? c.count - base->count : (base ? 0 : c.count);
-        const uint64_t dns = base && c.total_ns >= base->total_ns ? c.total_ns - base->total_ns : (base ? 0 : c.total_ns);
-        auto tn = threads_now.find(k);
-        const int now_threads = tn == threads_now.end() ? 0 : tn->second;
-        if (dcount == 0 && dns == 0 && now_threads == 0) continue;  // idle in this window
-
-        const StackInfo* st = nullptr;
-        auto s = stacks_.find(k);
-        if (s != stacks_.end()) st = &s->second;
-        std::string kind;
-        const std::string res = resource_of(k, kind, st);
-        const std::string label = k.syscall == QS_SYSCALL_OTHER ? "other" : groups_->label(group_of(k.group));
-        const std::string sc = k.syscall == QS_SYSCALL_OTHER ? "other" : syscall_name(k.syscall);
-        const std::string site = (kind == "futex" && st) ? wait_site_signature(st->user) : std::string();
-        Row& row = rows[{label, sc, res, site}];
-        row.w.group = label;
-        row.w.syscall = sc;
-        row.w.resource = res;
-        row.w.kind = kind;
-        row.w.threads_now += now_threads;
-        row.w.blocked_seconds += dns / 1e9;
-        row.w.count += dcount;
-        if (st && !row.have_stack) {
-            row.w.stack = st->user;
-            row.w.kernel_stack = st->kernel;
-            row.have_stack = true;
-        }
-        if (!c.slots.empty()) {
-            std::vector<uint32_t> d(c.slots);
-            if (base && base->slots.size() == d.size())
-                for (size_t i = 0; i < d.size(); i++) d[i] = d[i] >= base->slots[i] ? d[i] - base->slots[i] : 0;
-            add_wait_slots(row.hist, d.data(), d.size());
-        }
+        auto tn = live.threads_now.find(k);
+        add_wait(rows, k, c, tn == live.threads_now.end() ? 0 : tn->second);
     }
     std::vector<Wait> out;
     out.reserve(rows.size());
@@ -642,15 +616,52 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     // Bounded output: the rows that explain the most waiting. The dropped tail is small.
     const size_t max_rows = std::max<size_t>(cfg_.label_cap * 2, 20);
     if (out.size() > max_rows) out.resize(max_rows);
-    snap.waits = std::move(out);
+    return out;
+}
 
-    snap.thread_groups.clear();
-    for (auto& [name, g] : tg) snap.thread_groups.push_back(std::move(g));
-    std::sort(snap.thread_groups.begin(), snap.thread_groups.end(),
-              [](const ThreadGroup& a, const ThreadGroup& b) {
-                  if (a.threads != b.threads) return a.threads > b.threads;
-                  return a.name < b.name;
-              });
+// Adds one kernel key's window (cumulative minus its baseline) to its row; a key idle in
+// the window adds nothing.
+void SchedSource::add_wait(WaitRows& rows, const qs_wait_key& k, const Cum& c, int now_threads) {
+    const Cum* base = nullptr;
+    auto b = base_waits_.find(k);
+    if (b != base_waits_.end()) base = &b->second;
+    const uint64_t dcount = base && c.count >= base->count ? c.count - base->count : (base ? 0 : c.count);
+    const uint64_t dns = base && c.total_ns >= base->total_ns ? c.total_ns - base->total_ns : (base ? 0 : c.total_ns);
+    if (dcount == 0 && dns == 0 && now_threads == 0) return;  // idle in this window
+
+    const StackInfo* st = nullptr;
+    auto s = stacks_.find(k);
+    if (s != stacks_.end()) st = &s->second;
+    std::string kind;
+    const std::string res = resource_of(k, kind, st);
+    const auto [label, sc] = labels_of(k);
+    const std::string site = (kind == "futex" && st) ? wait_site_signature(st->user) : std::string();
+    WaitRow& row = rows[{label, sc, res, site}];
+    row.w.group = label;
+    row.w.syscall = sc;
+    row.w.resource = res;
+    row.w.kind = kind;
+    row.w.threads_now += now_threads;
+    row.w.blocked_seconds += dns / 1e9;
+    row.w.count += dcount;
+    if (st && !row.have_stack) {
+        row.w.stack = st->user;
+        row.w.kernel_stack = st->kernel;
+        row.have_stack = true;
+    }
+    if (!c.slots.empty()) {
+        std::vector<uint32_t> d(c.slots);
+        if (base && base->slots.size() == d.size())
+            for (size_t i = 0; i < d.size(); i++) d[i] = d[i] >= base->slots[i] ? d[i] - base->slots[i] : 0;
+        add_wait_slots(row.hist, d.data(), d.size());
+    }
+}
+
+// (group label, syscall name) of a kernel key; the overflow bucket is ("other", "other").
+std::pair<std::string, std::string> SchedSource::labels_of(const qs_wait_key& k) {
+    const std::string label = k.syscall == QS_SYSCALL_OTHER ? "other" : groups_->label(group_of(k.group));
+    const std::string sc = k.syscall == QS_SYSCALL_OTHER ? "other" : syscall_name(k.syscall);
+    return {label, sc};
 }
 
 }  // namespace

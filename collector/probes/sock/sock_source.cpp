@@ -48,40 +48,6 @@ T load(const T& v) {
 
 uint64_t u(int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; }
 
-struct LinkDeleter {
-    void operator()(bpf_link* l) const {
-        if (l) bpf_link__destroy(l);
-    }
-};
-using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
-
-// The kernel's raw tracepoints as BTF knows them, parsed once: loading vmlinux BTF costs
-// ~100 ms on a busy 2-core machine, and the feature probes ask about nine hooks.
-class KernelBtf {
-public:
-    KernelBtf() : btf_(btf__load_vmlinux_btf()) {}
-    ~KernelBtf() {
-        if (btf_) btf__free(btf_);
-    }
-    KernelBtf(const KernelBtf&) = delete;
-    KernelBtf& operator=(const KernelBtf&) = delete;
-    // Arguments the tracepoint passes (btf_trace_<name> is a typedef of a pointer to a
-    // function whose first parameter is the context); -1 when the kernel lacks it.
-    int tracepoint_args(const std::string& name) const {
-        if (!btf_) return -1;
-        const int id = btf__find_by_name_kind(btf_, ("btf_trace_" + name).c_str(), BTF_KIND_TYPEDEF);
-        if (id <= 0) return -1;
-        const btf_type* t = btf__type_by_id(btf_, id);
-        t = btf__type_by_id(btf_, t->type);                             // pointer
-        if (t && btf_is_ptr(t)) t = btf__type_by_id(btf_, t->type);     // func proto
-        return t && btf_is_func_proto(t) ? btf_vlen(t) - 1 : -1;
-    }
-    bool has(const std::string& name) const { return tracepoint_args(name) >= 0; }
-
-private:
-    btf* btf_;
-};
-
 struct PortWindow {
     uint64_t accepted = 0, overflows = 0;
     uint64_t status[QS_STATUS_CLASSES] = {};
@@ -205,16 +171,12 @@ public:
         collect_peers(snap, oldest_busy);
 
         // ---- losses --------------------------------------------------------------------
-        const uint64_t lost_conns = load(b->lost_conn_full);
-        const uint64_t lost_ports = load(b->lost_port_full);
-        lost_ = lost_conns + lost_ports;
-        if (lost_conns)
-            snap.partial.push_back("sock: " + std::to_string(lost_conns) +
-                                   " connections not tracked (connection table full at --max-connections " +
-                                   std::to_string(cfg_.max_connections) + ")");
-        if (lost_ports)
-            snap.partial.push_back("sock: more than " + std::to_string(QS_MAX_PORTS) +
-                                   " listening ports; the rest are not measured");
+        lost_.update("sock",
+                     {{load(b->lost_conn_full), "connections not tracked (connection table full at --max-connections " +
+                                                    std::to_string(cfg_.max_connections) + ")"},
+                      {load(b->lost_port_full), "listening ports not measured (more than " +
+                                                    std::to_string(QS_MAX_PORTS) + " ports)"}},
+                     snap);
         if (listen_error_.size()) snap.partial.push_back("sock: listeners: " + listen_error_);
         // Not lost events: connections followed in read/write turns that are not requests.
         if (const uint64_t h2 = load(b->conns_h2))
@@ -228,8 +190,6 @@ public:
                                    "inside would be counted per connection, not per stream");
         snap.warnings.insert(snap.warnings.end(), warnings_.begin(), warnings_.end());
     }
-
-    uint64_t lost_events() const override { return lost_; }
 
 private:
     using Skel = QSCOPE_SKEL_PTR(sock);
@@ -245,25 +205,23 @@ private:
     // without the core three the numbers would be wrong, so that is an error instead.
     void probe_features() {
         auto& p = skel_->progs;
-        const KernelBtf kbtf;
-        auto btf_tracepoint_exists = [&](const char* name) { return kbtf.has(name); };
-        const int kfree_args = kbtf.tracepoint_args("kfree_skb");
+        KernelTracepoints tps;
         std::vector<Hook> hooks = {
-            {p.qs_set_state, "tp_btf/inet_sock_set_state", true, btf_tracepoint_exists("inet_sock_set_state")},
-            {p.qs_recv, "tp_btf/sock_recv_length (Linux 6.3+)", true, btf_tracepoint_exists("sock_recv_length")},
-            {p.qs_send, "tp_btf/sock_send_length (Linux 6.3+)", true, btf_tracepoint_exists("sock_send_length")},
+            {p.qs_set_state, "tp_btf/inet_sock_set_state", true, tps.has_btf("inet_sock_set_state")},
+            {p.qs_recv, "tp_btf/sock_recv_length (Linux 6.3+)", true, tps.has_btf("sock_recv_length")},
+            {p.qs_send, "tp_btf/sock_send_length (Linux 6.3+)", true, tps.has_btf("sock_send_length")},
             {p.qs_data_ready, "tp_btf/sk_data_ready (Linux 6.6+): no connector queue, no exact accept-queue peak",
-             false, btf_tracepoint_exists("sk_data_ready")},
+             false, tps.has_btf("sk_data_ready")},
             {p.qs_accept4_exit, "tracepoint syscalls/sys_exit_accept4: no accept wait", false,
-             tracepoint_exists("syscalls", "sys_exit_accept4")},
+             tps.has_tracefs("syscalls", "sys_exit_accept4")},
             {p.qs_accept_exit, "tracepoint syscalls/sys_exit_accept: no accept wait for accept()", false,
-             tracepoint_exists("syscalls", "sys_exit_accept")},
+             tps.has_tracefs("syscalls", "sys_exit_accept")},
             {p.qs_kfree_skb, "tp_btf/kfree_skb with rx_sk: ACK-stage overflows counted from sk_drops only", false,
-             kfree_args >= 4},
+             tps.btf_args("kfree_skb") >= 4},
             {p.qs_rst_in, "tp_btf/tcp_receive_reset: downstream resets received not counted", false,
-             btf_tracepoint_exists("tcp_receive_reset")},
+             tps.has_btf("tcp_receive_reset")},
             {p.qs_rst_out, "tp_btf/tcp_send_reset: downstream resets sent not counted", false,
-             btf_tracepoint_exists("tcp_send_reset")},
+             tps.has_btf("tcp_send_reset")},
         };
         for (auto& h : hooks) {
             if (h.available) continue;
@@ -280,7 +238,7 @@ private:
         for (bpf_program* prog : {p.qs_set_state, p.qs_recv, p.qs_send, p.qs_data_ready, p.qs_accept4_exit,
                                   p.qs_accept_exit, p.qs_kfree_skb, p.qs_rst_in, p.qs_rst_out}) {
             if (!bpf_program__autoload(prog)) continue;
-            bpf_link* l = bpf_program__attach(prog);
+            Link l(bpf_program__attach(prog));
             if (!l) {
                 const int err = errno;
                 if (prog == p.qs_set_state || prog == p.qs_recv || prog == p.qs_send)
@@ -289,7 +247,7 @@ private:
                                     errno_text(err));
                 continue;
             }
-            links_.emplace_back(l);
+            links_.push_back(std::move(l));
         }
     }
 
@@ -307,7 +265,7 @@ private:
         linfo.task.pid = static_cast<__u32>(pid_);
         opts.link_info = &linfo;
         opts.link_info_len = sizeof(linfo);
-        LinkPtr link(bpf_program__attach_iter(prog, &opts));
+        Link link(bpf_program__attach_iter(prog, &opts));
         if (!link) {
             // Kernels before 6.1 cannot filter the walk by pid: walk every task (the
             // program filters on tgid itself).
@@ -465,10 +423,9 @@ private:
         }
     }
 
-    // One pass over the connection table (batched where the kernel allows).
+    // One pass over the connection table.
     void scan_conns(uint64_t now, double& oldest_req, double& oldest_unread, std::map<uint32_t, double>& oldest_busy) {
-        const int fd = bpf_map__fd(skel_->maps.conns);
-        auto visit = [&](const qs_conn& c) {
+        conns_.for_each(bpf_map__fd(skel_->maps.conns), [&](const __u64&, const qs_conn& c) {
             if (c.dir == QS_DIR_IN) {
                 if (c.state == QS_ST_REQUEST && c.t_req && now > c.t_req)
                     oldest_req = std::max(oldest_req, (now - c.t_req) / 1e9);
@@ -478,37 +435,7 @@ private:
                 double& o = oldest_busy[c.idx];
                 o = std::max(o, (now - c.t_req) / 1e9);
             }
-        };
-        if (batch_ok_) {
-            const uint32_t chunk = 4096;
-            std::vector<__u64> keys(chunk);
-            std::vector<qs_conn> vals(chunk);
-            __u64 out_batch = 0;
-            void* in = nullptr;
-            for (;;) {
-                __u32 count = chunk;
-                const int err = bpf_map_lookup_batch(fd, in, &out_batch, keys.data(), vals.data(), &count, nullptr);
-                const int e = err ? errno : 0;
-                for (__u32 i = 0; i < count; ++i) visit(vals[i]);
-                if (err) {
-                    if (e == ENOENT) return;  // end of the table
-                    if (e == EINVAL || e == 524 /* ENOTSUPP */ || e == EOPNOTSUPP) {
-                        batch_ok_ = false;
-                        break;
-                    }
-                    return;  // transient (e.g. ENOSPC on a resized bucket): next tick
-                }
-                in = &out_batch;
-            }
-        }
-        __u64 key = 0, next = 0;
-        const void* prev = nullptr;
-        qs_conn c;
-        while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-            if (bpf_map_lookup_elem(fd, &next, &c) == 0) visit(c);
-            key = next;
-            prev = &key;
-        }
+        });
     }
 
     void collect_peers(Snapshot& snap, const std::map<uint32_t, double>& oldest_busy) {
@@ -590,12 +517,11 @@ private:
     }
 
     Skel skel_;
-    std::vector<LinkPtr> links_;
+    std::vector<Link> links_;
+    MapReader<__u64, qs_conn> conns_;
     int pid_ = 0;
     Config cfg_;
-    uint64_t lost_ = 0;
     uint64_t last_completed_ = 0;
-    bool batch_ok_ = true;
     std::vector<std::string> warnings_;
     std::string listen_error_;
     std::vector<DiagSocket> listen_diag_;

@@ -7,6 +7,7 @@
 #include <bpf/bpf_core_read.h>
 
 #include "hist.h"
+#include "syscalls.h"
 #include "carrier.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -51,14 +52,6 @@ struct {
 	__uint(max_entries, 1 << 20);
 } events SEC(".maps");
 
-/* x86-64 syscall numbers of the waits a generic runtime idles in. */
-#define NR_EPOLL_WAIT 232
-#define NR_FUTEX 202
-#define NR_EPOLL_PWAIT 281
-#define NR_EPOLL_PWAIT2 441
-#define NR_FUTEX_WAITV 449
-#define NR_FUTEX_WAIT 455
-
 static __always_inline void count(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
@@ -66,17 +59,11 @@ static __always_inline void count(__u32 idx)
 		__sync_fetch_and_add(v, 1);
 }
 
-static __always_inline int generic_idle_syscall(__s32 nr)
-{
-	return nr == NR_FUTEX || nr == NR_FUTEX_WAITV || nr == NR_FUTEX_WAIT || nr == NR_EPOLL_WAIT ||
-	       nr == NR_EPOLL_PWAIT || nr == NR_EPOLL_PWAIT2;
-}
-
 /* Only valid while the carrier is `current` (its mm is the one bpf_probe_read_user sees). */
 static __always_inline int read_mounted(__u64 jt, __s32 nr)
 {
 	if (mount_mode == QS_MOUNT_GENERIC)
-		return !generic_idle_syscall(nr);
+		return !qs_sys_carrier_idle(nr);
 	if (!jt)
 		return 0;
 	if (mount_mode == QS_MOUNT_CONT_ENTRY) {
@@ -152,7 +139,7 @@ static __always_inline void on_block(struct task_struct *prev, struct qs_carrier
 	__u32 op = 0;
 	if (regs) {
 		nr = (__s32)regs->orig_ax;
-		if (nr == NR_FUTEX)
+		if (nr == QS_NR_futex)	/* futex(2)'s op; futex2 calls have none */
 			op = (__u32)regs->si;
 	}
 	int mounted = read_mounted(c->jt, nr);

@@ -10,6 +10,7 @@
 #define QSCOPE_QS_SCHED_H
 
 #include "hist.h"
+#include "syscalls.h"
 #include "ustack.h"
 
 #define QS_COMM_LEN 16
@@ -23,58 +24,6 @@
  * bits makes them one gate. A mutex or semaphore word is 4 bytes; two unrelated ones
  * sharing an 8-byte word is rare enough to accept. */
 #define QS_FUTEX_RES_MASK (~7ULL)
-
-/* What a blocking syscall's first argument is, so the wait's resource can be named.
- * One classification for both sides (collector/syscall_names.cpp calls this). */
-enum qs_arg0_kind { QS_ARG0_NONE = 0, QS_ARG0_FD, QS_ARG0_FUTEX, QS_ARG0_FUTEX_VEC };
-
-static __always_inline int qs_sys_arg0_kind(long long nr)
-{
-	switch (nr) {
-	case 0:   /* read */
-	case 1:   /* write */
-	case 16:  /* ioctl */
-	case 17:  /* pread64 */
-	case 18:  /* pwrite64 */
-	case 19:  /* readv */
-	case 20:  /* writev */
-	case 40:  /* sendfile (out_fd) */
-	case 42:  /* connect */
-	case 43:  /* accept */
-	case 44:  /* sendto */
-	case 45:  /* recvfrom */
-	case 46:  /* sendmsg */
-	case 47:  /* recvmsg */
-	case 72:  /* fcntl (F_SETLKW) */
-	case 73:  /* flock */
-	case 74:  /* fsync */
-	case 75:  /* fdatasync */
-	case 187: /* readahead */
-	case 232: /* epoll_wait */
-	case 275: /* splice (fd_in) */
-	case 276: /* tee */
-	case 277: /* sync_file_range */
-	case 278: /* vmsplice */
-	case 281: /* epoll_pwait */
-	case 285: /* fallocate */
-	case 288: /* accept4 */
-	case 295: /* preadv */
-	case 296: /* pwritev */
-	case 299: /* recvmmsg */
-	case 307: /* sendmmsg */
-	case 327: /* preadv2 */
-	case 328: /* pwritev2 */
-	case 441: /* epoll_pwait2 */
-		return QS_ARG0_FD;
-	case 202: /* futex */
-	case 455: /* futex_wait (futex2) */
-		return QS_ARG0_FUTEX;
-	case 449: /* futex_waitv: arg0 is an array of waiters */
-		return QS_ARG0_FUTEX_VEC;
-	default:
-		return QS_ARG0_NONE;
-	}
-}
 
 /* The resource key of a wait from the syscall and its first argument: the fd, or the
  * futex word (masked, see above). */

@@ -16,6 +16,7 @@
 
 #include "core_fixes.bpf.h"
 #include "sock.h"
+#include "syscalls.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -402,12 +403,6 @@ int BPF_PROG(qs_recv, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
-#define NR_write 1
-#define NR_sendto 44
-#define NR_sendmsg 46
-#define NR_writev 20
-#define NR_sendmmsg 307
-
 /* Status class of the response whose first bytes this write carries, or QS_STATUS_H2 / _TLS
  * (qs_response_class). Only the 12 bytes of the status line are copied, 9 when the first
  * buffer is an HTTP/2 frame header alone. At sock_send_length the current thread is inside
@@ -433,12 +428,12 @@ static __always_inline int response_status(void)
 	si = regs->si;
 	dx = regs->dx;
 	barrier_var(dx);
-	if (nr == NR_write || nr == NR_sendto) {
+	if (nr == QS_NR_write || nr == QS_NR_sendto) {
 		base = (const void *)si;
 		len = dx;
-	} else if (nr == NR_writev || nr == NR_sendmsg || nr == NR_sendmmsg) {
+	} else if (nr == QS_NR_writev || nr == QS_NR_sendmsg || nr == QS_NR_sendmmsg) {
 		const struct iovec *iovp = (const struct iovec *)si;
-		if (nr != NR_writev) {
+		if (nr != QS_NR_writev) {
 			/* struct mmsghdr begins with its struct msghdr */
 			struct user_msghdr mh;
 			if (bpf_probe_read_user(&mh, sizeof(mh), (const void *)si))
@@ -467,8 +462,7 @@ static __always_inline int in_send_syscall(void)
 	if (!regs)
 		return 0;
 	nr = regs->orig_ax;
-	return nr == NR_write || nr == NR_sendto || nr == NR_sendmsg || nr == NR_writev || nr == NR_sendmmsg ||
-	       nr == 40 /* sendfile */;
+	return qs_sys_class(nr) == QS_SC_SEND;
 }
 
 SEC("tp_btf/sock_send_length")
@@ -789,11 +783,6 @@ int qs_seed(struct bpf_iter__task_file *ctx)
 	return 0;
 }
 
-#define NR_read 0
-#define NR_readv 19
-#define NR_recvfrom 45
-#define NR_recvmsg 47
-
 /* After qs_seed: threads of the target blocked reading an outbound connection at attach are
  * calls in progress (see qs_seed_blocked_read). */
 SEC("iter/task")
@@ -813,7 +802,7 @@ int qs_seed_busy(struct bpf_iter__task *ctx)
 	if (!regs)
 		return 0;
 	nr = regs->orig_ax;
-	if (nr != NR_read && nr != NR_readv && nr != NR_recvfrom && nr != NR_recvmsg)
+	if (qs_sys_class(nr) != QS_SC_RECV)
 		return 0;
 	sk = sock_of_fd(task, (int)regs->di);
 	if (!sk)

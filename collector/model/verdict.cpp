@@ -12,20 +12,12 @@
 
 #include <map>
 
+#include "model/syscall_table.h"
 #include "model/verdict.h"
 #include "model/thread_group.h"
 
 namespace qscope {
 namespace {
-
-// Syscalls a thread sits in when it has nothing to do: never a request's wait.
-const std::set<std::string> kIdleSyscalls = {
-    "epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6",
-    "accept", "accept4", "wait4", "waitid", "rt_sigtimedwait", "rt_sigsuspend", "pause",
-    "sigsuspend", "io_getevents", "io_uring_enter", "restart_syscall", "futex", "futex_waitv",
-    "futex_wait", "read", "recvfrom", "recvmsg", "readv", "pread64", "nanosleep", "clock_nanosleep"};
-// Of those, the ones that are a request's wait when the resource is a downstream peer or a
-// file are re-admitted below.
 
 std::string fmt_count(uint64_t n) {
     // 6800 → "6,800": the summary is read at 3 a.m.
@@ -142,7 +134,10 @@ void compute_verdict(Snapshot& s) {
         if (w.kind == "futex") {
             if (w.group == gate_group && (!top_gate || now > std::max(top_gate->threads_now, top_gate->waiters_now)))
                 top_gate = &w;
-        } else if (w.kind == "file" || (w.kind == "other" && !kIdleSyscalls.count(w.syscall))) {
+        } else if (w.kind == "file" ||
+                   (w.kind == "other" && !waiting_for_work_syscall(syscall_number(w.syscall)))) {
+            // File I/O, or a syscall on no socket and no file that is not where idle threads
+            // wait for work (model/syscall_table.h). Socket waits are downstream calls.
             syscall_waiters += static_cast<uint64_t>(now);
             if (!top_syscall || now > top_syscall->threads_now) top_syscall = &w;
         }

@@ -1,16 +1,14 @@
-// x86-64 syscall numbers → names (what /proc/PID/task/TID/syscall prints as a number), and
-// futex op decoding. Pure functions: unit-tested without privileges.
+// Decoding a blocked syscall's arguments: futex ops, and what the first argument names.
+// Pure functions: unit-tested without privileges. The syscall table itself (names, classes)
+// is pure data the verdict reasons with, so it lives in the model; included here for the
+// readers of /proc and BPF records, which name syscalls too.
 #pragma once
 #include <cstdint>
 #include <string>
 
-namespace qscope {
+#include "model/syscall_table.h"
 
-// "read", "futex", ...; "none" for -1 (blocked outside a syscall, e.g. a page fault);
-// "syscall_N" for numbers this table does not know (newer kernels add syscalls).
-std::string syscall_name(int64_t nr);
-// Inverse, for tests and filters; -1 when unknown.
-int syscall_number(const std::string& name);
+namespace qscope {
 
 // FUTEX_* command of a futex(2) op word, without the PRIVATE/CLOCK_REALTIME flags:
 // "WAIT_BITSET", "LOCK_PI", ...; "CMD_N" for an unknown command.

@@ -2,6 +2,7 @@
 #include <linux/types.h>
 
 #include "carrier.h"
+#include "model/syscall_table.h"
 #include "probes/jvm/carrier_model.h"
 
 using namespace qscope::carrier;
@@ -48,8 +49,8 @@ TEST_CASE("carrier state: generic runtimes idle in futex/epoll only", "[carrier]
     CHECK(classify(o) == "stalled");
     o.proc_syscall = 230;  // clock_nanosleep
     CHECK(classify(o) == "stalled");
-    CHECK(generic_idle_syscall(449));
-    CHECK_FALSE(generic_idle_syscall(35));
+    CHECK(qscope::carrier_idle_syscall(449));
+    CHECK_FALSE(qscope::carrier_idle_syscall(35));
 }
 
 TEST_CASE("stall reasons and syscall labels", "[carrier]") {

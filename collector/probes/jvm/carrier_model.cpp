@@ -5,57 +5,26 @@
 #include <initializer_list>
 
 #include "carrier.h"
+#include "model/syscall_table.h"
 
 namespace qscope::carrier {
 
-namespace {
-struct Named {
-    int64_t nr;
-    const char* name;
-};
-constexpr Named kNames[] = {
-    {0, "read"},          {1, "write"},          {7, "poll"},           {16, "ioctl"},
-    {17, "pread64"},      {18, "pwrite64"},      {19, "readv"},         {20, "writev"},
-    {23, "select"},       {24, "sched_yield"},   {35, "nanosleep"},     {40, "sendfile"},
-    {42, "connect"},      {43, "accept"},        {44, "sendto"},        {45, "recvfrom"},
-    {46, "sendmsg"},      {47, "recvmsg"},       {61, "wait4"},         {72, "fcntl"},
-    {73, "flock"},        {74, "fsync"},         {75, "fdatasync"},     {202, "futex"},
-    {230, "clock_nanosleep"}, {232, "epoll_wait"}, {257, "openat"},     {270, "pselect6"},
-    {271, "ppoll"},       {275, "splice"},       {281, "epoll_pwait"},  {288, "accept4"},
-    {295, "preadv"},      {296, "pwritev"},      {299, "recvmmsg"},     {307, "sendmmsg"},
-    {326, "copy_file_range"}, {426, "io_uring_enter"}, {441, "epoll_pwait2"},
-    {449, "futex_waitv"}, {455, "futex_wait"},
-};
-
-bool is_io(int64_t nr) {
-    switch (nr) {
-        case 0: case 1: case 7: case 17: case 18: case 19: case 20: case 23: case 40: case 42:
-        case 43: case 44: case 45: case 46: case 47: case 74: case 75: case 257: case 270:
-        case 271: case 275: case 288: case 295: case 296: case 299: case 307: case 326: case 426:
-            return true;
-        default:
-            return false;
-    }
-}
-}  // namespace
-
-bool generic_idle_syscall(int64_t nr) {
-    return nr == 202 || nr == 449 || nr == 455 || nr == 232 || nr == 281 || nr == 441;
-}
-
-std::string syscall_label(int64_t nr) {
-    if (nr < 0) return "-";
-    for (const auto& n : kNames)
-        if (n.nr == nr) return n.name;
-    return "syscall_" + std::to_string(nr);
-}
+std::string syscall_label(int64_t nr) { return nr < 0 ? "-" : syscall_name(nr); }
 
 std::string stall_reason(int64_t nr, bool jvm_reported_pinned) {
     if (jvm_reported_pinned) return "pinned park";
-    if (nr == 35 || nr == 230) return "native call";
-    if (nr == 202 || nr == 449 || nr == 455) return "futex wait";
-    if (is_io(nr)) return "blocking io";
-    return "blocked syscall";
+    switch (syscall_class(nr)) {
+        case SyscallClass::sleep: return "native call";
+        case SyscallClass::futex: return "futex wait";
+        case SyscallClass::poll:
+        case SyscallClass::accept:
+        case SyscallClass::recv:
+        case SyscallClass::send:
+        case SyscallClass::connect:
+        case SyscallClass::file:
+        case SyscallClass::aio: return "blocking io";
+        default: return "blocked syscall";
+    }
 }
 
 namespace {
@@ -111,7 +80,7 @@ std::string classify(const Observation& o) {
     if (o.proc_state == 'R' || o.proc_state == 0) return "running";
     if (o.generic) {
         if (o.proc_syscall == -2) return "idle";
-        return generic_idle_syscall(o.proc_syscall) ? "idle" : "stalled";
+        return carrier_idle_syscall(o.proc_syscall) ? "idle" : "stalled";
     }
     return o.mounted_now == 1 ? "stalled" : "idle";
 }

@@ -18,14 +18,11 @@ struct Observation {
 
 // "running" | "runnable" | "idle" | "stalled". The BPF state (exact, event-driven) wins;
 // /proc (which cannot tell running from runnable) only covers carriers that have not
-// switched since qscope attached.
+// switched since qscope attached. A generic runtime's carrier is idle in
+// carrier_idle_syscall() (model/syscall_table.h), else stalled.
 std::string classify(const Observation& o);
 
-// Generic runtimes park idle workers in futex or epoll waits (tokio, libuv, Go-like pools);
-// anything else they block in is a stall.
-bool generic_idle_syscall(int64_t nr);
-
-// x86-64 syscall name for the ones carriers block in; "syscall_N" otherwise, "-" for none.
+// The syscall a carrier blocked in: its name (model/syscall_table.h), "-" for none.
 std::string syscall_label(int64_t nr);
 
 // Why a carrier stalled: "pinned park" (the JVM reported a pinned park right after),

@@ -12,6 +12,7 @@
 
 #include <map>
 
+#include "model/runtime_frames.h"
 #include "model/syscall_table.h"
 #include "model/verdict.h"
 #include "model/thread_group.h"
@@ -32,24 +33,10 @@ std::string fmt_count(uint64_t n) {
     return out;
 }
 
-bool is_runtime_frame(const std::string& f) {
-    static const char* kRuntime[] = {"libc.so", "libc-", "libpthread", "ld-linux", "libjvm.so", "[kernel",
-                                     "__futex", "futex_", "pthread_", "___pthread", "__GI_", "syscall",
-                                     "Unsafe_Park", "Parker::", "__lll_"};
-    for (const char* r : kRuntime)
-        if (f.find(r) != std::string::npos) return true;
-    return f.rfind("0x", 0) == 0;
-}
-
 // A gate's name: its first application frame ("pool_borrow", "HikariPool.getConnection").
 std::string gate_name(const Wait& w) {
-    for (const auto& f : w.stack) {
-        if (is_runtime_frame(f)) continue;
-        std::string name = f.substr(0, f.find(' '));
-        auto plus = name.find('+');
-        if (plus != std::string::npos) name = name.substr(0, plus);
-        return name;
-    }
+    std::string name = first_app_frame(w.stack);
+    if (!name.empty()) return name;
     return w.resource.empty() ? "a lock" : w.resource;
 }
 

@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "carrier.h"
+#include "model/runtime_frames.h"
 #include "model/syscall_table.h"
 
 namespace qscope::carrier {
@@ -28,15 +29,6 @@ std::string stall_reason(int64_t nr, bool jvm_reported_pinned) {
 }
 
 namespace {
-bool native_runtime_frame(const std::string& f) {
-    const auto open = f.rfind(" (");
-    if (open == std::string::npos) return false;
-    const std::string mod = f.substr(open + 2);
-    return mod.find("libjvm") != std::string::npos || mod.find("libc.so") != std::string::npos ||
-           mod.find("libc-") != std::string::npos || mod.find("libpthread") != std::string::npos ||
-           mod.find("ld-linux") != std::string::npos || mod.find("kernel") != std::string::npos;
-}
-
 bool has_any(const std::string& f, std::initializer_list<const char*> pats) {
     for (const char* p : pats)
         if (f.find(p) != std::string::npos) return true;
@@ -48,7 +40,7 @@ std::string vm_wait_reason(const std::vector<std::string>& stack) {
     bool gc = false, safepoint = false, jit = false, vmop = false;
     for (const auto& f : stack) {
         // Java or JIT code reached: whatever the VM does further out did not cause this block.
-        if (!native_runtime_frame(f)) break;
+        if (!is_runtime_frame(f)) break;
         if (f.find("libjvm") == std::string::npos) continue;
         gc = gc || has_any(f, {"G1CollectedHeap::", "CollectedHeap::", "ParallelScavengeHeap::",
                                "SerialHeap::", "ShenandoahHeap::", "ZCollectedHeap::", "ZPageAllocator::",

@@ -34,7 +34,7 @@ std::string stall_reason(int64_t syscall_nr, bool jvm_reported_pinned);
 // safepoint, a VM operation (GC pause), a GC allocation slow path or the JIT compile queue
 // lock. JFR does not call these pins and an operator cannot unpin them. Decided from the
 // symbolized native frames at the top of the stack (innermost first, "func+0xOFF (module)"),
-// up to the first frame outside libjvm/libc. Returns "vm: gc", "vm: safepoint",
+// up to the first frame outside the runtime (model/runtime_frames.h). Returns "vm: gc", "vm: safepoint",
 // "vm: jit compile queue", "vm: vm operation", or "" when the stack shows none of them
 // (or is missing: an unexplained block stays a stall).
 std::string vm_wait_reason(const std::vector<std::string>& stack);

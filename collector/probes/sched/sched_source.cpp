@@ -57,15 +57,6 @@ void add_wait_slots(Histogram& h, const uint32_t* slots, size_t n) {
     }
 }
 
-std::string frame_function(const std::string& frame) {
-    std::string f = frame;
-    const auto paren = f.rfind(" (");
-    if (paren != std::string::npos && f.back() == ')') f = f.substr(0, paren);
-    const auto plus = f.rfind("+0x");
-    if (plus != std::string::npos) f = f.substr(0, plus);
-    return f;
-}
-
 std::string short_function(const std::string& func) {
     std::string f = func;
     static const std::string anon = "(anonymous namespace)::";
@@ -86,45 +77,13 @@ std::string short_function(const std::string& func) {
     return f;
 }
 
-std::string frame_module(const std::string& frame) {
-    const auto paren = frame.rfind(" (");
-    if (paren == std::string::npos || frame.back() != ')') return {};
-    return frame.substr(paren + 2, frame.size() - paren - 3);
-}
-
-static bool runtime_module(const std::string& m) {
-    static const char* const prefixes[] = {"libc.so", "libc-", "libpthread", "ld-linux", "libstdc++",
-                                           "libjvm", "libgcc_s"};
-    for (const char* p : prefixes)
-        if (m.rfind(p, 0) == 0) return true;
-    return false;
-}
-
-std::string first_app_frame(const std::vector<std::string>& frames) {
-    std::string last_runtime;
-    for (const auto& f : frames) {
-        const std::string m = frame_module(f);
-        if (!m.empty() && runtime_module(m)) {
-            last_runtime = frame_function(f);
-            continue;
-        }
-        const std::string fn = frame_function(f);
-        // Unsymbolized code outside any module (JIT or interpreter without a perf map): the
-        // runtime's entry point says more ("Unsafe_Park") than an address.
-        if (m.empty() && fn.rfind("0x", 0) == 0 && !last_runtime.empty()) return last_runtime;
-        return fn;
-    }
-    return {};
-}
-
 std::string wait_site_signature(const std::vector<std::string>& frames) {
     std::string sig;
     bool app = false;
     for (const auto& f : frames) {
-        const std::string m = frame_module(f);
         // Frames without a module are JIT/interpreter code: application frames, and their
         // addresses are the same for every thread running that code.
-        if (!app && !m.empty() && runtime_module(m)) continue;
+        if (!app && is_runtime_frame(f)) continue;
         app = true;
         sig += frame_function(f);
         sig += ';';

@@ -17,6 +17,7 @@ extern "C" {
 #include "qs_sched.h"
 }
 #include "model/histogram.h"
+#include "model/runtime_frames.h"
 #include "model/snapshot.h"
 
 #include "engine/source.h"
@@ -40,16 +41,11 @@ ThreadState thread_state(const qs_thread_rec& r);
 // count at the slot's midpoint.
 void add_wait_slots(Histogram& h, const uint32_t* slots, size_t n);
 
-// "pool_borrow()+0x3e (qs_server)" → "pool_borrow()"; "0x7f00 (libc.so.6)" → "0x7f00".
-std::string frame_function(const std::string& frame);
+// Frame text: frame_function, frame_module, first_app_frame (model/runtime_frames.h).
+
 // "(anonymous namespace)::serve_connection(int)" → "serve_connection"; "Foo::bar() const"
 // → "Foo::bar": short enough for a resource label.
 std::string short_function(const std::string& func);
-// "... (libc.so.6)" → "libc.so.6"; "" when the frame names no module.
-std::string frame_module(const std::string& frame);
-// The first frame outside the C runtime, the dynamic loader, libstdc++ and libjvm: where
-// the application asked to wait. Empty when there is none.
-std::string first_app_frame(const std::vector<std::string>& frames);
 // Identity of a wait site: the function names (offsets dropped) of the frames from the
 // first application frame outward. Two futex waits with the same site are one gate even
 // when their futex words differ (a JVM parks each thread on its own futex word; a glibc

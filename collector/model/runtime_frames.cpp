@@ -1,0 +1,60 @@
+#include "model/runtime_frames.h"
+
+namespace qscope {
+namespace {
+
+// Module names by prefix: "libc.so.6", "libc-2.31.so", "ld-linux-x86-64.so.2", "libjvm.so",
+// "kernel" (kernel frames; their modules are named by kallsyms).
+constexpr std::string_view kRuntimeModules[] = {"libc.so", "libc-",  "libpthread", "ld-linux",
+                                                "libstdc++", "libgcc_s", "libjvm",   "kernel"};
+// Functions of those modules that say so by name, for frames without a module.
+constexpr std::string_view kRuntimeFunctions[] = {"__futex", "futex_", "pthread_", "___pthread", "__GI_",
+                                                  "syscall", "Unsafe_Park", "Parker::", "__lll_"};
+
+}  // namespace
+
+std::string frame_function(const std::string& frame) {
+    std::string f = frame;
+    const auto paren = f.rfind(" (");
+    if (paren != std::string::npos && f.back() == ')') f = f.substr(0, paren);
+    const auto plus = f.rfind("+0x");
+    if (plus != std::string::npos) f = f.substr(0, plus);
+    return f;
+}
+
+std::string frame_module(const std::string& frame) {
+    const auto paren = frame.rfind(" (");
+    if (paren == std::string::npos || frame.back() != ')') return {};
+    return frame.substr(paren + 2, frame.size() - paren - 3);
+}
+
+bool is_runtime_module(std::string_view module) {
+    for (auto p : kRuntimeModules)
+        if (module.substr(0, p.size()) == p) return true;
+    return false;
+}
+
+bool is_runtime_frame(const std::string& frame) {
+    const std::string m = frame_module(frame);
+    if (!m.empty()) return is_runtime_module(m);
+    const std::string fn = frame_function(frame);
+    for (auto p : kRuntimeFunctions)
+        if (fn.find(p) != std::string::npos) return true;
+    return false;
+}
+
+std::string first_app_frame(const std::vector<std::string>& frames) {
+    std::string last_runtime;
+    for (const auto& f : frames) {
+        if (is_runtime_frame(f)) {
+            last_runtime = frame_function(f);
+            continue;
+        }
+        const std::string fn = frame_function(f);
+        if (frame_module(f).empty() && fn.rfind("0x", 0) == 0 && !last_runtime.empty()) return last_runtime;
+        return fn;
+    }
+    return {};
+}
+
+}  // namespace qscope

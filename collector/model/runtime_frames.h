@@ -1,0 +1,29 @@
+// Runtime frames versus application frames: ONE list, for naming a wait's gate (the first
+// application frame), a wait site, and the VM waits of a carrier.
+//
+// Frames are the symbolizer's text: "function+0xOFF (module)". JIT code is "name (jit)" or
+// a bare "0x..." address (no perf map); hand-built frames (tests) may omit the module.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qscope {
+
+// "pool_borrow()+0x3e (qs_server)" → "pool_borrow()"; "0x7f00 (libc.so.6)" → "0x7f00".
+std::string frame_function(const std::string& frame);
+// "... (libc.so.6)" → "libc.so.6"; "" when the frame names no module.
+std::string frame_module(const std::string& frame);
+
+// The C library, the dynamic loader, the C++ runtime, the JVM, the kernel.
+bool is_runtime_module(std::string_view module);
+// A frame of a runtime module; a frame without a module by its function's name (glibc's
+// futex and pthread internals, HotSpot's parker). Bare addresses are JIT code: not runtime.
+bool is_runtime_frame(const std::string& frame);
+
+// Where the application asked to wait: the function of the first frame outside the
+// runtime. When that frame is a bare JIT address, the runtime's entry point below it says
+// more ("Unsafe_Park"). Empty when every frame is the runtime's.
+std::string first_app_frame(const std::vector<std::string>& frames);
+
+}  // namespace qscope

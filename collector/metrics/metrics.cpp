@@ -117,193 +117,199 @@ constexpr auto kHist = MetricType::histogram;
 
 const char* const kStatusClass[5] = {"2xx", "3xx", "4xx", "5xx", "unknown"};
 
+using Families = std::vector<prom::MetricFamily>;
+
+void target_families(const Snapshot& s, int64_t now_unix_ms, Families& out) {
+    Fam info("qscope_target_info", "The observed process (fixed for the life of this qscope)", kGauge,
+             {"pid", "comm"});
+    info.add({std::to_string(s.target.pid), s.target.comm}, 1);
+    out.push_back(std::move(info).finish());
+    Fam th("qscope_target_threads", "Threads of the target now", kGauge, {});
+    th.add({}, s.target.threads);
+    out.push_back(std::move(th).finish());
+    Fam age("qscope_snapshot_age_seconds", "Seconds since the snapshot served here was taken", kGauge, {});
+    age.add({}, s.taken_at_unix_ms ? std::max<double>(0, (now_unix_ms - s.taken_at_unix_ms) / 1e3) : 0);
+    out.push_back(std::move(age).finish());
+    Fam lost("qscope_lost_events_total", "Kernel events qscope could not record (ring buffer or map full) since attach",
+             kCounter, {});
+    lost.add({}, static_cast<double>(s.lost_events));
+    out.push_back(std::move(lost).finish());
+}
+
+// One port label set for listeners and requests, weighted by their cumulative traffic.
+LabelCapper port_labels(const Snapshot& s, uint32_t cap) {
+    std::vector<std::pair<std::string, double>> kw;
+    for (const auto& l : s.listeners)
+        kw.push_back({std::to_string(l.port), static_cast<double>(l.accepted_total + l.accept_queue)});
+    for (const auto& p : s.requests.ports)
+        kw.push_back({std::to_string(p.port), static_cast<double>(p.completed_total + p.in_flight + p.waiting_unread)});
+    return LabelCapper(kw, cap);
+}
+
+void listener_families(const Snapshot& s, const LabelCapper& port_label, Families& out) {
+    Fam qlen("qscope_accept_queue_length", "Connections handshaken but not yet accept()ed, now", kGauge, {"port"});
+    Fam qmax("qscope_accept_queue_backlog", "Listen backlog: the accept queue's limit", kGauge, {"port"});
+    Fam wait("qscope_accept_wait_seconds", "Time from handshake completion to accept() return", kHist, {"port"},
+             &kAcceptWaitBuckets);
+    Fam ovf("qscope_listen_overflows_total", "Connections dropped because the accept queue was full, since attach",
+            kCounter, {"port"});
+    Fam acc("qscope_accepted_connections_total", "Connections accepted, since attach", kCounter, {"port"});
+    for (const auto& l : s.listeners) {
+        const LabelValues lv{port_label(std::to_string(l.port))};
+        qlen.add(lv, l.accept_queue);
+        qmax.add(lv, l.backlog);
+        wait.add_hist(lv, l.accept_wait_total);
+        ovf.add(lv, static_cast<double>(l.overflows_total));
+        acc.add(lv, static_cast<double>(l.accepted_total));
+    }
+    for (auto* f : {&qlen, &qmax, &wait, &ovf, &acc}) out.push_back(std::move(*f).finish());
+}
+
+void request_families(const Snapshot& s, const LabelCapper& port_label, Families& out) {
+    auto port = [&](uint16_t p) { return port_label(std::to_string(p)); };
+    Fam infl("qscope_requests_in_flight", "Requests read whose response is not yet written, now", kGauge, {"port"});
+    Fam unread("qscope_requests_waiting_unread",
+               "Accepted connections whose request bytes arrived but nobody has read them, now", kGauge, {"port"});
+    Fam done("qscope_requests_completed_total", "Requests completed, since attach", kCounter, {"port"});
+    Fam dur("qscope_request_duration_seconds", "Time from the first request byte read to the response written", kHist,
+            {"port", "status_class"}, &kRequestBuckets);
+    if (!s.requests.ports.empty()) {
+        for (const auto& p : s.requests.ports) {
+            const auto& pl = port(p.port);
+            infl.add({pl}, static_cast<double>(p.in_flight));
+            unread.add({pl}, static_cast<double>(p.waiting_unread));
+            done.add({pl}, static_cast<double>(p.completed_total));
+            for (int c = 0; c < 5; ++c) dur.add_hist({pl, kStatusClass[c]}, p.duration_total[c]);
+        }
+    } else {
+        // A source that does not break requests down by port: with one listening port
+        // the totals are that port's; otherwise they belong to no port in particular.
+        std::set<uint16_t> lports;
+        for (const auto& l : s.listeners) lports.insert(l.port);
+        const std::string pl = lports.size() == 1 ? port(*lports.begin()) : "all";
+        if (lports.size() == 1 || s.requests.in_flight || s.requests.waiting_unread) {
+            infl.add({pl}, static_cast<double>(s.requests.in_flight));
+            unread.add({pl}, static_cast<double>(s.requests.waiting_unread));
+        }
+    }
+    // Zero series for quiet listening ports, so panels read 0 rather than "no data".
+    for (const auto& l : s.listeners) {
+        infl.add({port(l.port)}, 0);
+        unread.add({port(l.port)}, 0);
+    }
+    for (auto* f : {&infl, &unread, &done, &dur}) out.push_back(std::move(*f).finish());
+
+    Fam oldest("qscope_requests_oldest_in_flight_seconds", "Age of the oldest request in flight, now", kGauge, {});
+    oldest.add({}, s.requests.oldest_in_flight_seconds);
+    out.push_back(std::move(oldest).finish());
+    Fam conns("qscope_server_connections", "Accepted connections open now", kGauge, {});
+    conns.add({}, static_cast<double>(s.requests.connections));
+    out.push_back(std::move(conns).finish());
+}
+
+void downstream_families(const Snapshot& s, uint32_t cap, Families& out) {
+    std::vector<std::pair<std::string, double>> kw;
+    for (const auto& d : s.downstream)
+        kw.push_back({d.peer, static_cast<double>(d.calls_total + d.connections + d.busy)});
+    LabelCapper peer(kw, cap);
+    Fam conns("qscope_downstream_connections", "Outbound connections to the peer open now", kGauge, {"peer"});
+    Fam busy("qscope_downstream_busy", "Outbound connections with a request sent and the reply not yet read, now",
+             kGauge, {"peer"});
+    Fam oldest("qscope_downstream_oldest_busy_seconds", "Age of the oldest call awaiting the peer's reply, now",
+               kGauge, {"peer"});
+    Fam calls("qscope_downstream_calls_total", "Calls to the peer completed, since attach", kCounter, {"peer"});
+    Fam fails("qscope_downstream_connect_failures_total", "Connects to the peer refused or timed out, since attach",
+              kCounter, {"peer"});
+    Fam resets("qscope_downstream_resets_total", "Connections to the peer reset, since attach", kCounter, {"peer"});
+    Fam dur("qscope_downstream_call_duration_seconds", "Time from a request sent to the peer to its reply read", kHist,
+            {"peer"}, &kDownstreamBuckets);
+    for (const auto& d : s.downstream) {
+        const LabelValues lv{peer(d.peer)};
+        conns.add(lv, static_cast<double>(d.connections));
+        busy.add(lv, static_cast<double>(d.busy));
+        oldest.set_max(lv, d.oldest_busy_seconds);
+        calls.add(lv, static_cast<double>(d.calls_total));
+        fails.add(lv, static_cast<double>(d.connect_failures_total));
+        resets.add(lv, static_cast<double>(d.resets_total));
+        dur.add_hist(lv, d.call_total);
+    }
+    for (auto* f : {&conns, &busy, &oldest, &calls, &fails, &resets, &dur}) out.push_back(std::move(*f).finish());
+}
+
+void thread_families(const Snapshot& s, uint32_t cap, Families& out) {
+    std::vector<std::pair<std::string, double>> kw;
+    // Threads now, with cumulative blocked time as a small tie-breaker.
+    for (const auto& g : s.thread_groups) kw.push_back({g.name, g.threads + g.blocked_seconds_total * 1e-9});
+    LabelCapper group(kw, cap);
+    Fam threads("qscope_threads", "Threads of the target by group and scheduler state, now", kGauge,
+                {"group", "state"});
+    Fam blocked("qscope_threads_blocked", "Threads blocked in a syscall now, by group and syscall (futex: gates)",
+                kGauge, {"group", "syscall"});
+    Fam secs("qscope_blocked_seconds_total", "Seconds threads spent blocked off-CPU, by group and syscall", kCounter,
+             {"group", "syscall"});
+    for (const auto& g : s.thread_groups) {
+        const auto& gl = group(g.name);
+        threads.add({gl, "running"}, g.running);
+        threads.add({gl, "runnable"}, g.runnable);
+        threads.add({gl, "blocked"}, g.blocked);
+        // A syscall that ever blocked this group keeps a series (0 when nobody is in it
+        // now), so gauges drop to 0 instead of going stale and panels never flap.
+        for (const auto& [sc, t] : g.blocked_seconds_by_syscall_total) blocked.add({gl, sc}, 0);
+        for (const auto& [sc, n] : g.blocked_by) blocked.add({gl, sc}, n);
+        for (const auto& [sc, t] : g.blocked_seconds_by_syscall_total) secs.add({gl, sc}, t);
+    }
+    for (auto* f : {&threads, &blocked, &secs}) out.push_back(std::move(*f).finish());
+}
+
+void carrier_families(const Snapshot& s, Families& out) {
+    const auto& c = s.carriers;
+    Fam det("qscope_carriers_detected", "1 if the target runs carrier threads (a user-space scheduler's workers)",
+            kGauge, {});
+    det.add({}, c.detected ? 1 : 0);
+    Fam st("qscope_carriers", "Carrier threads by state, now", kGauge, {"state"});
+    st.add({"running"}, c.running);
+    st.add({"idle"}, c.idle);
+    st.add({"runnable"}, c.runnable);
+    st.add({"stalled"}, c.stalled);
+    Fam stalls("qscope_carrier_stalls_total", "Times a carrier blocked while it had work to run, since attach",
+               kCounter, {});
+    stalls.add({}, static_cast<double>(c.stall_events_total));
+    Fam dur("qscope_carrier_stall_duration_seconds", "How long each carrier stall lasted", kHist, {}, &kStallBuckets);
+    dur.add_hist({}, c.stall_total);
+    for (auto* f : {&det, &st, &stalls, &dur}) out.push_back(std::move(*f).finish());
+}
+
+void verdict_families(const Snapshot& s, Families& out) {
+    Fam v("qscope_verdict", "The current verdict: the stage where the limit lives, and where (1 for the current one)",
+          kGauge, {"stage", "where"});
+    v.add({s.verdict.stage, s.verdict.where}, 1);
+    Fam w("qscope_verdict_waiting", "Requests or threads waiting at the verdict's stage, now", kGauge, {});
+    w.add({}, static_cast<double>(s.verdict.waiting));
+    Fam stage("qscope_stage_waiting", "Requests or threads waiting at each stage, now", kGauge, {"stage"});
+    for (const auto& r : s.verdict.ranking) stage.add({r.stage}, static_cast<double>(r.waiting));
+    for (auto* f : {&v, &w, &stage}) out.push_back(std::move(*f).finish());
+}
+
 }  // namespace
 
+// The contract's family order: up, target, listeners, requests, downstream, threads,
+// carriers, verdict.
 std::vector<prom::MetricFamily> snapshot_families(const Snapshot* snap, uint32_t cap, int64_t now_unix_ms) {
-    std::vector<prom::MetricFamily> out;
+    Families out;
     Fam up("qscope_up", "1 while qscope has a snapshot of a live target; 0 before the first one or after it exited",
            kGauge, {});
-    if (!snap) {
-        up.add({}, 0);
-        out.push_back(std::move(up).finish());
-        return out;
-    }
-    const Snapshot& s = *snap;
-    up.add({}, s.target.exited ? 0 : 1);
+    up.add({}, snap && !snap->target.exited ? 1 : 0);
     out.push_back(std::move(up).finish());
-
-    // ---- target ---------------------------------------------------------------------
-    {
-        Fam info("qscope_target_info", "The observed process (fixed for the life of this qscope)", kGauge,
-                 {"pid", "comm"});
-        info.add({std::to_string(s.target.pid), s.target.comm}, 1);
-        out.push_back(std::move(info).finish());
-        Fam th("qscope_target_threads", "Threads of the target now", kGauge, {});
-        th.add({}, s.target.threads);
-        out.push_back(std::move(th).finish());
-        Fam age("qscope_snapshot_age_seconds", "Seconds since the snapshot served here was taken", kGauge, {});
-        age.add({}, s.taken_at_unix_ms ? std::max<double>(0, (now_unix_ms - s.taken_at_unix_ms) / 1e3) : 0);
-        out.push_back(std::move(age).finish());
-        Fam lost("qscope_lost_events_total",
-                 "Kernel events qscope could not record (ring buffer or map full) since attach", kCounter, {});
-        lost.add({}, static_cast<double>(s.lost_events));
-        out.push_back(std::move(lost).finish());
-    }
-
-    // ---- listeners and requests, by port ------------------------------------------------
-    {
-        std::vector<std::pair<std::string, double>> kw;
-        for (const auto& l : s.listeners)
-            kw.push_back({std::to_string(l.port), static_cast<double>(l.accepted_total + l.accept_queue)});
-        for (const auto& p : s.requests.ports)
-            kw.push_back({std::to_string(p.port), static_cast<double>(p.completed_total + p.in_flight + p.waiting_unread)});
-        LabelCapper port_label(kw, cap);
-        auto port = [&](uint16_t p) { return port_label(std::to_string(p)); };
-
-        Fam qlen("qscope_accept_queue_length", "Connections handshaken but not yet accept()ed, now", kGauge, {"port"});
-        Fam qmax("qscope_accept_queue_backlog", "Listen backlog: the accept queue's limit", kGauge, {"port"});
-        Fam wait("qscope_accept_wait_seconds", "Time from handshake completion to accept() return", kHist, {"port"},
-                 &kAcceptWaitBuckets);
-        Fam ovf("qscope_listen_overflows_total", "Connections dropped because the accept queue was full, since attach",
-                kCounter, {"port"});
-        Fam acc("qscope_accepted_connections_total", "Connections accepted, since attach", kCounter, {"port"});
-        for (const auto& l : s.listeners) {
-            const LabelValues lv{port(l.port)};
-            qlen.add(lv, l.accept_queue);
-            qmax.add(lv, l.backlog);
-            wait.add_hist(lv, l.accept_wait_total);
-            ovf.add(lv, static_cast<double>(l.overflows_total));
-            acc.add(lv, static_cast<double>(l.accepted_total));
-        }
-
-        Fam infl("qscope_requests_in_flight", "Requests read whose response is not yet written, now", kGauge, {"port"});
-        Fam unread("qscope_requests_waiting_unread",
-                   "Accepted connections whose request bytes arrived but nobody has read them, now", kGauge, {"port"});
-        Fam done("qscope_requests_completed_total", "Requests completed, since attach", kCounter, {"port"});
-        Fam dur("qscope_request_duration_seconds", "Time from the first request byte read to the response written",
-                kHist, {"port", "status_class"}, &kRequestBuckets);
-        if (!s.requests.ports.empty()) {
-            for (const auto& p : s.requests.ports) {
-                const auto& pl = port(p.port);
-                infl.add({pl}, static_cast<double>(p.in_flight));
-                unread.add({pl}, static_cast<double>(p.waiting_unread));
-                done.add({pl}, static_cast<double>(p.completed_total));
-                for (int c = 0; c < 5; ++c) dur.add_hist({pl, kStatusClass[c]}, p.duration_total[c]);
-            }
-        } else {
-            // A source that does not break requests down by port: with one listening port
-            // the totals are that port's; otherwise they belong to no port in particular.
-            std::set<uint16_t> lports;
-            for (const auto& l : s.listeners) lports.insert(l.port);
-            const std::string pl = lports.size() == 1 ? port(*lports.begin()) : "all";
-            if (lports.size() == 1 || s.requests.in_flight || s.requests.waiting_unread) {
-                infl.add({pl}, static_cast<double>(s.requests.in_flight));
-                unread.add({pl}, static_cast<double>(s.requests.waiting_unread));
-            }
-        }
-        // Zero series for quiet listening ports, so panels read 0 rather than "no data".
-        for (const auto& l : s.listeners) {
-            infl.add({port(l.port)}, 0);
-            unread.add({port(l.port)}, 0);
-        }
-        for (auto* f : {&qlen, &qmax, &wait, &ovf, &acc, &infl, &unread, &done, &dur})
-            out.push_back(std::move(*f).finish());
-
-        Fam oldest("qscope_requests_oldest_in_flight_seconds", "Age of the oldest request in flight, now", kGauge, {});
-        oldest.add({}, s.requests.oldest_in_flight_seconds);
-        out.push_back(std::move(oldest).finish());
-        Fam conns("qscope_server_connections", "Accepted connections open now", kGauge, {});
-        conns.add({}, static_cast<double>(s.requests.connections));
-        out.push_back(std::move(conns).finish());
-    }
-
-    // ---- downstream peers ---------------------------------------------------------------
-    {
-        std::vector<std::pair<std::string, double>> kw;
-        for (const auto& d : s.downstream)
-            kw.push_back({d.peer, static_cast<double>(d.calls_total + d.connections + d.busy)});
-        LabelCapper peer(kw, cap);
-        Fam conns("qscope_downstream_connections", "Outbound connections to the peer open now", kGauge, {"peer"});
-        Fam busy("qscope_downstream_busy", "Outbound connections with a request sent and the reply not yet read, now",
-                 kGauge, {"peer"});
-        Fam oldest("qscope_downstream_oldest_busy_seconds", "Age of the oldest call awaiting the peer's reply, now",
-                   kGauge, {"peer"});
-        Fam calls("qscope_downstream_calls_total", "Calls to the peer completed, since attach", kCounter, {"peer"});
-        Fam fails("qscope_downstream_connect_failures_total", "Connects to the peer refused or timed out, since attach",
-                  kCounter, {"peer"});
-        Fam resets("qscope_downstream_resets_total", "Connections to the peer reset, since attach", kCounter, {"peer"});
-        Fam dur("qscope_downstream_call_duration_seconds", "Time from a request sent to the peer to its reply read",
-                kHist, {"peer"}, &kDownstreamBuckets);
-        for (const auto& d : s.downstream) {
-            const LabelValues lv{peer(d.peer)};
-            conns.add(lv, static_cast<double>(d.connections));
-            busy.add(lv, static_cast<double>(d.busy));
-            oldest.set_max(lv, d.oldest_busy_seconds);
-            calls.add(lv, static_cast<double>(d.calls_total));
-            fails.add(lv, static_cast<double>(d.connect_failures_total));
-            resets.add(lv, static_cast<double>(d.resets_total));
-            dur.add_hist(lv, d.call_total);
-        }
-        for (auto* f : {&conns, &busy, &oldest, &calls, &fails, &resets, &dur}) out.push_back(std::move(*f).finish());
-    }
-
-    // ---- thread groups ------------------------------------------------------------------
-    {
-        std::vector<std::pair<std::string, double>> kw;
-        // Threads now, with cumulative blocked time as a small tie-breaker.
-        for (const auto& g : s.thread_groups) kw.push_back({g.name, g.threads + g.blocked_seconds_total * 1e-9});
-        LabelCapper group(kw, cap);
-        Fam threads("qscope_threads", "Threads of the target by group and scheduler state, now", kGauge,
-                    {"group", "state"});
-        Fam blocked("qscope_threads_blocked", "Threads blocked in a syscall now, by group and syscall (futex: gates)",
-                    kGauge, {"group", "syscall"});
-        Fam secs("qscope_blocked_seconds_total", "Seconds threads spent blocked off-CPU, by group and syscall",
-                 kCounter, {"group", "syscall"});
-        for (const auto& g : s.thread_groups) {
-            const auto& gl = group(g.name);
-            threads.add({gl, "running"}, g.running);
-            threads.add({gl, "runnable"}, g.runnable);
-            threads.add({gl, "blocked"}, g.blocked);
-            // A syscall that ever blocked this group keeps a series (0 when nobody is in it
-            // now), so gauges drop to 0 instead of going stale and panels never flap.
-            for (const auto& [sc, t] : g.blocked_seconds_by_syscall_total) blocked.add({gl, sc}, 0);
-            for (const auto& [sc, n] : g.blocked_by) blocked.add({gl, sc}, n);
-            for (const auto& [sc, t] : g.blocked_seconds_by_syscall_total) secs.add({gl, sc}, t);
-        }
-        for (auto* f : {&threads, &blocked, &secs}) out.push_back(std::move(*f).finish());
-    }
-
-    // ---- carriers -----------------------------------------------------------------------
-    {
-        const auto& c = s.carriers;
-        Fam det("qscope_carriers_detected", "1 if the target runs carrier threads (a user-space scheduler's workers)",
-                kGauge, {});
-        det.add({}, c.detected ? 1 : 0);
-        Fam st("qscope_carriers", "Carrier threads by state, now", kGauge, {"state"});
-        st.add({"running"}, c.running);
-        st.add({"idle"}, c.idle);
-        st.add({"runnable"}, c.runnable);
-        st.add({"stalled"}, c.stalled);
-        Fam stalls("qscope_carrier_stalls_total", "Times a carrier blocked while it had work to run, since attach",
-                   kCounter, {});
-        stalls.add({}, static_cast<double>(c.stall_events_total));
-        Fam dur("qscope_carrier_stall_duration_seconds", "How long each carrier stall lasted", kHist, {},
-                &kStallBuckets);
-        dur.add_hist({}, c.stall_total);
-        for (auto* f : {&det, &st, &stalls, &dur}) out.push_back(std::move(*f).finish());
-    }
-
-    // ---- verdict ------------------------------------------------------------------------
-    {
-        Fam v("qscope_verdict", "The current verdict: the stage where the limit lives, and where (1 for the current one)",
-              kGauge, {"stage", "where"});
-        v.add({s.verdict.stage, s.verdict.where}, 1);
-        Fam w("qscope_verdict_waiting", "Requests or threads waiting at the verdict's stage, now", kGauge, {});
-        w.add({}, static_cast<double>(s.verdict.waiting));
-        Fam stage("qscope_stage_waiting", "Requests or threads waiting at each stage, now", kGauge, {"stage"});
-        for (const auto& r : s.verdict.ranking) stage.add({r.stage}, static_cast<double>(r.waiting));
-        for (auto* f : {&v, &w, &stage}) out.push_back(std::move(*f).finish());
-    }
+    if (!snap) return out;
+    const Snapshot& s = *snap;
+    target_families(s, now_unix_ms, out);
+    const LabelCapper ports = port_labels(s, cap);
+    listener_families(s, ports, out);
+    request_families(s, ports, out);
+    downstream_families(s, cap, out);
+    thread_families(s, cap, out);
+    carrier_families(s, out);
+    verdict_families(s, out);
     return out;
 }
 

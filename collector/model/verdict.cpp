@@ -8,14 +8,14 @@
 // few workers. Upstream queues are then named as consequences.
 #include <algorithm>
 #include <cstdio>
-#include <set>
-
 #include <map>
+#include <optional>
+#include <set>
 
 #include "model/runtime_frames.h"
 #include "model/syscall_table.h"
-#include "model/verdict.h"
 #include "model/thread_group.h"
+#include "model/verdict.h"
 
 namespace qscope {
 namespace {
@@ -40,10 +40,114 @@ std::string gate_name(const Wait& w) {
     return w.resource.empty() ? "a lock" : w.resource;
 }
 
+int waiting_now(const Wait& w) { return std::max(w.threads_now, w.waiters_now); }
+
 struct Candidate {
-    std::string stage, where, detail;
+    std::string stage;
+    std::string where, detail;
     uint64_t waiting = 0;
 };
+
+bool at_the_door(const std::string& stage) { return stage == "accept_queue" || stage == "connector"; }
+
+// Who waits inside "in flight", counted once for the stages that share the counts.
+struct Inside {
+    uint64_t futex_waiters = 0;        // request threads at a gate, capped by what is in flight
+    const Wait* top_gate = nullptr;    // the gate group's wait row with the most waiters
+    uint64_t syscall_waiters = 0;      // threads blocked in a syscall holding a request
+    const Wait* top_syscall = nullptr;
+    uint64_t downstream_busy = 0;      // calls awaiting a peer's reply
+};
+
+// --- at the door ---------------------------------------------------------------------------
+
+void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
+    uint64_t accept_q = 0;
+    const Listener* top = nullptr;
+    for (const auto& l : s.listeners) {
+        accept_q += l.accept_queue;
+        if (!top || l.accept_queue > top->accept_queue) top = &l;
+    }
+    if (accept_q)
+        stages.push_back({"accept_queue", ":" + std::to_string(top->port),
+                          fmt_count(accept_q) + " connections in the accept queue of :" + std::to_string(top->port) +
+                              " (backlog " + std::to_string(top->backlog) + ")",
+                          accept_q});
+    const uint64_t unread = s.requests.waiting_unread;
+    if (unread) {
+        std::string where = "connector";
+        if (s.listeners.size() == 1) where = "connector :" + std::to_string(s.listeners[0].port);
+        stages.push_back({"connector", where, fmt_count(unread) + " requests unread in the connector", unread});
+    }
+}
+
+// --- inside in flight ----------------------------------------------------------------------
+
+// Futex waiters of the one group with the most of them: the request handlers. Other groups
+// (GC, housekeeping, idle carriers) park on futexes all the time.
+std::pair<std::string, uint64_t> gate_group(const Snapshot& s, const std::set<std::string>& carrier_groups) {
+    // Count from the live thread states (blocked_by, what /proc would say now): wait rows
+    // split one gate across call sites and miss waits that began since the last tick.
+    std::map<std::string, uint64_t> futex_by_group;
+    for (const auto& g : s.thread_groups) {
+        if (carrier_groups.count(g.name)) continue;
+        auto it = g.blocked_by.find("futex");
+        if (it != g.blocked_by.end() && it->second > 0) futex_by_group[g.name] += static_cast<uint64_t>(it->second);
+    }
+    if (futex_by_group.empty())  // no thread view (e.g. --no-threads tests): fall back to wait rows
+        for (const auto& w : s.waits)
+            if (w.kind == "futex" && !carrier_groups.count(w.group))
+                futex_by_group[w.group] += static_cast<uint64_t>(waiting_now(w));
+    std::pair<std::string, uint64_t> top;
+    for (const auto& [g, n] : futex_by_group)
+        if (n > top.second) top = {g, n};
+    return top;
+}
+
+// A wait row that holds a request in a syscall: file I/O, or a syscall on no socket and no
+// file that is not where idle threads wait for work (model/syscall_table.h says which). Socket
+// waits are downstream calls, counted from the peers.
+bool holds_request_in_syscall(const Wait& w) {
+    if (w.kind == "file") return true;
+    return w.kind == "other" && !waiting_for_work_syscall(syscall_number(w.syscall));
+}
+
+Inside count_inside(const Snapshot& s) {
+    Inside in;
+    std::set<std::string> carrier_groups;
+    for (const auto& c : s.carriers.per_carrier) carrier_groups.insert(thread_group_name(c.name));
+    const auto [group, futex_waiters] = gate_group(s, carrier_groups);
+    in.futex_waiters = futex_waiters;
+    for (const auto& w : s.waits) {
+        const int now = waiting_now(w);
+        if (now <= 0) continue;
+        if (w.kind == "futex") {
+            if (w.group == group && (!in.top_gate || now > waiting_now(*in.top_gate))) in.top_gate = &w;
+        } else if (holds_request_in_syscall(w)) {
+            in.syscall_waiters += static_cast<uint64_t>(now);
+            if (!in.top_syscall || now > in.top_syscall->threads_now) in.top_syscall = &w;
+        }
+    }
+    for (const auto& d : s.downstream) in.downstream_busy += d.busy;
+    // Idle pool threads park on futexes too; only as many waiters as there are requests in
+    // flight can be requests waiting (when the request path is visible at all).
+    const auto& r = s.requests;
+    if (r.in_flight > 0 || !s.listeners.empty()) {
+        const uint64_t room = r.in_flight > in.downstream_busy ? r.in_flight - in.downstream_busy : 0;
+        in.futex_waiters = std::min(in.futex_waiters, room);
+    }
+    return in;
+}
+
+// Virtual threads: a request parked in the runtime has no OS thread. What in flight exceeds
+// the threads, sockets and CPU that can account for it is parked there.
+uint64_t parked_in_runtime(const Snapshot& s, const Inside& in) {
+    const auto& c = s.carriers;
+    if (!c.detected || s.requests.in_flight == 0) return 0;
+    const uint64_t explained = in.downstream_busy + in.futex_waiters + in.syscall_waiters +
+                               static_cast<uint64_t>(c.running + c.stalled + c.runnable);
+    return s.requests.in_flight > explained ? s.requests.in_flight - explained : 0;
+}
 
 const DownstreamPeer* busiest_peer(const Snapshot& s) {
     const DownstreamPeer* best = nullptr;
@@ -56,192 +160,160 @@ const DownstreamPeer* busiest_peer(const Snapshot& s) {
 // Every connection busy at some point in the window. "Busy now" alone flickers: between
 // a reply and the next query a pooled connection is idle for microseconds, and a snapshot
 // landing there must not lose the pool.
-bool saturated(const DownstreamPeer& d) {
+bool pool_saturated(const DownstreamPeer& d) {
     return d.connections > 0 && (d.busy >= d.connections || (d.busy_max >= d.connections && d.busy > 0));
 }
 
-}  // namespace
-
-void compute_verdict(Snapshot& s) {
-    Verdict v;
-    const auto& r = s.requests;
-    std::vector<Candidate> stages;
-
-    // --- at the door ---------------------------------------------------------------------
-    uint64_t accept_q = 0, overflows = 0;
-    const Listener* top_listener = nullptr;
-    for (const auto& l : s.listeners) {
-        accept_q += l.accept_queue;
-        overflows += l.overflows;
-        if (!top_listener || l.accept_queue > top_listener->accept_queue) top_listener = &l;
-    }
-    if (accept_q)
-        stages.push_back({"accept_queue", ":" + std::to_string(top_listener->port),
-                          fmt_count(accept_q) + " connections in the accept queue of :" +
-                              std::to_string(top_listener->port) + " (backlog " +
-                              std::to_string(top_listener->backlog) + ")",
-                          accept_q});
-    if (r.waiting_unread) {
-        std::string where = "connector";
-        if (s.listeners.size() == 1) where = "connector :" + std::to_string(s.listeners[0].port);
-        stages.push_back({"connector", where, fmt_count(r.waiting_unread) + " requests unread in the connector",
-                          r.waiting_unread});
-    }
-
-    // --- inside in flight ----------------------------------------------------------------
-    // Futex waiters of the one group with the most of them: the request handlers. Other
-    // groups (GC, housekeeping, idle carriers) park on futexes all the time.
-    std::set<std::string> carrier_groups;
-    for (const auto& c : s.carriers.per_carrier) carrier_groups.insert(thread_group_name(c.name));
-    // Count from the live thread states (blocked_by, what /proc would say now): wait rows
-    // split one gate across call sites and miss waits that began since the last tick.
-    std::map<std::string, uint64_t> futex_by_group;
-    for (const auto& g : s.thread_groups) {
-        if (carrier_groups.count(g.name)) continue;
-        auto it = g.blocked_by.find("futex");
-        if (it != g.blocked_by.end() && it->second > 0) futex_by_group[g.name] += static_cast<uint64_t>(it->second);
-    }
-    if (futex_by_group.empty())  // no thread view (e.g. --no-threads tests): fall back to wait rows
-        for (const auto& w : s.waits)
-            if (w.kind == "futex" && !carrier_groups.count(w.group))
-                futex_by_group[w.group] += static_cast<uint64_t>(std::max(w.threads_now, w.waiters_now));
-    std::string gate_group;
-    uint64_t futex_waiters = 0;
-    for (const auto& [g, n] : futex_by_group)
-        if (n > futex_waiters) {
-            futex_waiters = n;
-            gate_group = g;
-        }
-    const Wait* top_gate = nullptr;
-    uint64_t syscall_waiters = 0;
-    const Wait* top_syscall = nullptr;
-    for (const auto& w : s.waits) {
-        const int now = std::max(w.threads_now, w.waiters_now);
-        if (now <= 0) continue;
-        if (w.kind == "futex") {
-            if (w.group == gate_group && (!top_gate || now > std::max(top_gate->threads_now, top_gate->waiters_now)))
-                top_gate = &w;
-        } else if (w.kind == "file" ||
-                   (w.kind == "other" && !waiting_for_work_syscall(syscall_number(w.syscall)))) {
-            // File I/O, or a syscall on no socket and no file that is not where idle threads
-            // wait for work (model/syscall_table.h). Socket waits are downstream calls.
-            syscall_waiters += static_cast<uint64_t>(now);
-            if (!top_syscall || now > top_syscall->threads_now) top_syscall = &w;
-        }
-    }
-    // Idle pool threads park on futexes too; only as many waiters as there are requests in
-    // flight can be requests waiting (when the request path is visible at all).
-    uint64_t downstream_busy = 0;
-    for (const auto& d : s.downstream) downstream_busy += d.busy;
-    if (r.in_flight > 0 || !s.listeners.empty()) {
-        const uint64_t room = r.in_flight > downstream_busy ? r.in_flight - downstream_busy : 0;
-        futex_waiters = std::min(futex_waiters, room);
-    }
-
-    // Virtual threads: a request parked in the runtime has no OS thread. What in flight
-    // exceeds the threads, sockets and CPU that can account for it is parked there.
-    if (s.carriers.detected && r.in_flight > 0) {
-        uint64_t explained = downstream_busy + futex_waiters + syscall_waiters +
-                             static_cast<uint64_t>(s.carriers.running + s.carriers.stalled + s.carriers.runnable);
-        s.parked_in_runtime = r.in_flight > explained ? r.in_flight - explained : 0;
-    }
-
-    const DownstreamPeer* peer = busiest_peer(s);
-    // Parked virtual threads wait for whatever is scarce: a saturated pool if there is one,
-    // else the carriers when they are stalled, else an unnamed gate in the runtime.
+// Parked virtual threads wait for whatever is scarce: a saturated pool if there is one,
+// else the carriers when they are stalled (counted there), else an unnamed gate in the
+// runtime.
+uint64_t parked_at_gate(const Snapshot& s, bool pool_is_saturated) {
     const bool carriers_stalled = s.carriers.detected && s.carriers.stalled > 0;
-    const bool pool_saturated = peer && saturated(*peer);
-    const uint64_t parked_at_gate = (carriers_stalled && !pool_saturated) ? 0 : s.parked_in_runtime;
-    uint64_t gate_total = futex_waiters + parked_at_gate;
-    if (pool_saturated && gate_total > 0) {
-        // Waiters in front of a peer whose every connection is busy: that is a pool, and
-        // its size is the limit.
-        std::string waiting_how = futex_waiters ? fmt_count(futex_waiters) + " threads waiting"
+    return (carriers_stalled && !pool_is_saturated) ? 0 : s.parked_in_runtime;
+}
+
+// Waiters in front of a peer whose every connection is busy: that is a pool, and its size
+// is the limit.
+Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const DownstreamPeer& peer, uint64_t gate_total) {
+    std::string how = in.futex_waiters ? fmt_count(in.futex_waiters) + " threads waiting"
+                                       : fmt_count(s.parked_in_runtime) + " requests parked in the runtime";
+    if (in.futex_waiters && s.parked_in_runtime)
+        how += ", " + fmt_count(s.parked_in_runtime) + " parked in the runtime";
+    return {"gate", "pool to " + peer.peer,
+            "requests queue at the pool to " + peer.peer + ": " + fmt_count(peer.busy) + " of " +
+                fmt_count(peer.connections) + " connections busy, " + how,
+            gate_total + peer.busy};
+}
+
+Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_total) {
+    const std::string where = in.top_gate ? gate_name(*in.top_gate) : "the runtime";
+    const std::string detail = in.futex_waiters ? "requests wait at a gate: " + fmt_count(in.futex_waiters) +
+                                                      " threads blocked in " + where +
+                                                      (in.top_gate ? " (" + in.top_gate->group + ")" : "")
                                                 : fmt_count(s.parked_in_runtime) + " requests parked in the runtime";
-        if (futex_waiters && s.parked_in_runtime)
-            waiting_how += ", " + fmt_count(s.parked_in_runtime) + " parked in the runtime";
-        stages.push_back({"gate", "pool to " + peer->peer,
-                          "requests queue at the pool to " + peer->peer + ": " + fmt_count(peer->busy) + " of " +
-                              fmt_count(peer->connections) + " connections busy, " + waiting_how,
-                          gate_total + peer->busy});
-    } else {
-        if (gate_total > 0) {
-            std::string where = top_gate ? gate_name(*top_gate) : "the runtime";
-            std::string detail = futex_waiters
-                                     ? "requests wait at a gate: " + fmt_count(futex_waiters) + " threads blocked in " +
-                                           where + (top_gate ? " (" + top_gate->group + ")" : "")
-                                     : fmt_count(s.parked_in_runtime) + " requests parked in the runtime";
-            stages.push_back({"gate", where, detail, gate_total});
-        }
-        if (peer) {
-            char age[64];
-            std::snprintf(age, sizeof age, "%.1fs", peer->oldest_busy_seconds);
-            stages.push_back({"downstream", peer->peer,
-                              "requests wait on " + peer->peer + ": " + fmt_count(peer->busy) + " calls awaiting a reply" +
-                                  (peer->oldest_busy_seconds >= 1 ? std::string(", oldest ") + age : std::string()),
-                              peer->busy});
-        }
+    return {"gate", where, detail, gate_total};
+}
+
+Candidate downstream_stage(const DownstreamPeer& peer) {
+    char age[64];
+    std::snprintf(age, sizeof age, "%.1fs", peer.oldest_busy_seconds);
+    return {"downstream", peer.peer,
+            "requests wait on " + peer.peer + ": " + fmt_count(peer.busy) + " calls awaiting a reply" +
+                (peer.oldest_busy_seconds >= 1 ? std::string(", oldest ") + age : std::string()),
+            peer.busy};
+}
+
+// The gate and downstream stages: one pool gate when the busiest peer is saturated and
+// requests wait in front of it, else a plain gate and the peer's calls apart.
+void gate_and_downstream_stages(const Snapshot& s, const Inside& in, const DownstreamPeer* peer, bool saturated,
+                                std::vector<Candidate>& stages) {
+    const uint64_t gate_total = in.futex_waiters + parked_at_gate(s, saturated);
+    if (saturated && gate_total > 0) {
+        stages.push_back(pool_gate_stage(s, in, *peer, gate_total));
+        return;
     }
-    if (syscall_waiters && top_syscall)
-        stages.push_back({"syscall", top_syscall->syscall + " " + top_syscall->resource,
-                          fmt_count(syscall_waiters) + " threads blocked in " + top_syscall->syscall +
-                              (top_syscall->resource.empty() ? "" : " on " + top_syscall->resource),
-                          syscall_waiters});
-    if (s.carriers.detected && s.carriers.stalled > 0)
-        stages.push_back({"carriers", s.carriers.pattern,
-                          std::to_string(s.carriers.stalled) + " of " + std::to_string(s.carriers.threads) +
-                              " carrier threads stalled" +
-                              (s.carriers.stalls.empty() ? "" : " (" + s.carriers.stalls.front().reason + " in " +
-                                                                    s.carriers.stalls.front().syscall + ")"),
-                          static_cast<uint64_t>(s.carriers.stalled) + (s.parked_in_runtime - parked_at_gate)});
+    if (gate_total > 0) stages.push_back(plain_gate_stage(s, in, gate_total));
+    if (peer) stages.push_back(downstream_stage(*peer));
+}
+
+std::optional<Candidate> syscall_stage(const Inside& in) {
+    if (!in.syscall_waiters || !in.top_syscall) return std::nullopt;
+    const Wait& w = *in.top_syscall;
+    return Candidate{"syscall", w.syscall + " " + w.resource,
+                     fmt_count(in.syscall_waiters) + " threads blocked in " + w.syscall +
+                         (w.resource.empty() ? "" : " on " + w.resource),
+                     in.syscall_waiters};
+}
+
+// Stalled carriers hold up their own virtual threads and the parked ones no pool explains.
+std::optional<Candidate> carriers_stage(const Snapshot& s, uint64_t parked_elsewhere) {
+    const auto& c = s.carriers;
+    if (!c.detected || c.stalled <= 0) return std::nullopt;
+    return Candidate{"carriers", c.pattern,
+                     std::to_string(c.stalled) + " of " + std::to_string(c.threads) + " carrier threads stalled" +
+                         (c.stalls.empty() ? ""
+                                           : " (" + c.stalls.front().reason + " in " + c.stalls.front().syscall + ")"),
+                     static_cast<uint64_t>(c.stalled) + parked_elsewhere};
+}
+
+std::optional<Candidate> cpu_stage(const Snapshot& s) {
     uint64_t runnable = 0;
     const ThreadGroup* hungry = nullptr;
     for (const auto& g : s.thread_groups) {
         runnable += static_cast<uint64_t>(g.runnable);
         if (!hungry || g.runnable > hungry->runnable) hungry = &g;
     }
-    if (runnable >= 2 && hungry)  // one runnable thread is scheduling noise, not starvation
-        stages.push_back({"cpu", hungry->name,
-                          fmt_count(runnable) + " threads runnable, waiting for a CPU (most in " + hungry->name + ")",
-                          runnable});
+    if (runnable < 2 || !hungry) return std::nullopt;  // one runnable thread is scheduling noise, not starvation
+    return Candidate{"cpu", hungry->name,
+                     fmt_count(runnable) + " threads runnable, waiting for a CPU (most in " + hungry->name + ")",
+                     runnable};
+}
 
-    // --- rank and choose -----------------------------------------------------------------
+// --- rank and choose -----------------------------------------------------------------------
+
+// The deepest stage with waiters inside in flight (most waiters first); else the door,
+// connector before accept queue.
+const Candidate* choose_limit(const std::vector<Candidate>& ranked) {
+    for (const auto& c : ranked)
+        if (!at_the_door(c.stage)) return &c;
+    for (const char* door : {"connector", "accept_queue"})
+        for (const auto& c : ranked)
+            if (c.stage == door) return &c;
+    return nullptr;
+}
+
+void describe_no_limit(const Snapshot& s, uint64_t overflows, Verdict& v) {
+    const uint64_t in_flight = s.requests.in_flight;
+    v.stage = "none";
+    v.summary = in_flight ? "no queue: " + fmt_count(in_flight) + " requests in flight, none waiting"
+                          : "no queue: nothing is waiting";
+    if (overflows) {
+        v.summary += "; but " + fmt_count(overflows) + " connections overflowed the accept queue in this window";
+        v.severity = "warn";
+    }
+}
+
+void describe_limit(const Candidate& limit, const std::vector<Candidate>& stages, uint64_t overflows,
+                    bool pool_is_saturated, Verdict& v) {
+    v.stage = limit.stage;
+    v.where = limit.where;
+    v.waiting = limit.waiting;
+    v.summary = limit.detail;
+    // Name what the limit backs up into.
+    for (const char* door : {"connector", "accept_queue"})
+        for (const auto& c : stages)
+            if (c.stage == door && c.stage != limit.stage) v.summary += "; " + c.detail;
+    if (overflows) v.summary += "; " + fmt_count(overflows) + " connections overflowed the accept queue";
+    v.severity = (overflows || pool_is_saturated || limit.waiting >= 10) ? "critical" : "warn";
+}
+
+}  // namespace
+
+void compute_verdict(Snapshot& s) {
+    Verdict v;
+    std::vector<Candidate> stages;
+    door_stages(s, stages);
+
+    const Inside in = count_inside(s);
+    s.parked_in_runtime = parked_in_runtime(s, in);
+    const DownstreamPeer* peer = busiest_peer(s);
+    const bool saturated = peer && pool_saturated(*peer);
+    gate_and_downstream_stages(s, in, peer, saturated, stages);
+    if (auto c = syscall_stage(in)) stages.push_back(*c);
+    if (auto c = carriers_stage(s, s.parked_in_runtime - parked_at_gate(s, saturated))) stages.push_back(*c);
+    if (auto c = cpu_stage(s)) stages.push_back(*c);
+
     std::vector<Candidate> ranked = stages;
     std::stable_sort(ranked.begin(), ranked.end(),
                      [](const Candidate& a, const Candidate& b) { return a.waiting > b.waiting; });
     for (const auto& c : ranked) v.ranking.push_back({c.stage, c.where, c.waiting});
 
-    const Candidate* limit = nullptr;
-    for (const auto& c : ranked)
-        if (c.stage != "accept_queue" && c.stage != "connector") {
-            limit = &c;
-            break;
-        }
-    if (!limit)
-        for (const char* door : {"connector", "accept_queue"})
-            for (const auto& c : ranked)
-                if (c.stage == door && !limit) limit = &c;
-
-    if (!limit) {
-        v.stage = "none";
-        v.summary = r.in_flight ? "no queue: " + fmt_count(r.in_flight) + " requests in flight, none waiting"
-                                : "no queue: nothing is waiting";
-        if (overflows) {
-            v.summary += "; but " + fmt_count(overflows) + " connections overflowed the accept queue in this window";
-            v.severity = "warn";
-        }
-    } else {
-        v.stage = limit->stage;
-        v.where = limit->where;
-        v.waiting = limit->waiting;
-        v.summary = limit->detail;
-        // Name what the limit backs up into.
-        for (const char* door : {"connector", "accept_queue"})
-            for (const auto& c : stages)
-                if (c.stage == door && &c != limit && c.stage != limit->stage) v.summary += "; " + c.detail;
-        if (overflows) v.summary += "; " + fmt_count(overflows) + " connections overflowed the accept queue";
-        v.severity = (overflows || pool_saturated || limit->waiting >= 10) ? "critical" : "warn";
-    }
+    uint64_t overflows = 0;
+    for (const auto& l : s.listeners) overflows += l.overflows;
+    if (const Candidate* limit = choose_limit(ranked))
+        describe_limit(*limit, stages, overflows, saturated, v);
+    else
+        describe_no_limit(s, overflows, v);
     if (s.target.exited) v.summary = "(target exited) " + v.summary;
     s.verdict = v;
 }

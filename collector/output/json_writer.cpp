@@ -18,18 +18,15 @@ static json q_json(const Quantiles& q, bool p90) {
     return j;
 }
 
-json to_json(const Snapshot& s) {
-    json j;
-    j["target"] = {{"pid", s.target.pid},
-                   {"comm", s.target.comm},
-                   {"threads", s.target.threads},
-                   {"exited", s.target.exited}};
-    if (!s.target.exit_note.empty()) j["target"]["note"] = s.target.exit_note;
-    j["window_seconds"] = secs(s.window_seconds);
-    j["taken_at_unix_ms"] = s.taken_at_unix_ms;  // lines a snapshot up with other clocks (oracles)
+static json target_json(const TargetInfo& t) {
+    json j = {{"pid", t.pid}, {"comm", t.comm}, {"threads", t.threads}, {"exited", t.exited}};
+    if (!t.exit_note.empty()) j["note"] = t.exit_note;
+    return j;
+}
 
+static json listeners_json(const std::vector<Listener>& listeners) {
     json ls = json::array();
-    for (const auto& l : s.listeners) {
+    for (const auto& l : listeners) {
         ls.push_back({{"port", l.port},
                       {"addr", l.addr},
                       {"backlog", l.backlog},
@@ -39,28 +36,31 @@ json to_json(const Snapshot& s) {
                       {"accept_wait_seconds", q_json(l.accept_wait, false)},
                       {"overflows", l.overflows}});
     }
-    j["listeners"] = ls;
+    return ls;
+}
 
-    const auto& r = s.requests;
-    j["requests"] = {{"in_flight", r.in_flight},
-                     {"in_flight_max", r.in_flight_max},
-                     {"waiting_unread", r.waiting_unread},
-                     {"waiting_unread_max", r.waiting_unread_max},
-                     {"completed", r.completed},
-                     {"rate_per_second", std::round(r.rate_per_second * 10) / 10},
-                     {"connections", r.connections},
-                     {"latency_seconds", q_json(r.latency, true)},
-                     {"oldest_in_flight_seconds", secs(r.oldest_in_flight_seconds)},
-                     {"oldest_unread_seconds", secs(r.oldest_unread_seconds)},
-                     {"status",
-                      {{"2xx", r.status.c2xx},
-                       {"3xx", r.status.c3xx},
-                       {"4xx", r.status.c4xx},
-                       {"5xx", r.status.c5xx},
-                       {"unknown", r.status.unknown}}}};
+static json requests_json(const Requests& r) {
+    return {{"in_flight", r.in_flight},
+            {"in_flight_max", r.in_flight_max},
+            {"waiting_unread", r.waiting_unread},
+            {"waiting_unread_max", r.waiting_unread_max},
+            {"completed", r.completed},
+            {"rate_per_second", std::round(r.rate_per_second * 10) / 10},
+            {"connections", r.connections},
+            {"latency_seconds", q_json(r.latency, true)},
+            {"oldest_in_flight_seconds", secs(r.oldest_in_flight_seconds)},
+            {"oldest_unread_seconds", secs(r.oldest_unread_seconds)},
+            {"status",
+             {{"2xx", r.status.c2xx},
+              {"3xx", r.status.c3xx},
+              {"4xx", r.status.c4xx},
+              {"5xx", r.status.c5xx},
+              {"unknown", r.status.unknown}}}};
+}
 
+static json downstream_json(const std::vector<DownstreamPeer>& peers) {
     json ds = json::array();
-    for (const auto& d : s.downstream) {
+    for (const auto& d : peers) {
         ds.push_back({{"peer", d.peer},
                       {"connections", d.connections},
                       {"busy", d.busy},
@@ -72,10 +72,12 @@ json to_json(const Snapshot& s) {
                       {"connect_failures", d.connect_failures},
                       {"resets", d.resets}});
     }
-    j["downstream"] = ds;
+    return ds;
+}
 
+static json thread_groups_json(const std::vector<ThreadGroup>& groups) {
     json tg = json::array();
-    for (const auto& g : s.thread_groups) {
+    for (const auto& g : groups) {
         json by = json::object();
         for (const auto& [k, v] : g.blocked_by) by[k] = v;
         tg.push_back({{"name", g.name},
@@ -87,10 +89,12 @@ json to_json(const Snapshot& s) {
                       {"runqueue_wait_seconds", secs(g.runqueue_wait_seconds)},
                       {"runqueue_wait", q_json(g.runqueue_wait, false)}});
     }
-    j["thread_groups"] = tg;
+    return tg;
+}
 
+static json waits_json(const std::vector<Wait>& waits) {
     json ws = json::array();
-    for (const auto& w : s.waits) {
+    for (const auto& w : waits) {
         json wj = {{"group", w.group},
                    {"syscall", w.syscall},
                    {"resource", w.resource},
@@ -106,9 +110,10 @@ json to_json(const Snapshot& s) {
         if (!w.kernel_stack.empty()) wj["kernel_stack"] = w.kernel_stack;
         ws.push_back(wj);
     }
-    j["waits"] = ws;
+    return ws;
+}
 
-    const auto& c = s.carriers;
+static json carriers_json(const Carriers& c) {
     json stalls = json::array();
     for (const auto& st : c.stalls)
         stalls.push_back({{"tid", st.tid},
@@ -118,31 +123,49 @@ json to_json(const Snapshot& s) {
                           {"ongoing", st.ongoing},
                           {"stack", st.stack}});
     json per = json::array();
-    for (const auto& t : c.per_carrier) per.push_back({{"tid", t.tid}, {"name", t.name}, {"state", t.state}});
-    j["carriers"] = {{"detected", c.detected},
-                     {"pattern", c.pattern},
-                     {"runtime", c.runtime},
-                     {"mount_state_known", c.mount_state_known},
-                     {"threads", c.threads},
-                     {"running", c.running},
-                     {"idle", c.idle},
-                     {"runnable", c.runnable},
-                     {"stalled", c.stalled},
-                     {"stall_events", c.stall_events},
-                     {"stall_events_total", c.stall_events_total},
-                     {"vm_waits", c.vm_waits},
-                     {"stalls", stalls},
-                     {"per_carrier", per}};
+    for (const auto& t : c.per_carrier)
+        per.push_back({{"tid", t.tid}, {"name", t.name}, {"state", t.state}});
+    return {{"detected", c.detected},
+            {"pattern", c.pattern},
+            {"runtime", c.runtime},
+            {"mount_state_known", c.mount_state_known},
+            {"threads", c.threads},
+            {"running", c.running},
+            {"idle", c.idle},
+            {"runnable", c.runnable},
+            {"stalled", c.stalled},
+            {"stall_events", c.stall_events},
+            {"stall_events_total", c.stall_events_total},
+            {"vm_waits", c.vm_waits},
+            {"stalls", stalls},
+            {"per_carrier", per}};
+}
 
+static json verdict_json(const Verdict& v) {
     json rk = json::array();
-    for (const auto& st : s.verdict.ranking)
+    for (const auto& st : v.ranking)
         rk.push_back({{"stage", st.stage}, {"where", st.where}, {"waiting", st.waiting}});
-    j["verdict"] = {{"stage", s.verdict.stage},
-                    {"where", s.verdict.where},
-                    {"waiting", s.verdict.waiting},
-                    {"summary", s.verdict.summary},
-                    {"severity", s.verdict.severity},
-                    {"ranking", rk}};
+    return {{"stage", v.stage},
+            {"where", v.where},
+            {"waiting", v.waiting},
+            {"summary", v.summary},
+            {"severity", v.severity},
+            {"ranking", rk}};
+}
+
+// One line per section, in the contract's key order (docs/json.md).
+json to_json(const Snapshot& s) {
+    json j;
+    j["target"] = target_json(s.target);
+    j["window_seconds"] = secs(s.window_seconds);
+    j["taken_at_unix_ms"] = s.taken_at_unix_ms;  // lines a snapshot up with other clocks (oracles)
+    j["listeners"] = listeners_json(s.listeners);
+    j["requests"] = requests_json(s.requests);
+    j["downstream"] = downstream_json(s.downstream);
+    j["thread_groups"] = thread_groups_json(s.thread_groups);
+    j["waits"] = waits_json(s.waits);
+    j["carriers"] = carriers_json(s.carriers);
+    j["verdict"] = verdict_json(s.verdict);
     j["parked_in_runtime"] = s.parked_in_runtime;
     if (!s.parked_virtual_threads.empty()) {
         json pv = json::array();

@@ -30,18 +30,25 @@ Role worse(Role a, Role b) {
     return rank(a) >= rank(b) ? a : b;
 }
 
-Role severity_role(const std::string& sev) {
-    if (sev == "critical") return Role::critical;
-    if (sev == "warn") return Role::warn;
+Role severity_role(Severity sev) {
+    switch (sev) {
+        case Severity::critical: return Role::critical;
+        case Severity::warn: return Role::warn;
+        case Severity::ok: return Role::ok;
+    }
     return Role::ok;
 }
 
-int stage_of_verdict(const std::string& stage) {
-    if (stage == "accept_queue") return static_cast<int>(Stage::accept_queue);
-    if (stage == "connector") return static_cast<int>(Stage::connector);
-    if (stage == "gate" || stage == "downstream") return static_cast<int>(Stage::gates_downstream);
-    if (stage == "carriers") return static_cast<int>(Stage::carriers);
-    return -1;
+// The header column of a verdict stage; -1 for stages the header has no column for.
+int stage_of_verdict(qscope::Stage stage) {
+    switch (stage) {
+        case qscope::Stage::accept_queue: return static_cast<int>(Stage::accept_queue);
+        case qscope::Stage::connector: return static_cast<int>(Stage::connector);
+        case qscope::Stage::gate:
+        case qscope::Stage::downstream: return static_cast<int>(Stage::gates_downstream);
+        case qscope::Stage::carriers: return static_cast<int>(Stage::carriers);
+        default: return -1;
+    }
 }
 
 struct GateDownstream {
@@ -58,15 +65,9 @@ GateDownstream gate_downstream(const Snapshot& s) {
         g.conns += d.connections;
         if (d.connections > 0 && d.busy >= d.connections) g.saturated = true;
     }
-    for (const auto& r : s.verdict.ranking) {
-        if (r.stage != "gate") continue;
-        uint64_t n = r.waiting;
-        const std::string prefix = "pool to ";
-        if (r.where.rfind(prefix, 0) == 0)  // a pool gate counts the pool's busy calls too
-            for (const auto& d : s.downstream)
-                if (d.peer == r.where.substr(prefix.size())) n -= std::min(n, d.busy);
-        g.gate += n;
-    }
+    // A pool gate counts the pool's busy calls too; they show under busy.
+    for (const auto& r : s.verdict.ranking)
+        if (r.stage == qscope::Stage::gate) g.gate += s.verdict.pool ? s.verdict.pool->waiters : r.waiting;
     return g;
 }
 
@@ -678,7 +679,7 @@ PanelBody waits_panel(const Snapshot& s, const UiState& ui, int width) {
                             {fmt_secs(w.blocked_seconds, ui.unicode), Role::normal},
                             {fmt_count(w.count), Role::normal},
                             {fmt_secs(w.wait.p99, ui.unicode), Role::normal},
-                            {w.resource.empty() ? w.kind : w.resource, Role::normal}});
+                            {w.resource.empty() ? std::string(contract_name(w.kind)) : w.resource, Role::normal}});
         }
         PanelBody t;
         layout_table(cols, rows, width, ui.unicode, t, iota_items(rows.size()));
@@ -702,20 +703,25 @@ PanelBody waits_panel(const Snapshot& s, const UiState& ui, int width) {
     return b;
 }
 
-Role carrier_role(const std::string& state) {
-    if (state == "running") return Role::ok;
-    if (state == "idle") return Role::dim;
-    if (state == "stalled") return Role::critical;
-    if (state == "runnable" || state == "blocked") return Role::warn;
+Role carrier_role(CarrierState state) {
+    switch (state) {
+        case CarrierState::running: return Role::ok;
+        case CarrierState::idle: return Role::dim;
+        case CarrierState::stalled: return Role::critical;
+        case CarrierState::runnable:
+        case CarrierState::blocked: return Role::warn;
+    }
     return Role::normal;
 }
 
-std::string carrier_letter(const std::string& state) {
-    if (state == "running") return "R";
-    if (state == "idle") return "I";
-    if (state == "stalled") return "S";
-    if (state == "runnable") return "Q";
-    if (state == "blocked") return "B";
+std::string carrier_letter(CarrierState state) {
+    switch (state) {
+        case CarrierState::running: return "R";
+        case CarrierState::idle: return "I";
+        case CarrierState::stalled: return "S";
+        case CarrierState::runnable: return "Q";
+        case CarrierState::blocked: return "B";
+    }
     return "?";
 }
 
@@ -792,8 +798,8 @@ PanelBody build_panel(Panel p, const Snapshot& s, const UiState& ui, int width) 
     // A panel whose probe family was not loaded says so: its zeros would read as "no queue".
     // (A snapshot without any source list is a test's hand-built one: draw it as it is.)
     const bool sock_panel = p == Panel::listeners || p == Panel::requests || p == Panel::downstream;
-    const char* source = sock_panel ? "sock" : "sched";
-    if (!s.sources.empty() && std::find(s.sources.begin(), s.sources.end(), source) == s.sources.end()) {
+    const ProbeFamily family = sock_panel ? ProbeFamily::sock : ProbeFamily::sched;
+    if (!s.probes.empty() && !s.probes.has(family)) {
         PanelBody b;
         b.title = {{"not observed", Role::dim}};
         add_text_row(b, {{sock_panel ? "socket probes off (--no-requests)" : "scheduler probes off (--no-threads)",
@@ -1087,9 +1093,13 @@ void draw_attaching(Grid& g, const UiState& ui) {
     }
     // Which views are still attaching, so a slow probe family is visible as such.
     auto view_of = [](const std::string& source) -> std::string {
-        if (source == "sock") return "requests";
-        if (source == "sched") return "threads";
-        if (source == "jvm") return "carriers";
+        const auto family = probe_family_named(source);
+        if (!family) return source;
+        switch (*family) {
+            case ProbeFamily::sock: return "requests";
+            case ProbeFamily::sched: return "threads";
+            case ProbeFamily::jvm: return "carriers";
+        }
         return source;
     };
     Line l = {{"loading probes: ", Role::dim}};

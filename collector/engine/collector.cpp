@@ -140,7 +140,7 @@ std::shared_ptr<const Snapshot> Collector::tick() {
         requests.swap(requests_);
     }
     for (auto& s : sources_) {
-        snap->sources.push_back(s->name());
+        snap->probes.add(s->family());
         const uint64_t ts = monotonic_ns();
         try {
             for (OnDemand r : requests) s->request(r);

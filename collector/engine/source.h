@@ -54,7 +54,8 @@ private:
 class Source {
 public:
     virtual ~Source() = default;
-    virtual const char* name() const = 0;
+    virtual ProbeFamily family() const = 0;
+    const char* name() const { return contract_name(family()); }
     // open → configure (rodata, map sizes) → load → attach. Throws qscope::Error naming the
     // program or map, the operation and the errno.
     virtual void start(const Target& target, const Config& cfg) = 0;

@@ -267,10 +267,10 @@ void carrier_families(const Snapshot& s, Families& out) {
             kGauge, {});
     det.add({}, c.detected ? 1 : 0);
     Fam st("qscope_carriers", "Carrier threads by state, now", kGauge, {"state"});
-    st.add({"running"}, c.running);
-    st.add({"idle"}, c.idle);
-    st.add({"runnable"}, c.runnable);
-    st.add({"stalled"}, c.stalled);
+    st.add({contract_name(CarrierState::running)}, c.running);
+    st.add({contract_name(CarrierState::idle)}, c.idle);
+    st.add({contract_name(CarrierState::runnable)}, c.runnable);
+    st.add({contract_name(CarrierState::stalled)}, c.stalled);
     Fam stalls("qscope_carrier_stalls_total", "Times a carrier blocked while it had work to run, since attach",
                kCounter, {});
     stalls.add({}, static_cast<double>(c.stall_events_total));
@@ -282,11 +282,11 @@ void carrier_families(const Snapshot& s, Families& out) {
 void verdict_families(const Snapshot& s, Families& out) {
     Fam v("qscope_verdict", "The current verdict: the stage where the limit lives, and where (1 for the current one)",
           kGauge, {"stage", "where"});
-    v.add({s.verdict.stage, s.verdict.where}, 1);
+    v.add({contract_name(s.verdict.stage), s.verdict.where}, 1);
     Fam w("qscope_verdict_waiting", "Requests or threads waiting at the verdict's stage, now", kGauge, {});
     w.add({}, static_cast<double>(s.verdict.waiting));
     Fam stage("qscope_stage_waiting", "Requests or threads waiting at each stage, now", kGauge, {"stage"});
-    for (const auto& r : s.verdict.ranking) stage.add({r.stage}, static_cast<double>(r.waiting));
+    for (const auto& r : s.verdict.ranking) stage.add({contract_name(r.stage)}, static_cast<double>(r.waiting));
     for (auto* f : {&v, &w, &stage}) out.push_back(std::move(*f).finish());
 }
 

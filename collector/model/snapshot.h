@@ -1,15 +1,59 @@
 // The model every view renders: one immutable Snapshot per refresh (docs/design.md; the JSON
 // contract is docs/json.md). Field names mirror the JSON contract; add fields freely, never rename.
+//
+// What the contract spells as a fixed set of strings is an enum here. Its strings live in
+// one contract_name() per enum, called only where the contract is written (output/ for
+// JSON and the report, metrics/ for /metrics) and for labels a view displays.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/histogram.h"
 
 namespace qscope {
+
+// The stage of the request path where requests wait (the verdict's "stage").
+enum class Stage { accept_queue, connector, gate, downstream, syscall, carriers, cpu, none };
+enum class Severity { ok, warn, critical };
+// What a blocked thread waits on: the wait's resource is a socket, a file, a futex, or other.
+enum class WaitKind { socket, file, futex, other };
+// A carrier thread now. blocked: mounted but held by the VM (safepoint, GC), not a stall.
+enum class CarrierState { running, idle, runnable, stalled, blocked };
+// A probe family (the collector's sources). Declaration order is the JSON "probes" order.
+enum class ProbeFamily { sock, sched, jvm };
+
+// The contract's string for each value: "accept_queue", "critical", "futex", "stalled", "sock".
+const char* contract_name(Stage v);
+const char* contract_name(Severity v);
+const char* contract_name(WaitKind v);
+const char* contract_name(CarrierState v);
+const char* contract_name(ProbeFamily v);
+// Inverses, for input that arrives as those strings (a /proc fd kind, a source's name).
+std::optional<WaitKind> wait_kind_named(std::string_view name);
+std::optional<ProbeFamily> probe_family_named(std::string_view name);
+
+// The probe families that measured a snapshot. A section whose family is absent was not
+// observed: its zeros would read as "no queue", so views say so instead.
+class ProbeFamilies {
+public:
+    ProbeFamilies() = default;
+    ProbeFamilies(std::initializer_list<ProbeFamily> fs) {
+        for (auto f : fs) add(f);
+    }
+    void add(ProbeFamily f) { bits_ |= bit(f); }
+    bool has(ProbeFamily f) const { return (bits_ & bit(f)) != 0; }
+    bool empty() const { return bits_ == 0; }
+    std::vector<ProbeFamily> list() const;  // in declaration order
+
+private:
+    static constexpr unsigned bit(ProbeFamily f) { return 1u << static_cast<unsigned>(f); }
+    unsigned bits_ = 0;
+};
 
 struct TargetInfo {
     int pid = 0;
@@ -96,7 +140,7 @@ struct ThreadGroup {
 
 struct Wait {
     std::string group, syscall, resource;
-    std::string kind;                   // "socket", "file", "futex", "other"
+    WaitKind kind = WaitKind::other;
     int threads_now = 0;
     double blocked_seconds = 0;         // window
     uint64_t count = 0;                 // window: completed waits
@@ -118,7 +162,7 @@ struct CarrierStall {
 struct CarrierThread {
     int tid = 0;
     std::string name;
-    std::string state;                  // running | idle | runnable | stalled | blocked
+    CarrierState state = CarrierState::running;
 };
 
 struct Carriers {
@@ -137,17 +181,30 @@ struct Carriers {
 };
 
 struct StageCount {
-    std::string stage, where;
+    Stage stage = Stage::none;
+    std::string where;
     uint64_t waiting = 0;
 };
 
+// Requests queued in front of a saturated connection pool: the gate stage's facts, so views
+// draw them without reading the summary.
+struct PoolGate {
+    std::string peer;                   // the pool's peer, "ip:port"
+    uint64_t busy = 0;                  // its connections busy now
+    uint64_t connections = 0;           // its connections open now
+    uint64_t waiters = 0;               // threads waiting at the gate + requests parked in the runtime
+};
+
 struct Verdict {
-    std::string stage = "none";         // accept_queue connector gate downstream syscall carriers cpu none
+    Stage stage = Stage::none;
     std::string where;
     uint64_t waiting = 0;
     std::string summary;
-    std::string severity = "ok";        // ok | warn | critical
+    Severity severity = Severity::ok;
     std::vector<StageCount> ranking;    // every stage with waiters, most first
+    // Set when the gate stage (the limit or not) is a saturated pool; its ranking entry
+    // counts waiters + busy, every request held up by the pool.
+    std::optional<PoolGate> pool;
 };
 
 // On-demand JVM enrichment (jcmd Thread.dump_to_file): what parked virtual threads wait in.
@@ -176,7 +233,7 @@ struct Snapshot {
     uint64_t lost_events = 0;           // since attach, all sources
     std::vector<std::string> partial;   // sections whose numbers are incomplete, and why
     std::vector<std::string> warnings;  // e.g. a probe that could not attach
-    std::vector<std::string> sources;   // which probe families ran
+    ProbeFamilies probes;               // which probe families ran
 };
 
 }  // namespace qscope

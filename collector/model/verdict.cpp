@@ -43,12 +43,12 @@ std::string gate_name(const Wait& w) {
 int waiting_now(const Wait& w) { return std::max(w.threads_now, w.waiters_now); }
 
 struct Candidate {
-    std::string stage;
+    Stage stage = Stage::none;
     std::string where, detail;
     uint64_t waiting = 0;
 };
 
-bool at_the_door(const std::string& stage) { return stage == "accept_queue" || stage == "connector"; }
+bool at_the_door(Stage s) { return s == Stage::accept_queue || s == Stage::connector; }
 
 // Who waits inside "in flight", counted once for the stages that share the counts.
 struct Inside {
@@ -69,7 +69,7 @@ void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
         if (!top || l.accept_queue > top->accept_queue) top = &l;
     }
     if (accept_q)
-        stages.push_back({"accept_queue", ":" + std::to_string(top->port),
+        stages.push_back({Stage::accept_queue, ":" + std::to_string(top->port),
                           fmt_count(accept_q) + " connections in the accept queue of :" + std::to_string(top->port) +
                               " (backlog " + std::to_string(top->backlog) + ")",
                           accept_q});
@@ -77,7 +77,7 @@ void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
     if (unread) {
         std::string where = "connector";
         if (s.listeners.size() == 1) where = "connector :" + std::to_string(s.listeners[0].port);
-        stages.push_back({"connector", where, fmt_count(unread) + " requests unread in the connector", unread});
+        stages.push_back({Stage::connector, where, fmt_count(unread) + " requests unread in the connector", unread});
     }
 }
 
@@ -96,7 +96,7 @@ std::pair<std::string, uint64_t> gate_group(const Snapshot& s, const std::set<st
     }
     if (futex_by_group.empty())  // no thread view (e.g. --no-threads tests): fall back to wait rows
         for (const auto& w : s.waits)
-            if (w.kind == "futex" && !carrier_groups.count(w.group))
+            if (w.kind == WaitKind::futex && !carrier_groups.count(w.group))
                 futex_by_group[w.group] += static_cast<uint64_t>(waiting_now(w));
     std::pair<std::string, uint64_t> top;
     for (const auto& [g, n] : futex_by_group)
@@ -108,8 +108,8 @@ std::pair<std::string, uint64_t> gate_group(const Snapshot& s, const std::set<st
 // file that is not where idle threads wait for work (model/syscall_table.h says which). Socket
 // waits are downstream calls, counted from the peers.
 bool holds_request_in_syscall(const Wait& w) {
-    if (w.kind == "file") return true;
-    return w.kind == "other" && !waiting_for_work_syscall(syscall_number(w.syscall));
+    if (w.kind == WaitKind::file) return true;
+    return w.kind == WaitKind::other && !waiting_for_work_syscall(syscall_number(w.syscall));
 }
 
 Inside count_inside(const Snapshot& s) {
@@ -121,7 +121,7 @@ Inside count_inside(const Snapshot& s) {
     for (const auto& w : s.waits) {
         const int now = waiting_now(w);
         if (now <= 0) continue;
-        if (w.kind == "futex") {
+        if (w.kind == WaitKind::futex) {
             if (w.group == group && (!in.top_gate || now > waiting_now(*in.top_gate))) in.top_gate = &w;
         } else if (holds_request_in_syscall(w)) {
             in.syscall_waiters += static_cast<uint64_t>(now);
@@ -174,15 +174,15 @@ uint64_t parked_at_gate(const Snapshot& s, bool pool_is_saturated) {
 
 // Waiters in front of a peer whose every connection is busy: that is a pool, and its size
 // is the limit.
-Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const DownstreamPeer& peer, uint64_t gate_total) {
+Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const PoolGate& pool) {
     std::string how = in.futex_waiters ? fmt_count(in.futex_waiters) + " threads waiting"
                                        : fmt_count(s.parked_in_runtime) + " requests parked in the runtime";
     if (in.futex_waiters && s.parked_in_runtime)
         how += ", " + fmt_count(s.parked_in_runtime) + " parked in the runtime";
-    return {"gate", "pool to " + peer.peer,
-            "requests queue at the pool to " + peer.peer + ": " + fmt_count(peer.busy) + " of " +
-                fmt_count(peer.connections) + " connections busy, " + how,
-            gate_total + peer.busy};
+    return {Stage::gate, "pool to " + pool.peer,
+            "requests queue at the pool to " + pool.peer + ": " + fmt_count(pool.busy) + " of " +
+                fmt_count(pool.connections) + " connections busy, " + how,
+            pool.waiters + pool.busy};
 }
 
 Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_total) {
@@ -191,13 +191,13 @@ Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_to
                                                       " threads blocked in " + where +
                                                       (in.top_gate ? " (" + in.top_gate->group + ")" : "")
                                                 : fmt_count(s.parked_in_runtime) + " requests parked in the runtime";
-    return {"gate", where, detail, gate_total};
+    return {Stage::gate, where, detail, gate_total};
 }
 
 Candidate downstream_stage(const DownstreamPeer& peer) {
     char age[64];
     std::snprintf(age, sizeof age, "%.1fs", peer.oldest_busy_seconds);
-    return {"downstream", peer.peer,
+    return {Stage::downstream, peer.peer,
             "requests wait on " + peer.peer + ": " + fmt_count(peer.busy) + " calls awaiting a reply" +
                 (peer.oldest_busy_seconds >= 1 ? std::string(", oldest ") + age : std::string()),
             peer.busy};
@@ -206,10 +206,11 @@ Candidate downstream_stage(const DownstreamPeer& peer) {
 // The gate and downstream stages: one pool gate when the busiest peer is saturated and
 // requests wait in front of it, else a plain gate and the peer's calls apart.
 void gate_and_downstream_stages(const Snapshot& s, const Inside& in, const DownstreamPeer* peer, bool saturated,
-                                std::vector<Candidate>& stages) {
+                                std::vector<Candidate>& stages, Verdict& v) {
     const uint64_t gate_total = in.futex_waiters + parked_at_gate(s, saturated);
     if (saturated && gate_total > 0) {
-        stages.push_back(pool_gate_stage(s, in, *peer, gate_total));
+        v.pool = PoolGate{peer->peer, peer->busy, peer->connections, gate_total};
+        stages.push_back(pool_gate_stage(s, in, *v.pool));
         return;
     }
     if (gate_total > 0) stages.push_back(plain_gate_stage(s, in, gate_total));
@@ -219,7 +220,7 @@ void gate_and_downstream_stages(const Snapshot& s, const Inside& in, const Downs
 std::optional<Candidate> syscall_stage(const Inside& in) {
     if (!in.syscall_waiters || !in.top_syscall) return std::nullopt;
     const Wait& w = *in.top_syscall;
-    return Candidate{"syscall", w.syscall + " " + w.resource,
+    return Candidate{Stage::syscall, w.syscall + " " + w.resource,
                      fmt_count(in.syscall_waiters) + " threads blocked in " + w.syscall +
                          (w.resource.empty() ? "" : " on " + w.resource),
                      in.syscall_waiters};
@@ -229,7 +230,7 @@ std::optional<Candidate> syscall_stage(const Inside& in) {
 std::optional<Candidate> carriers_stage(const Snapshot& s, uint64_t parked_elsewhere) {
     const auto& c = s.carriers;
     if (!c.detected || c.stalled <= 0) return std::nullopt;
-    return Candidate{"carriers", c.pattern,
+    return Candidate{Stage::carriers, c.pattern,
                      std::to_string(c.stalled) + " of " + std::to_string(c.threads) + " carrier threads stalled" +
                          (c.stalls.empty() ? ""
                                            : " (" + c.stalls.front().reason + " in " + c.stalls.front().syscall + ")"),
@@ -244,7 +245,7 @@ std::optional<Candidate> cpu_stage(const Snapshot& s) {
         if (!hungry || g.runnable > hungry->runnable) hungry = &g;
     }
     if (runnable < 2 || !hungry) return std::nullopt;  // one runnable thread is scheduling noise, not starvation
-    return Candidate{"cpu", hungry->name,
+    return Candidate{Stage::cpu, hungry->name,
                      fmt_count(runnable) + " threads runnable, waiting for a CPU (most in " + hungry->name + ")",
                      runnable};
 }
@@ -256,7 +257,7 @@ std::optional<Candidate> cpu_stage(const Snapshot& s) {
 const Candidate* choose_limit(const std::vector<Candidate>& ranked) {
     for (const auto& c : ranked)
         if (!at_the_door(c.stage)) return &c;
-    for (const char* door : {"connector", "accept_queue"})
+    for (Stage door : {Stage::connector, Stage::accept_queue})
         for (const auto& c : ranked)
             if (c.stage == door) return &c;
     return nullptr;
@@ -264,12 +265,12 @@ const Candidate* choose_limit(const std::vector<Candidate>& ranked) {
 
 void describe_no_limit(const Snapshot& s, uint64_t overflows, Verdict& v) {
     const uint64_t in_flight = s.requests.in_flight;
-    v.stage = "none";
+    v.stage = Stage::none;
     v.summary = in_flight ? "no queue: " + fmt_count(in_flight) + " requests in flight, none waiting"
                           : "no queue: nothing is waiting";
     if (overflows) {
         v.summary += "; but " + fmt_count(overflows) + " connections overflowed the accept queue in this window";
-        v.severity = "warn";
+        v.severity = Severity::warn;
     }
 }
 
@@ -280,11 +281,11 @@ void describe_limit(const Candidate& limit, const std::vector<Candidate>& stages
     v.waiting = limit.waiting;
     v.summary = limit.detail;
     // Name what the limit backs up into.
-    for (const char* door : {"connector", "accept_queue"})
+    for (Stage door : {Stage::connector, Stage::accept_queue})
         for (const auto& c : stages)
             if (c.stage == door && c.stage != limit.stage) v.summary += "; " + c.detail;
     if (overflows) v.summary += "; " + fmt_count(overflows) + " connections overflowed the accept queue";
-    v.severity = (overflows || pool_is_saturated || limit.waiting >= 10) ? "critical" : "warn";
+    v.severity = (overflows || pool_is_saturated || limit.waiting >= 10) ? Severity::critical : Severity::warn;
 }
 
 }  // namespace
@@ -298,7 +299,7 @@ void compute_verdict(Snapshot& s) {
     s.parked_in_runtime = parked_in_runtime(s, in);
     const DownstreamPeer* peer = busiest_peer(s);
     const bool saturated = peer && pool_saturated(*peer);
-    gate_and_downstream_stages(s, in, peer, saturated, stages);
+    gate_and_downstream_stages(s, in, peer, saturated, stages, v);
     if (auto c = syscall_stage(in)) stages.push_back(*c);
     if (auto c = carriers_stage(s, s.parked_in_runtime - parked_at_gate(s, saturated))) stages.push_back(*c);
     if (auto c = cpu_stage(s)) stages.push_back(*c);

@@ -1,6 +1,5 @@
 #include "output/json_writer.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -98,12 +97,12 @@ static json waits_json(const std::vector<Wait>& waits) {
         json wj = {{"group", w.group},
                    {"syscall", w.syscall},
                    {"resource", w.resource},
-                   {"kind", w.kind},
+                   {"kind", contract_name(w.kind)},
                    {"threads_now", w.threads_now},
                    {"blocked_seconds", secs(w.blocked_seconds)},
                    {"count", w.count},
                    {"stack", w.stack}};
-        if (w.kind == "futex") {
+        if (w.kind == WaitKind::futex) {
             wj["waiters_now"] = w.waiters_now;
             wj["wait_seconds"] = q_json(w.wait, false);
         }
@@ -124,7 +123,7 @@ static json carriers_json(const Carriers& c) {
                           {"stack", st.stack}});
     json per = json::array();
     for (const auto& t : c.per_carrier)
-        per.push_back({{"tid", t.tid}, {"name", t.name}, {"state", t.state}});
+        per.push_back({{"tid", t.tid}, {"name", t.name}, {"state", contract_name(t.state)}});
     return {{"detected", c.detected},
             {"pattern", c.pattern},
             {"runtime", c.runtime},
@@ -144,13 +143,19 @@ static json carriers_json(const Carriers& c) {
 static json verdict_json(const Verdict& v) {
     json rk = json::array();
     for (const auto& st : v.ranking)
-        rk.push_back({{"stage", st.stage}, {"where", st.where}, {"waiting", st.waiting}});
-    return {{"stage", v.stage},
+        rk.push_back({{"stage", contract_name(st.stage)}, {"where", st.where}, {"waiting", st.waiting}});
+    return {{"stage", contract_name(v.stage)},
             {"where", v.where},
             {"waiting", v.waiting},
             {"summary", v.summary},
-            {"severity", v.severity},
+            {"severity", contract_name(v.severity)},
             {"ranking", rk}};
+}
+
+static json probes_json(const ProbeFamilies& probes) {
+    json ps = json::array();
+    for (ProbeFamily f : probes.list()) ps.push_back(contract_name(f));
+    return ps;
 }
 
 // One line per section, in the contract's key order (docs/json.md).
@@ -172,7 +177,7 @@ json to_json(const Snapshot& s) {
         for (const auto& p : s.parked_virtual_threads) pv.push_back({{"frames", p.frames}, {"count", p.count}});
         j["parked_virtual_threads"] = pv;
     }
-    j["probes"] = s.sources;
+    j["probes"] = probes_json(s.probes);
     j["lost_events"] = s.lost_events;
     j["partial"] = s.partial;
     j["warnings"] = s.warnings;
@@ -259,13 +264,12 @@ std::string render_report(const Snapshot& s) {
     o << "qscope: " << s.target.comm << " (pid " << s.target.pid << ", " << s.target.threads
       << " threads), observed " << ms(s.window_seconds) << "\n";
     if (s.target.exited) o << "  !! " << s.target.exit_note << "\n";
-    o << "\nVERDICT  [" << s.verdict.stage << "] " << s.verdict.summary << "\n";
+    o << "\nVERDICT  [" << contract_name(s.verdict.stage) << "] " << s.verdict.summary << "\n";
 
     // A section whose probes were not loaded says so: zeros there would read as "no queue".
-    auto has = [&](const char* src) { return std::find(s.sources.begin(), s.sources.end(), src) != s.sources.end(); };
-    if (has("sock")) render_requests(o, s);
+    if (s.probes.has(ProbeFamily::sock)) render_requests(o, s);
     else o << "\nLISTENERS, REQUESTS, DOWNSTREAM\n  (not observed: --no-requests)\n";
-    if (has("sched")) render_threads(o, s);
+    if (s.probes.has(ProbeFamily::sched)) render_threads(o, s);
     else o << "\nTHREAD GROUPS, TOP WAITS, CARRIERS\n  (not observed: --no-threads)\n";
 
     if (s.lost_events) o << "\nLOST EVENTS " << s.lost_events << " (figures marked partial)\n";

@@ -5,36 +5,37 @@
 #include "model/syscall_table.h"
 #include "probes/jvm/carrier_model.h"
 
+using namespace qscope;
 using namespace qscope::carrier;
 
 TEST_CASE("carrier state: BPF events decide when seen", "[carrier]") {
     Observation o;
     o.bpf_state = QS_CS_RUNNING;
     o.proc_state = 'S';  // stale /proc does not override the event-driven state
-    CHECK(classify(o) == "running");
+    CHECK(classify(o) == CarrierState::running);
     o.bpf_state = QS_CS_RUNNABLE;
-    CHECK(classify(o) == "runnable");
+    CHECK(classify(o) == CarrierState::runnable);
     o.bpf_state = QS_CS_IDLE;
     o.mounted_now = 1;
-    CHECK(classify(o) == "idle");
+    CHECK(classify(o) == CarrierState::idle);
     o.bpf_state = QS_CS_STALLED;
-    CHECK(classify(o) == "stalled");
+    CHECK(classify(o) == CarrierState::stalled);
 }
 
 TEST_CASE("carrier state: JVM carriers not seen switching use /proc and the mount fields", "[carrier]") {
     Observation o;
     o.proc_state = 'S';
     o.mounted_now = 0;
-    CHECK(classify(o) == "idle");  // parked in ForkJoinPool.awaitWork
+    CHECK(classify(o) == CarrierState::idle);  // parked in ForkJoinPool.awaitWork
     o.mounted_now = 1;
-    CHECK(classify(o) == "stalled");  // pinned park or native call with a virtual thread mounted
+    CHECK(classify(o) == CarrierState::stalled);  // pinned park or native call with a virtual thread mounted
     o.mounted_now = -1;
-    CHECK(classify(o) == "idle");  // unknown is never reported as a stall
+    CHECK(classify(o) == CarrierState::idle);  // unknown is never reported as a stall
     o.proc_state = 'R';
     o.mounted_now = 1;
-    CHECK(classify(o) == "running");
+    CHECK(classify(o) == CarrierState::running);
     o.proc_state = 'D';
-    CHECK(classify(o) == "stalled");
+    CHECK(classify(o) == CarrierState::stalled);
 }
 
 TEST_CASE("carrier state: generic runtimes idle in futex/epoll only", "[carrier]") {
@@ -42,15 +43,15 @@ TEST_CASE("carrier state: generic runtimes idle in futex/epoll only", "[carrier]
     o.generic = true;
     o.proc_state = 'S';
     o.proc_syscall = 202;  // futex
-    CHECK(classify(o) == "idle");
+    CHECK(classify(o) == CarrierState::idle);
     o.proc_syscall = 232;  // epoll_wait
-    CHECK(classify(o) == "idle");
+    CHECK(classify(o) == CarrierState::idle);
     o.proc_syscall = 0;  // read
-    CHECK(classify(o) == "stalled");
+    CHECK(classify(o) == CarrierState::stalled);
     o.proc_syscall = 230;  // clock_nanosleep
-    CHECK(classify(o) == "stalled");
-    CHECK(qscope::carrier_idle_syscall(449));
-    CHECK_FALSE(qscope::carrier_idle_syscall(35));
+    CHECK(classify(o) == CarrierState::stalled);
+    CHECK(carrier_idle_syscall(449));
+    CHECK_FALSE(carrier_idle_syscall(35));
 }
 
 TEST_CASE("stall reasons and syscall labels", "[carrier]") {

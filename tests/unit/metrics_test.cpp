@@ -98,10 +98,10 @@ Snapshot busy_snapshot() {
     s.carriers.stalled = 1;
     s.carriers.stall_events_total = 6;
     s.carriers.stall_total.add(20000000, 6);
-    s.verdict.stage = "downstream";
+    s.verdict.stage = Stage::downstream;
     s.verdict.where = "pool to 127.0.0.1:5432";
     s.verdict.waiting = 9;
-    s.verdict.ranking = {{"downstream", "pool to 127.0.0.1:5432", 9}, {"connector", "", 4}};
+    s.verdict.ranking = {{Stage::downstream, "pool to 127.0.0.1:5432", 9}, {Stage::connector, "", 4}};
     s.lost_events = 2;
     return s;
 }

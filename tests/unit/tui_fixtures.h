@@ -2,6 +2,7 @@
 // qs_server in each situation the dashboard must make readable. Built by hand on purpose:
 // the view is a pure function of the snapshot, so a snapshot is all a test needs.
 #pragma once
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,7 @@ inline Snapshot base(int pid = 4242, const std::string& comm = "qs_server") {
     s.attached_seconds = 83.2;
     s.taken_at_unix_ms = 1764459667000;  // 2025-11-29 23:41:07 UTC
     s.tick = 83;
-    s.sources = {"sock", "sched", "jvm"};
+    s.probes = {ProbeFamily::sock, ProbeFamily::sched, ProbeFamily::jvm};
     return s;
 }
 
@@ -62,7 +63,7 @@ inline ThreadGroup group(const std::string& name, int threads, int running, int 
 }
 
 inline Wait wait(const std::string& group, const std::string& syscall, const std::string& resource,
-                 const std::string& kind, int now, double blocked, uint64_t count, std::vector<std::string> stack) {
+                 WaitKind kind, int now, double blocked, uint64_t count, std::vector<std::string> stack) {
     Wait w;
     w.group = group;
     w.syscall = syscall;
@@ -105,7 +106,7 @@ inline Snapshot idle() {
     r.connections = 6;
     s.thread_groups = {group("qs_server", 2, 0, 0, {{"accept4", 1}, {"clock_nanosleep", 1}}),
                        group("qs-worker-", 8, 1, 0, {{"futex", 7}})};
-    s.waits = {wait("qs-worker-", "futex", "0x55d0c8a3e0a8", "futex", 7, 570.4, 4318,
+    s.waits = {wait("qs-worker-", "futex", "0x55d0c8a3e0a8", WaitKind::futex, 7, 570.4, 4318,
                     {"__futex_abstimed_wait_common64+0x105", "pthread_cond_wait+0x1f4", "ConnQueue::pop+0x3c",
                      "worker_main+0x52", "start_thread+0x2f3"})};
     s.verdict.summary = "no queue: 1 requests in flight, none waiting";
@@ -120,13 +121,13 @@ inline Snapshot accept_overflow() {
     s.requests.rate_per_second = 3;
     s.requests.in_flight = 0;
     s.thread_groups[0] = group("qs_server", 2, 0, 0, {{"clock_nanosleep", 2}});
-    s.verdict.stage = "accept_queue";
+    s.verdict.stage = Stage::accept_queue;
     s.verdict.where = ":8080";
     s.verdict.waiting = 129;
-    s.verdict.severity = "critical";
+    s.verdict.severity = Severity::critical;
     s.verdict.summary =
         "129 connections in the accept queue of :8080 (backlog 128); 342 connections overflowed the accept queue";
-    s.verdict.ranking = {{"accept_queue", ":8080", 129}};
+    s.verdict.ranking = {{Stage::accept_queue, ":8080", 129}};
     return s;
 }
 
@@ -154,21 +155,22 @@ inline Snapshot pool_saturated() {
     s.thread_groups = {group("qs-worker-", 200, 0, 1, {{"futex", 189}, {"recvfrom", 10}}),
                        group("qs_server", 2, 0, 0, {{"accept4", 1}, {"clock_nanosleep", 1}}),
                        group("qs-pool-house", 1, 0, 0, {{"clock_nanosleep", 1}})};
-    s.waits = {wait("qs-worker-", "recvfrom", "127.0.0.1:5432", "socket", 10, 812.5, 3187,
+    s.waits = {wait("qs-worker-", "recvfrom", "127.0.0.1:5432", WaitKind::socket, 10, 812.5, 3187,
                     {"__libc_recv+0x1c", "db_query+0x88", "handle_request+0x1a1", "worker_main+0x52"}),
-               wait("qs-worker-", "futex", "0x7f3a5c001f40", "futex", 189, 15630.2, 3187,
+               wait("qs-worker-", "futex", "0x7f3a5c001f40", WaitKind::futex, 189, 15630.2, 3187,
                     {"__futex_abstimed_wait_common64+0x105", "pthread_cond_timedwait+0x21d", "pool_borrow+0x71",
                      "handle_request+0x15e", "worker_main+0x52", "start_thread+0x2f3"}),
-               wait("qs_server", "accept4", "listen :8080", "socket", 1, 0.4, 9120, {})};
+               wait("qs_server", "accept4", "listen :8080", WaitKind::socket, 1, 0.4, 9120, {})};
     s.waits[1].kernel_stack = {"futex_wait_queue+0x6b", "__futex_wait+0x146", "do_futex+0x106"};
-    s.verdict.stage = "gate";
+    s.verdict.stage = Stage::gate;
     s.verdict.where = "pool to 127.0.0.1:5432";
     s.verdict.waiting = 199;
-    s.verdict.severity = "critical";
+    s.verdict.severity = Severity::critical;
     s.verdict.summary =
         "requests queue at the pool to 127.0.0.1:5432: 10 of 10 connections busy, 189 threads waiting; 1,240 "
         "requests unread in the connector";
-    s.verdict.ranking = {{"connector", "connector :8080", 1240}, {"gate", "pool to 127.0.0.1:5432", 199}};
+    s.verdict.ranking = {{Stage::connector, "connector :8080", 1240}, {Stage::gate, "pool to 127.0.0.1:5432", 199}};
+    s.verdict.pool = PoolGate{"127.0.0.1:5432", 10, 10, 189};
     return s;
 }
 
@@ -190,15 +192,15 @@ inline Snapshot silent_partner() {
     s.downstream[0].resets = 0;
     s.thread_groups = {group("qs-worker-", 8, 0, 0, {{"read", 8}}),
                        group("qs_server", 2, 0, 0, {{"accept4", 1}, {"clock_nanosleep", 1}})};
-    s.waits = {wait("qs-worker-", "read", "203.0.113.9:443", "socket", 8, 664.0, 0,
+    s.waits = {wait("qs-worker-", "read", "203.0.113.9:443", WaitKind::socket, 8, 664.0, 0,
                     {"__libc_read+0x12", "partner_call+0x64", "handle_request+0x1a1", "worker_main+0x52"})};
-    s.verdict.stage = "downstream";
+    s.verdict.stage = Stage::downstream;
     s.verdict.where = "203.0.113.9:443";
     s.verdict.waiting = 8;
-    s.verdict.severity = "critical";
+    s.verdict.severity = Severity::critical;
     s.verdict.summary = "requests wait on 203.0.113.9:443: 8 calls awaiting a reply, oldest 118.3s; 340 requests unread "
                         "in the connector";
-    s.verdict.ranking = {{"connector", "connector :8080", 340}, {"downstream", "203.0.113.9:443", 8}};
+    s.verdict.ranking = {{Stage::connector, "connector :8080", 340}, {Stage::downstream, "203.0.113.9:443", 8}};
     return s;
 }
 
@@ -226,10 +228,10 @@ inline Snapshot carriers_stalled() {
     c.running = 1;
     c.stalled = 3;
     c.stall_events = 97;
-    c.per_carrier = {{6101, "ForkJoinPool-1-worker-1", "stalled"},
-                     {6102, "ForkJoinPool-1-worker-2", "running"},
-                     {6103, "ForkJoinPool-1-worker-3", "stalled"},
-                     {6104, "ForkJoinPool-1-worker-4", "stalled"}};
+    c.per_carrier = {{6101, "ForkJoinPool-1-worker-1", CarrierState::stalled},
+                     {6102, "ForkJoinPool-1-worker-2", CarrierState::running},
+                     {6103, "ForkJoinPool-1-worker-3", CarrierState::stalled},
+                     {6104, "ForkJoinPool-1-worker-4", CarrierState::stalled}};
     c.stalls = {{6103, "clock_nanosleep", "native call", 0.35, true, {"clock_nanosleep+0x6c", "usleep+0x2f",
                                                                         "Java_App_nativeSleep+0x11", "Interpreter"}},
                 {6101, "futex", "pinned park", 1.2, true, {"Parker::park+0x12a", "Unsafe_Park+0x9c", "Interpreter"}},
@@ -238,12 +240,12 @@ inline Snapshot carriers_stalled() {
                        group("java", 1, 0, 0, {{"futex", 1}}), group("C2 CompilerThre", 2, 0, 0, {{"futex", 2}}),
                        group("GC Thread#", 2, 0, 0, {{"futex", 2}})};
     s.parked_virtual_threads = {{{"SynchronousQueue.poll", "HikariPool.getConnection", "App.handle"}, 412}};
-    s.verdict.stage = "carriers";
+    s.verdict.stage = Stage::carriers;
     s.verdict.where = "ForkJoinPool-1-worker";
     s.verdict.waiting = 479;
-    s.verdict.severity = "critical";
+    s.verdict.severity = Severity::critical;
     s.verdict.summary = "3 of 4 carrier threads stalled (pinned park in futex)";
-    s.verdict.ranking = {{"carriers", "ForkJoinPool-1-worker", 479}};
+    s.verdict.ranking = {{Stage::carriers, "ForkJoinPool-1-worker", 479}};
     return s;
 }
 
@@ -266,7 +268,16 @@ inline qscope::tui::History history_for(const Snapshot& s, int ticks = 60) {
         x.requests.waiting_unread = static_cast<uint64_t>(x.requests.waiting_unread * f);
         x.requests.in_flight = static_cast<uint64_t>(x.requests.in_flight * f);
         for (auto& d : x.downstream) d.busy = static_cast<uint64_t>(d.busy * f);
-        for (auto& r : x.verdict.ranking) r.waiting = static_cast<uint64_t>(r.waiting * f);
+        for (auto& r : x.verdict.ranking) {
+            const uint64_t waiting = static_cast<uint64_t>(r.waiting * f);
+            // A pool gate's count is its waiters plus the pool's busy calls, scaled alike.
+            if (r.stage == Stage::gate && x.verdict.pool) {
+                auto& pool = *x.verdict.pool;
+                pool.busy = static_cast<uint64_t>(pool.busy * f);
+                pool.waiters = waiting - std::min(waiting, pool.busy);
+            }
+            r.waiting = waiting;
+        }
         x.carriers.stalled = static_cast<int>(x.carriers.stalled * f);
         h.feed(x);
     }

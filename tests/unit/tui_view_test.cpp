@@ -91,7 +91,8 @@ std::vector<Snapshot> all_shapes() {
     hostile.waits[0].stack.push_back(std::string("\t\r\x1b[31m") + std::string(500, 'f'));
     hostile.verdict.summary = std::string(1000, 'v') + " " + std::string(1000, 'w');
     hostile.thread_groups[0].name = "\xff\xfe\xfd";
-    for (int i = 0; i < 300; ++i) hostile.carriers.per_carrier.push_back({i, "c", i % 2 ? "running" : "stalled"});
+    for (int i = 0; i < 300; ++i)
+        hostile.carriers.per_carrier.push_back({i, "c", i % 2 ? CarrierState::running : CarrierState::stalled});
     hostile.carriers.detected = true;
     Snapshot many = idle();
     for (int i = 0; i < 500; ++i) many.downstream.push_back(peer("10.0.0." + std::to_string(i) + ":80", 1, i % 2, 1, i, 0, 0, 0));
@@ -322,13 +323,13 @@ TEST_CASE("history: one sample per tick, a minute deep, maxima reset", "[tui]") 
         h.feed(s);
         h.feed(s);  // the same tick twice counts once
     }
-    const auto& conn = h.samples[static_cast<int>(Stage::connector)];
+    const auto& conn = h.samples[static_cast<int>(tui::Stage::connector)];
     REQUIRE(conn.size() == 3);
     CHECK(conn.front() == 300);
     CHECK(conn.back() == 500);
-    CHECK(h.max_seen[static_cast<int>(Stage::connector)] == 500);
+    CHECK(h.max_seen[static_cast<int>(tui::Stage::connector)] == 500);
     h.reset_maxima();
-    CHECK(h.max_seen[static_cast<int>(Stage::connector)] == 0);
+    CHECK(h.max_seen[static_cast<int>(tui::Stage::connector)] == 0);
 }
 
 TEST_CASE("stage row: counts, maxima and severity from the snapshot", "[tui]") {

@@ -19,7 +19,7 @@ static Wait futex_wait(const std::string& group, int threads, std::vector<std::s
     Wait w;
     w.group = group;
     w.syscall = "futex";
-    w.kind = "futex";
+    w.kind = WaitKind::futex;
     w.resource = "futex:0x7f00";
     w.threads_now = threads;
     w.waiters_now = threads;
@@ -41,8 +41,8 @@ TEST_CASE("idle server: no queue", "[verdict]") {
     Snapshot s;
     s.listeners.push_back(listener(8080, 0, 128));
     compute_verdict(s);
-    CHECK(s.verdict.stage == "none");
-    CHECK(s.verdict.severity == "ok");
+    CHECK(s.verdict.stage == Stage::none);
+    CHECK(s.verdict.severity == Severity::ok);
     CHECK(s.verdict.summary == "no queue: nothing is waiting");
 }
 
@@ -59,14 +59,14 @@ TEST_CASE("platform threads at a saturated pool: the pool is the limit, the conn
     // GC threads park too; they must not count as requests.
     s.waits.push_back(futex_wait("GC Thread", 2, {"__futex_abstimed_wait_common (libc.so.6)"}));
     compute_verdict(s);
-    CHECK(s.verdict.stage == "gate");
+    CHECK(s.verdict.stage == Stage::gate);
     CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
     CHECK(s.verdict.summary ==
           "requests queue at the pool to 127.0.0.1:5432: 10 of 10 connections busy, 190 threads waiting; "
           "6,800 requests unread in the connector; 3 connections in the accept queue of :8080 (backlog 100)");
-    CHECK(s.verdict.severity == "critical");
+    CHECK(s.verdict.severity == Severity::critical);
     REQUIRE(!s.verdict.ranking.empty());
-    CHECK(s.verdict.ranking.front().stage == "connector");  // most waiters, yet not the limit
+    CHECK(s.verdict.ranking.front().stage == Stage::connector);  // most waiters, yet not the limit
 }
 
 TEST_CASE("futex waiters are capped by what is in flight", "[verdict]") {
@@ -75,7 +75,7 @@ TEST_CASE("futex waiters are capped by what is in flight", "[verdict]") {
     s.requests.in_flight = 3;
     s.waits.push_back(futex_wait("worker", 50, {"queue_pop+0x10 (server)"}));
     compute_verdict(s);
-    CHECK(s.verdict.stage == "gate");
+    CHECK(s.verdict.stage == Stage::gate);
     CHECK(s.verdict.waiting == 3);
     CHECK(s.verdict.where == "queue_pop");
 }
@@ -87,7 +87,7 @@ TEST_CASE("silent partner: every worker waits on one peer", "[verdict]") {
     s.requests.waiting_unread = 40;
     s.downstream.push_back(peer("10.0.0.7:443", 200, 200, 31.5));
     compute_verdict(s);
-    CHECK(s.verdict.stage == "downstream");
+    CHECK(s.verdict.stage == Stage::downstream);
     CHECK(s.verdict.where == "10.0.0.7:443");
     CHECK(s.verdict.summary ==
           "requests wait on 10.0.0.7:443: 200 calls awaiting a reply, oldest 31.5s; 40 requests unread in the connector");
@@ -97,11 +97,11 @@ TEST_CASE("slow acceptor: the accept queue is the limit and overflows are named"
     Snapshot s;
     s.listeners.push_back(listener(9000, 129, 128, 57));
     compute_verdict(s);
-    CHECK(s.verdict.stage == "accept_queue");
+    CHECK(s.verdict.stage == Stage::accept_queue);
     CHECK(s.verdict.where == ":9000");
     CHECK(s.verdict.summary ==
           "129 connections in the accept queue of :9000 (backlog 128); 57 connections overflowed the accept queue");
-    CHECK(s.verdict.severity == "critical");
+    CHECK(s.verdict.severity == Severity::critical);
 }
 
 TEST_CASE("too few workers: requests unread in the connector", "[verdict]") {
@@ -110,7 +110,7 @@ TEST_CASE("too few workers: requests unread in the connector", "[verdict]") {
     s.requests.in_flight = 8;
     s.requests.waiting_unread = 120;
     compute_verdict(s);
-    CHECK(s.verdict.stage == "connector");
+    CHECK(s.verdict.stage == Stage::connector);
     CHECK(s.verdict.waiting == 120);
 }
 
@@ -124,7 +124,7 @@ TEST_CASE("CPU starvation shows as cpu", "[verdict]") {
     g.runnable = 14;
     s.thread_groups.push_back(g);
     compute_verdict(s);
-    CHECK(s.verdict.stage == "cpu");
+    CHECK(s.verdict.stage == Stage::cpu);
     CHECK(s.verdict.where == "qs-worker");
     CHECK(s.verdict.waiting == 14);
 }
@@ -141,7 +141,7 @@ TEST_CASE("stalled carriers", "[verdict]") {
     st.syscall = "clock_nanosleep";
     s.carriers.stalls.push_back(st);
     compute_verdict(s);
-    CHECK(s.verdict.stage == "carriers");
+    CHECK(s.verdict.stage == Stage::carriers);
     CHECK(s.verdict.summary == "2 of 2 carrier threads stalled (native call in clock_nanosleep)");
 }
 
@@ -152,14 +152,14 @@ TEST_CASE("virtual threads: hidden gate in front of a saturated pool", "[verdict
     s.carriers.detected = true;
     s.carriers.threads = 2;
     s.carriers.running = 1;
-    CarrierThread c1{101, "ForkJoinPool-1-worker-1", "idle"};
+    CarrierThread c1{101, "ForkJoinPool-1-worker-1", CarrierState::idle};
     s.carriers.per_carrier.push_back(c1);
     s.downstream.push_back(peer("127.0.0.1:5432", 10, 10));
     // an idle carrier's futex park is not a gate
     s.waits.push_back(futex_wait("ForkJoinPool-1-worker", 1, {"ForkJoinPool.awaitWork"}));
     compute_verdict(s);
     CHECK(s.parked_in_runtime == 1500 - 10 - 1);
-    CHECK(s.verdict.stage == "gate");
+    CHECK(s.verdict.stage == Stage::gate);
     CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
     CHECK(s.verdict.summary ==
           "requests queue at the pool to 127.0.0.1:5432: 10 of 10 connections busy, 1,489 requests parked in the runtime");
@@ -191,7 +191,7 @@ TEST_CASE("gate waiters come from live thread states; a pool whose window peak f
     anon.resource = "futex@0x7f1234";
     s.waits.push_back(anon);
     compute_verdict(s);
-    CHECK(s.verdict.stage == "gate");
+    CHECK(s.verdict.stage == Stage::gate);
     CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
     CHECK(s.verdict.summary == "requests queue at the pool to 127.0.0.1:5432: 9 of 10 connections busy, 190 threads waiting");
 }

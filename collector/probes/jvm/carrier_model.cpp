@@ -59,22 +59,22 @@ std::string vm_wait_reason(const std::vector<std::string>& stack) {
     return {};
 }
 
-std::string classify(const Observation& o) {
+CarrierState classify(const Observation& o) {
     switch (o.bpf_state) {
-        case QS_CS_RUNNING: return "running";
-        case QS_CS_RUNNABLE: return "runnable";
-        case QS_CS_IDLE: return "idle";
-        case QS_CS_STALLED: return "stalled";
+        case QS_CS_RUNNING: return CarrierState::running;
+        case QS_CS_RUNNABLE: return CarrierState::runnable;
+        case QS_CS_IDLE: return CarrierState::idle;
+        case QS_CS_STALLED: return CarrierState::stalled;
         default: break;
     }
     // No switch seen since attach: a thread that has not blocked or run since. /proc 'R'
     // covers both running and waiting for a CPU; call it running.
-    if (o.proc_state == 'R' || o.proc_state == 0) return "running";
+    if (o.proc_state == 'R' || o.proc_state == 0) return CarrierState::running;
     if (o.generic) {
-        if (o.proc_syscall == -2) return "idle";
-        return carrier_idle_syscall(o.proc_syscall) ? "idle" : "stalled";
+        if (o.proc_syscall == -2) return CarrierState::idle;
+        return carrier_idle_syscall(o.proc_syscall) ? CarrierState::idle : CarrierState::stalled;
     }
-    return o.mounted_now == 1 ? "stalled" : "idle";
+    return o.mounted_now == 1 ? CarrierState::stalled : CarrierState::idle;
 }
 
 }  // namespace qscope::carrier

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "model/snapshot.h"
+
 namespace qscope::carrier {
 
 // What is known about one carrier at a tick.
@@ -16,11 +18,11 @@ struct Observation {
     bool generic = false;       // not a JVM: "mounted" = blocked in a non-idle syscall
 };
 
-// "running" | "runnable" | "idle" | "stalled". The BPF state (exact, event-driven) wins;
-// /proc (which cannot tell running from runnable) only covers carriers that have not
-// switched since qscope attached. A generic runtime's carrier is idle in
-// carrier_idle_syscall() (model/syscall_table.h), else stalled.
-std::string classify(const Observation& o);
+// running, runnable, idle or stalled (never blocked: that takes a stack, see jvm_source).
+// The BPF state (exact, event-driven) wins; /proc (which cannot tell running from
+// runnable) only covers carriers that have not switched since qscope attached. A generic
+// runtime's carrier is idle in carrier_idle_syscall() (model/syscall_table.h), else stalled.
+CarrierState classify(const Observation& o);
 
 // The syscall a carrier blocked in: its name (model/syscall_table.h), "-" for none.
 std::string syscall_label(int64_t nr);

@@ -77,7 +77,7 @@ std::vector<int> list_tids(int pid) {
 
 class JvmSource final : public Source {
 public:
-    const char* name() const override { return "jvm"; }
+    ProbeFamily family() const override { return ProbeFamily::jvm; }
 
     void start(const Target& target, const Config& cfg) override {
         cfg_ = cfg;
@@ -213,12 +213,15 @@ public:
             // pause): not a stall of the carrier's task. Shown as "blocked", counted nowhere.
             std::string vm_now;
             if (have && k.state == QS_CS_STALLED && jvm_mode_ && cfg_.want_stacks) vm_now = current_vm_wait(tid);
-            if (!vm_now.empty()) t.state = "blocked";
+            if (!vm_now.empty()) t.state = CarrierState::blocked;
             c.threads++;
-            if (t.state == "running") c.running++;
-            else if (t.state == "runnable") c.runnable++;
-            else if (t.state == "idle") c.idle++;
-            else if (t.state == "stalled") c.stalled++;
+            switch (t.state) {
+                case CarrierState::running: c.running++; break;
+                case CarrierState::runnable: c.runnable++; break;
+                case CarrierState::idle: c.idle++; break;
+                case CarrierState::stalled: c.stalled++; break;
+                case CarrierState::blocked: break;  // see above
+            }
             if (have && k.state == QS_CS_STALLED && vm_now.empty() && k.block_start_ns && now > k.block_start_ns &&
                 now - k.block_start_ns >= kStallThresholdNs) {
                 CarrierStall s;

@@ -151,7 +151,7 @@ using WaitRows = std::map<WaitRowKey, WaitRow>;
 
 class SchedSource final : public Source {
 public:
-    const char* name() const override { return "sched"; }
+    ProbeFamily family() const override { return ProbeFamily::sched; }
     void start(const Target& target, const Config& cfg) override;
     void collect(Snapshot& snap, const Tick& tick) override;
 
@@ -174,7 +174,7 @@ private:
     std::vector<Wait> wait_rows(const CumMap& cum, const LiveView& live);
     void add_wait(WaitRows& rows, const qs_wait_key& k, const Cum& c, int now_threads);
     std::pair<std::string, std::string> labels_of(const qs_wait_key& k);
-    std::string resource_of(const qs_wait_key& k, std::string& kind, const StackInfo* st);
+    std::string resource_of(const qs_wait_key& k, WaitKind& kind, const StackInfo* st);
 
     // Declared in the order they are made, so they are released in reverse.
     QSCOPE_SKEL_PTR(sched) skel_;
@@ -359,20 +359,20 @@ std::vector<qs_thread_rec> SchedSource::run_iter() {
     return recs;
 }
 
-std::string SchedSource::resource_of(const qs_wait_key& k, std::string& kind, const StackInfo* st) {
+std::string SchedSource::resource_of(const qs_wait_key& k, WaitKind& kind, const StackInfo* st) {
     char buf[64];
     if (k.syscall == QS_SYSCALL_OTHER) {
-        kind = "other";
+        kind = WaitKind::other;
         return "(waits map full)";
     }
     switch (syscall_arg0_kind(k.syscall)) {
     case SyscallArg0::fd: {
         auto r = fds_->resolve(static_cast<int>(k.res));
-        kind = r.kind;
+        kind = wait_kind_named(r.kind).value_or(WaitKind::other);
         return r.name;
     }
     case SyscallArg0::futex_addr: {
-        kind = "futex";
+        kind = WaitKind::futex;
         if (st) {
             const std::string f = first_app_frame(st->user);
             if (!f.empty()) return "futex:" + short_function(f);
@@ -381,10 +381,10 @@ std::string SchedSource::resource_of(const qs_wait_key& k, std::string& kind, co
         return buf;
     }
     case SyscallArg0::futex_vec:
-        kind = "futex";
+        kind = WaitKind::futex;
         return "futex_waitv";
     default:
-        kind = "other";
+        kind = WaitKind::other;
         return "";
     }
 }
@@ -562,7 +562,7 @@ std::vector<Wait> SchedSource::wait_rows(const CumMap& cum, const LiveView& live
     std::vector<Wait> out;
     out.reserve(rows.size());
     for (auto& [key, row] : rows) {
-        if (row.w.kind == "futex") {
+        if (row.w.kind == WaitKind::futex) {
             row.w.waiters_now = row.w.threads_now;
             row.w.wait = row.hist.quantiles();
         }
@@ -591,10 +591,10 @@ void SchedSource::add_wait(WaitRows& rows, const qs_wait_key& k, const Cum& c, i
     const StackInfo* st = nullptr;
     auto s = stacks_.find(k);
     if (s != stacks_.end()) st = &s->second;
-    std::string kind;
+    WaitKind kind = WaitKind::other;
     const std::string res = resource_of(k, kind, st);
     const auto [label, sc] = labels_of(k);
-    const std::string site = (kind == "futex" && st) ? wait_site_signature(st->user) : std::string();
+    const std::string site = (kind == WaitKind::futex && st) ? wait_site_signature(st->user) : std::string();
     WaitRow& row = rows[{label, sc, res, site}];
     row.w.group = label;
     row.w.syscall = sc;

@@ -68,7 +68,7 @@ struct ListenSocket {
 
 class SockSource final : public Source {
 public:
-    const char* name() const override { return "sock"; }
+    ProbeFamily family() const override { return ProbeFamily::sock; }
 
     void start(const Target& target, const Config& cfg) override {
         pid_ = target.pid();

@@ -1,0 +1,77 @@
+#include "model/snapshot.h"
+
+namespace qscope {
+
+const char* contract_name(Stage v) {
+    switch (v) {
+        case Stage::accept_queue: return "accept_queue";
+        case Stage::connector: return "connector";
+        case Stage::gate: return "gate";
+        case Stage::downstream: return "downstream";
+        case Stage::syscall: return "syscall";
+        case Stage::carriers: return "carriers";
+        case Stage::cpu: return "cpu";
+        case Stage::none: return "none";
+    }
+    return "none";
+}
+
+const char* contract_name(Severity v) {
+    switch (v) {
+        case Severity::ok: return "ok";
+        case Severity::warn: return "warn";
+        case Severity::critical: return "critical";
+    }
+    return "ok";
+}
+
+const char* contract_name(WaitKind v) {
+    switch (v) {
+        case WaitKind::socket: return "socket";
+        case WaitKind::file: return "file";
+        case WaitKind::futex: return "futex";
+        case WaitKind::other: return "other";
+    }
+    return "other";
+}
+
+const char* contract_name(CarrierState v) {
+    switch (v) {
+        case CarrierState::running: return "running";
+        case CarrierState::idle: return "idle";
+        case CarrierState::runnable: return "runnable";
+        case CarrierState::stalled: return "stalled";
+        case CarrierState::blocked: return "blocked";
+    }
+    return "running";
+}
+
+const char* contract_name(ProbeFamily v) {
+    switch (v) {
+        case ProbeFamily::sock: return "sock";
+        case ProbeFamily::sched: return "sched";
+        case ProbeFamily::jvm: return "jvm";
+    }
+    return "sock";
+}
+
+std::optional<WaitKind> wait_kind_named(std::string_view name) {
+    for (auto k : {WaitKind::socket, WaitKind::file, WaitKind::futex, WaitKind::other})
+        if (name == contract_name(k)) return k;
+    return std::nullopt;
+}
+
+std::optional<ProbeFamily> probe_family_named(std::string_view name) {
+    for (auto f : {ProbeFamily::sock, ProbeFamily::sched, ProbeFamily::jvm})
+        if (name == contract_name(f)) return f;
+    return std::nullopt;
+}
+
+std::vector<ProbeFamily> ProbeFamilies::list() const {
+    std::vector<ProbeFamily> out;
+    for (auto f : {ProbeFamily::sock, ProbeFamily::sched, ProbeFamily::jvm})
+        if (has(f)) out.push_back(f);
+    return out;
+}
+
+}  // namespace qscope

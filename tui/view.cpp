@@ -63,7 +63,7 @@ GateDownstream gate_downstream(const Snapshot& s) {
     for (const auto& d : s.downstream) {
         g.busy += d.busy;
         g.conns += d.connections;
-        if (d.connections > 0 && d.busy >= d.connections) g.saturated = true;
+        if (pool_saturated(d)) g.saturated = true;
     }
     // A pool gate counts the pool's busy calls too; they show under busy.
     for (const auto& r : s.verdict.ranking)
@@ -575,10 +575,9 @@ PanelBody downstream_panel(const Snapshot& s, const UiState& ui, int width) {
     std::vector<Row> rows;
     for (size_t k : sorted_order(s, Panel::downstream, sk)) {
         const auto& d = s.downstream[k];
-        const bool sat = d.connections > 0 && d.busy >= d.connections;
         rows.push_back({{d.peer, Role::normal},
                         {fmt_count(d.connections), Role::normal},
-                        {fmt_count(d.busy), sat && d.busy ? Role::critical : count_role(d.busy, Role::warn)},
+                        {fmt_count(d.busy), pool_saturated(d) ? Role::critical : count_role(d.busy, Role::warn)},
                         {fmt_count(d.busy_max), Role::normal},
                         {fmt_count(d.calls), Role::normal},
                         {fmt_secs(d.call.p50, ui.unicode), Role::normal},

@@ -74,4 +74,8 @@ std::vector<ProbeFamily> ProbeFamilies::list() const {
     return out;
 }
 
+bool pool_saturated(const DownstreamPeer& d) {
+    return d.connections > 0 && (d.busy >= d.connections || (d.busy_max >= d.connections && d.busy > 0));
+}
+
 }  // namespace qscope

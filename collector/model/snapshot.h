@@ -128,6 +128,12 @@ struct DownstreamPeer {
     Histogram call_total;
 };
 
+// Every connection busy at some point in the window, and some busy now. "Busy now" alone
+// flickers: between a reply and the next query a pooled connection is idle for
+// microseconds, and a snapshot landing there must not lose the pool. The one rule for
+// "pool saturated", for the verdict and every view.
+bool pool_saturated(const DownstreamPeer& d);
+
 struct ThreadGroup {
     std::string name;                   // comm with trailing digits stripped
     int threads = 0, running = 0, runnable = 0, blocked = 0;

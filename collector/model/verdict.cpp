@@ -157,13 +157,6 @@ const DownstreamPeer* busiest_peer(const Snapshot& s) {
     return best && best->busy > 0 ? best : nullptr;
 }
 
-// Every connection busy at some point in the window. "Busy now" alone flickers: between
-// a reply and the next query a pooled connection is idle for microseconds, and a snapshot
-// landing there must not lose the pool.
-bool pool_saturated(const DownstreamPeer& d) {
-    return d.connections > 0 && (d.busy >= d.connections || (d.busy_max >= d.connections && d.busy > 0));
-}
-
 // Parked virtual threads wait for whatever is scarce: a saturated pool if there is one,
 // else the carriers when they are stalled (counted there), else an unnamed gate in the
 // runtime.

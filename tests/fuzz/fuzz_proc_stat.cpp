@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "model/thread_group.h"
 #include "sys/proc_stat.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -21,157 +21,6 @@ const char* panel_name(Panel p) {
     return "?";
 }
 
-// ---- stages -----------------------------------------------------------------------------
-
-namespace {
-
-Role worse(Role a, Role b) {
-    auto rank = [](Role r) { return r == Role::critical ? 3 : r == Role::warn ? 2 : r == Role::ok ? 1 : 0; };
-    return rank(a) >= rank(b) ? a : b;
-}
-
-Role severity_role(Severity sev) {
-    switch (sev) {
-        case Severity::critical: return Role::critical;
-        case Severity::warn: return Role::warn;
-        case Severity::ok: return Role::ok;
-    }
-    return Role::ok;
-}
-
-// The header column of a verdict stage; -1 for stages the header has no column for.
-int stage_of_verdict(qscope::Stage stage) {
-    switch (stage) {
-        case qscope::Stage::accept_queue: return static_cast<int>(Stage::accept_queue);
-        case qscope::Stage::connector: return static_cast<int>(Stage::connector);
-        case qscope::Stage::gate:
-        case qscope::Stage::downstream: return static_cast<int>(Stage::gates_downstream);
-        case qscope::Stage::carriers: return static_cast<int>(Stage::carriers);
-        default: return -1;
-    }
-}
-
-struct GateDownstream {
-    uint64_t gate = 0, busy = 0, conns = 0;
-    bool saturated = false;
-};
-
-// Requests waiting in "gates / downstream" as the verdict counted them (it knows which
-// futex waiters are idle threads), split back into the gate and the peers' busy calls.
-GateDownstream gate_downstream(const Snapshot& s) {
-    GateDownstream g;
-    for (const auto& d : s.downstream) {
-        g.busy += d.busy;
-        g.conns += d.connections;
-        if (pool_saturated(d)) g.saturated = true;
-    }
-    // A pool gate counts the pool's busy calls too; they show under busy.
-    for (const auto& r : s.verdict.ranking)
-        if (r.stage == qscope::Stage::gate) g.gate += s.verdict.pool ? s.verdict.pool->waiters : r.waiting;
-    return g;
-}
-
-}  // namespace
-
-std::array<uint64_t, kStageCount> stage_counts(const Snapshot& s) {
-    std::array<uint64_t, kStageCount> c{};
-    for (const auto& l : s.listeners) c[0] += l.accept_queue;
-    c[1] = s.requests.waiting_unread;
-    c[2] = s.requests.in_flight;
-    const GateDownstream g = gate_downstream(s);
-    c[3] = g.gate + g.busy;
-    c[4] = s.carriers.detected ? static_cast<uint64_t>(std::max(s.carriers.stalled, 0)) : 0;
-    return c;
-}
-
-size_t history_capacity(double interval_seconds) {
-    if (!(interval_seconds > 0)) return 60;
-    return static_cast<size_t>(std::clamp(std::ceil(60.0 / interval_seconds), 2.0, 600.0));
-}
-
-void History::feed(const Snapshot& s) {
-    if (s.tick == last_tick) return;
-    last_tick = s.tick;
-    const auto c = stage_counts(s);
-    for (int i = 0; i < kStageCount; ++i) {
-        samples[i].push_back(static_cast<double>(c[i]));
-        while (samples[i].size() > capacity) samples[i].pop_front();
-        max_seen[i] = std::max(max_seen[i], c[i]);
-    }
-}
-
-std::array<StageView, kStageCount> stage_views(const Snapshot& s, const History& h, bool u) {
-    std::array<StageView, kStageCount> v;
-    const std::string dot = u ? " · " : " - ";
-    const auto now = stage_counts(s);
-
-    auto& a = v[0];
-    a.name = "accept queue";
-    a.short_name = "accept q";
-    uint64_t backlog = 0, overflows = 0, amax = 0;
-    for (const auto& l : s.listeners) {
-        backlog += l.backlog;
-        overflows += l.overflows;
-        amax += l.accept_queue_max;  // exact for one listener, an upper bound for several
-    }
-    a.now = now[0];
-    a.max = amax;
-    a.observed = !s.listeners.empty();
-    a.detail = a.observed ? "of " + fmt_count(backlog) + (overflows ? dot + "ovf " + fmt_count(overflows) : "")
-                          : "no listeners";
-    a.severity = overflows || (backlog && a.now >= backlog) ? Role::critical : a.now ? Role::warn : Role::ok;
-
-    auto& c = v[1];
-    c.name = "connector";
-    c.short_name = "connector";
-    c.now = now[1];
-    c.max = s.requests.waiting_unread_max;
-    c.detail = c.now ? "oldest " + fmt_secs(s.requests.oldest_unread_seconds, u) : "unread";
-    c.severity = c.now ? Role::warn : Role::ok;
-
-    auto& f = v[2];
-    f.name = "in flight";
-    f.short_name = "in flight";
-    f.now = now[2];
-    f.max = s.requests.in_flight_max;
-    f.detail = f.now ? "oldest " + fmt_secs(s.requests.oldest_in_flight_seconds, u)
-                     : "p99 " + fmt_secs(s.requests.latency.p99, u);
-    f.severity = s.requests.oldest_in_flight_seconds >= 5 ? Role::warn : Role::ok;
-
-    auto& g = v[3];
-    const GateDownstream gd = gate_downstream(s);
-    g.name = "gates / downstream";
-    g.short_name = "gates/dnstr";
-    g.now = now[3];
-    g.max = 0;
-    for (const auto& d : s.downstream) g.max += d.busy_max;
-    g.detail = "gate " + fmt_count(gd.gate) + dot + "busy " + fmt_count(gd.busy) + "/" + fmt_count(gd.conns);
-    g.short_detail = "g" + fmt_count(gd.gate) + " b" + fmt_count(gd.busy) + "/" + fmt_count(gd.conns);
-    g.severity = gd.saturated && gd.busy ? Role::critical : g.now ? Role::warn : Role::ok;
-
-    auto& k = v[4];
-    k.name = "carriers";
-    k.short_name = "carriers";
-    k.observed = s.carriers.detected;
-    k.now = now[4];
-    k.max = 0;
-    if (k.observed) {
-        k.detail = "stalled of " + std::to_string(s.carriers.threads) +
-                   (s.carriers.runnable ? dot + "runq " + std::to_string(s.carriers.runnable) : "");
-        k.severity = s.carriers.stalled ? Role::critical : s.carriers.runnable ? Role::warn : Role::ok;
-    } else {
-        k.detail = "not detected";
-    }
-
-    const int vs = stage_of_verdict(s.verdict.stage);
-    if (vs >= 0 && v[vs].now > 0) v[vs].severity = worse(v[vs].severity, severity_role(s.verdict.severity));
-    for (int i = 0; i < kStageCount; ++i) {
-        v[i].max = std::max({v[i].max, h.max_seen[i], v[i].now});
-        if (!v[i].observed) v[i].severity = Role::dim;
-    }
-    return v;
-}
-
 // ---- sorting and selection ----------------------------------------------------------------
 
 const std::vector<std::string>& sort_keys(Panel p) {
@@ -445,8 +294,6 @@ void add_text_row(PanelBody& b, Line l, int item = -1) {
 }
 
 Role count_role(uint64_t n, Role when_nonzero) { return n ? when_nonzero : Role::normal; }
-
-std::string dot(bool unicode) { return unicode ? " · " : " - "; }
 
 std::vector<int> iota_items(size_t n) {
     std::vector<int> items(n);
@@ -816,15 +663,6 @@ PanelBody build_panel(Panel p, const Snapshot& s, const UiState& ui, int width) 
     return {};
 }
 
-// Draws a line clipped to [x, x+width): a cut line ends in an ellipsis, so truncation is
-// visible rather than silent.
-void put_line(Grid& g, int x, int y, const Line& line, int width, bool unicode) {
-    if (width <= 0) return;
-    const int end = x + width;
-    g.put(x, y, line, end);
-    if (line_width(line) > width) g.put(end - 1, y, unicode ? "…" : "~", Role::dim, end);
-}
-
 int desired_lines(const PanelBody& b) {
     return 1 + (b.columns.empty() ? 0 : 1) + static_cast<int>(b.rows.size());
 }
@@ -974,47 +812,6 @@ int draw_verdict(Grid& g, int y, const Snapshot& s, const UiState& ui, int lines
     return 2;
 }
 
-// Four lines per stage: name, count now and max, a detail, the sparkline of the last minute.
-// `one_line` (short terminals) or a narrow terminal: names and counts on a single line.
-void draw_stages(Grid& g, int y, const Snapshot& s, const UiState& ui, const History& h, bool one_line) {
-    const bool u = ui.unicode;
-    const auto v = stage_views(s, h, u);
-    const std::string arrow = u ? " → " : " > ";
-    const int w = g.width();
-    const int col = (w - 3 * (kStageCount - 1)) / kStageCount;
-    if (one_line || col < 8) {
-        Line l;
-        const bool wide = w >= 90;
-        static const char* const tiny[] = {"acc", "conn", "fly", "gate", "carr"};
-        static const char* const names[] = {"accept", "connector", "in flight", "gates/dn", "carriers"};
-        for (int i = 0; i < kStageCount; ++i) {
-            if (i) l.push_back({arrow, Role::dim});
-            l.push_back({std::string(wide ? names[i] : tiny[i]) + " ", Role::dim});
-            l.push_back({v[i].observed ? fmt_count(v[i].now) : "-", v[i].severity});
-        }
-        put_line(g, 0, y, l, w, u);
-        return;
-    }
-    for (int i = 0; i < kStageCount; ++i) {
-        const int x = i * (col + 3);
-        const int cw = i == kStageCount - 1 ? w - x : col;
-        const StageView& sv = v[i];
-        const std::string name = cell_width(sv.name) <= cw ? sv.name : sv.short_name;
-        g.put(x, y, fit(name, cw, u), sv.severity == Role::dim ? Role::dim : Role::header, x + cw);
-        if (i < kStageCount - 1) g.put(x + col, y, arrow, Role::dim);
-        if (sv.observed) {
-            const Line nums = {{fmt_count(sv.now), sv.severity}, {" max " + fmt_count(sv.max), Role::dim}};
-            put_line(g, x, y + 1, nums, cw, u);
-        } else {
-            g.put(x, y + 1, "-", Role::dim, x + cw);
-        }
-        const std::string& detail =
-            cell_width(sv.detail) <= cw || sv.short_detail.empty() ? sv.detail : sv.short_detail;
-        g.put(x, y + 2, fit(detail, cw, u), Role::dim, x + cw);
-        const std::vector<double> samples(h.samples[i].begin(), h.samples[i].end());
-        if (sv.observed) g.put(x, y + 3, sparkline(samples, cw, 1, u), sv.severity, x + cw);
-    }
-}
 
 void draw_footer(Grid& g, int y, const Snapshot* s, const UiState& ui) {
     const int w = g.width();
@@ -1132,10 +929,10 @@ Grid render(const Snapshot* snap, int width, int height, const UiState& ui, cons
     const bool footer = height >= 4;
     const int bottom = footer ? height - 1 : height;
     if (height >= 14) {
-        draw_stages(g, y, s, ui, history, false);
+        draw_stages(g, y, s, history, false, ui.unicode);
         y += 4;
     } else if (height >= 3) {
-        draw_stages(g, y, s, ui, history, true);  // short terminals: one line, no detail
+        draw_stages(g, y, s, history, true, ui.unicode);  // short terminals: one line, no detail
         ++y;
     }
 

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "tui/format.h"
+#include "tui/table.h"
 
 namespace qscope::tui {
 
@@ -210,83 +211,12 @@ Action handle_key(UiState& ui, int key, const Snapshot* shown) {
 
 namespace {
 
-struct Cell {
-    std::string text;
-    Role role = Role::normal;
-};
-using Row = std::vector<Cell>;
-
-struct Col {
-    std::string label, short_label;
-    int width = 0;       // minimum (and, but for the first and a fill column, exact) width
-    bool right = true;
-    int priority = 0;    // lower shows first when space is short
-    bool fill = false;   // takes whatever width is left (last column only)
-};
-
 struct PanelBody {
     Line title;                    // the summary after the panel's name
     Line columns;                  // column labels; empty for non-tables
     std::vector<Line> rows;
     std::vector<int> item_of_row;  // selectable item shown on that row, -1 for none
 };
-
-// Lays out a table into lines: drops low-priority columns until the rest fit, gives the
-// first column the natural width of its content (capped), and a `fill` column the rest.
-void layout_table(const std::vector<Col>& cols, const std::vector<Row>& rows, int width, bool unicode,
-                  PanelBody& out, const std::vector<int>& items) {
-    const int n = static_cast<int>(cols.size());
-    std::vector<int> w(n);
-    for (int i = 0; i < n; ++i) w[i] = cols[i].width;
-    int natural = cols[0].width;
-    for (const auto& r : rows) natural = std::max(natural, cell_width(r[0].text));
-    natural = std::max(natural, cell_width(cols[0].label));
-    std::vector<int> order(n);
-    for (int i = 0; i < n; ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cols[a].priority < cols[b].priority; });
-    std::vector<bool> shown(n, false);
-    int used = 0;
-    for (int i : order) {
-        const int need = w[i] + (used ? 1 : 0);
-        if (used + need > width) continue;
-        shown[i] = true;
-        used += need;
-    }
-    if (!shown[0]) {  // too narrow for anything but the name
-        shown.assign(n, false);
-        shown[0] = true;
-        used = w[0] = std::max(width, 0);
-    }
-    // Give the first column its natural width (up to 40 cells) from what is left.
-    const int grow0 = std::clamp(std::min(natural, 40) - w[0], 0, std::max(width - used, 0));
-    w[0] += grow0;
-    used += grow0;
-    for (int i = n - 1; i > 0; --i)
-        if (shown[i] && cols[i].fill) {
-            w[i] += std::max(width - used, 0);
-            break;
-        }
-    bool short_labels = false;
-    for (int i = 0; i < n; ++i)
-        if (shown[i] && cell_width(cols[i].label) > w[i]) short_labels = true;
-    auto emit = [&](auto cell_of) {
-        Line line;
-        bool first = true;
-        for (int i = 0; i < n; ++i) {
-            if (!shown[i]) continue;
-            if (!first) line.push_back({" ", Role::normal});
-            first = false;
-            Cell c = cell_of(i);
-            line.push_back({pad(c.text, w[i], cols[i].right && !cols[i].fill && i > 0, unicode), c.role});
-        }
-        return line;
-    };
-    out.columns = emit([&](int i) { return Cell{short_labels ? cols[i].short_label : cols[i].label, Role::dim}; });
-    for (size_t r = 0; r < rows.size(); ++r) {
-        out.rows.push_back(emit([&](int i) { return rows[r][i]; }));
-        out.item_of_row.push_back(r < items.size() ? items[r] : -1);
-    }
-}
 
 void add_text_row(PanelBody& b, Line l, int item = -1) {
     b.rows.push_back(std::move(l));
@@ -295,10 +225,10 @@ void add_text_row(PanelBody& b, Line l, int item = -1) {
 
 Role count_role(uint64_t n, Role when_nonzero) { return n ? when_nonzero : Role::normal; }
 
-std::vector<int> iota_items(size_t n) {
-    std::vector<int> items(n);
-    for (size_t i = 0; i < n; ++i) items[i] = static_cast<int>(i);
-    return items;
+// A table as the panel's column labels and rows, row i showing item i.
+void add_table(PanelBody& b, const Table& t) {
+    b.columns = t.columns;
+    for (size_t i = 0; i < t.rows.size(); ++i) add_text_row(b, t.rows[i], static_cast<int>(i));
 }
 
 PanelBody listeners_panel(const Snapshot& s, const UiState& ui, int width) {
@@ -337,7 +267,7 @@ PanelBody listeners_panel(const Snapshot& s, const UiState& ui, int width) {
                         {fmt_secs(l.accept_wait.p99, ui.unicode), Role::normal},
                         {fmt_count(l.overflows), count_role(l.overflows, Role::critical)}});
     }
-    layout_table(cols, rows, width, ui.unicode, b, iota_items(rows.size()));
+    add_table(b, layout_table(cols, rows, width, ui.unicode));
     return b;
 }
 
@@ -436,7 +366,7 @@ PanelBody downstream_panel(const Snapshot& s, const UiState& ui, int width) {
                         {fmt_count(d.connect_failures), count_role(d.connect_failures, Role::critical)},
                         {fmt_count(d.resets), count_role(d.resets, Role::warn)}});
     }
-    layout_table(cols, rows, width, ui.unicode, b, iota_items(rows.size()));
+    add_table(b, layout_table(cols, rows, width, ui.unicode));
     return b;
 }
 
@@ -479,7 +409,7 @@ PanelBody threads_panel(const Snapshot& s, const UiState& ui, int width) {
                         {std::to_string(g.blocked), Role::normal},
                         {bys, Role::dim}});
     }
-    layout_table(cols, rows, width, ui.unicode, b, iota_items(rows.size()));
+    add_table(b, layout_table(cols, rows, width, ui.unicode));
     return b;
 }
 
@@ -527,8 +457,7 @@ PanelBody waits_panel(const Snapshot& s, const UiState& ui, int width) {
                             {fmt_secs(w.wait.p99, ui.unicode), Role::normal},
                             {w.resource.empty() ? std::string(contract_name(w.kind)) : w.resource, Role::normal}});
         }
-        PanelBody t;
-        layout_table(cols, rows, width, ui.unicode, t, iota_items(rows.size()));
+        const Table t = layout_table(cols, rows, width, ui.unicode);
         b.columns = t.columns;
         for (size_t i = 0; i < t.rows.size(); ++i) {
             add_text_row(b, t.rows[i], static_cast<int>(i));
@@ -628,8 +557,7 @@ PanelBody carriers_panel(const Snapshot& s, const UiState& ui, int width) {
                             {st.ongoing ? "now" : "", Role::critical},
                             {st.stack.empty() ? std::string() : st.stack.front(), Role::dim}});
         }
-        PanelBody t;
-        layout_table(cols, rows, width, ui.unicode, t, iota_items(rows.size()));
+        const Table t = layout_table(cols, rows, width, ui.unicode);
         add_text_row(b, t.columns);
         for (size_t i = 0; i < t.rows.size(); ++i) {
             add_text_row(b, t.rows[i], static_cast<int>(i));

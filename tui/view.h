@@ -9,19 +9,11 @@
 
 #include "model/snapshot.h"
 #include "tui/screen.h"
+#include "tui/sorting.h"
 #include "tui/stages.h"
 #include "tui/ui_state.h"
 
 namespace qscope::tui {
-
-// Sort orders a panel can cycle through with `s` (first = default); empty: not sortable.
-const std::vector<std::string>& sort_keys(Panel p);
-// Item indices of the panel's list (listeners, peers, groups, waits, carrier stalls) in
-// display order for the sort key.
-std::vector<size_t> sorted_order(const Snapshot& s, Panel p, int sort);
-int panel_items(const Snapshot& s, Panel p);
-std::string wait_key(const Wait& w);
-bool is_jvm(const Snapshot& s);
 
 // Keys the view understands beyond plain characters (the backend maps curses codes).
 enum Key : int {

@@ -4,48 +4,19 @@
 #include "tui/sorting.h"
 
 namespace qscope::tui {
-
-PanelBody listeners_panel(const Snapshot& s, const UiState& ui, int width) {
-    PanelBody b;
-    if (s.listeners.empty()) {
-        b.title = {{"none found (is the target listening on TCP?)", Role::dim}};
-        add_text_row(b, {{"no listeners", Role::dim}});
-        return b;
-    }
-    uint64_t q = 0, backlog = 0, ovf = 0;
-    for (const auto& l : s.listeners) {
-        q += l.accept_queue;
-        backlog += l.backlog;
-        ovf += l.overflows;
-    }
-    b.title = {{std::to_string(s.listeners.size()) + (s.listeners.size() == 1 ? " port" : " ports"), Role::normal},
-               {dot(ui.unicode) + "queue ", Role::normal},
-               {fmt_count(q), count_role(q, Role::warn)},
-               {"/" + fmt_count(backlog), Role::normal}};
-    if (ovf) b.title.push_back({dot(ui.unicode) + "overflows " + fmt_count(ovf), Role::critical});
-    const std::vector<Col> cols = {
-        {"listener", "listener", 8, false, 0},  {"queue", "q", 6, true, 0},      {"max", "max", 6, true, 1},
-        {"backlog", "blog", 7, true, 1},        {"accepted", "acc", 8, true, 3}, {"wait p50", "p50", 8, true, 4},
-        {"wait p99", "p99", 8, true, 2},        {"overflows", "ovf", 9, true, 0},
-    };
-    std::vector<Row> rows;
-    for (size_t k : sorted_order(s, Panel::listeners, ui.sort[static_cast<int>(Panel::listeners)])) {
-        const auto& l = s.listeners[k];
-        const bool full = l.backlog && l.accept_queue >= l.backlog;
-        rows.push_back({{(l.addr.empty() ? std::string("*") : l.addr) + ":" + std::to_string(l.port), Role::normal},
-                        {fmt_count(l.accept_queue), full ? Role::critical : count_role(l.accept_queue, Role::warn)},
-                        {fmt_count(l.accept_queue_max), Role::normal},
-                        {fmt_count(l.backlog), Role::normal},
-                        {fmt_count(l.accepted), Role::normal},
-                        {fmt_secs(l.accept_wait.p50, ui.unicode), Role::normal},
-                        {fmt_secs(l.accept_wait.p99, ui.unicode), Role::normal},
-                        {fmt_count(l.overflows), count_role(l.overflows, Role::critical)}});
-    }
-    add_table(b, layout_table(cols, rows, width, ui.unicode));
-    return b;
-}
-
 namespace {
+
+Row listener_row(const Listener& l, bool u) {
+    const bool full = l.backlog && l.accept_queue >= l.backlog;
+    return {{(l.addr.empty() ? std::string("*") : l.addr) + ":" + std::to_string(l.port), Role::normal},
+            {fmt_count(l.accept_queue), full ? Role::critical : count_role(l.accept_queue, Role::warn)},
+            {fmt_count(l.accept_queue_max), Role::normal},
+            {fmt_count(l.backlog), Role::normal},
+            {fmt_count(l.accepted), Role::normal},
+            {fmt_secs(l.accept_wait.p50, u), Role::normal},
+            {fmt_secs(l.accept_wait.p99, u), Role::normal},
+            {fmt_count(l.overflows), count_role(l.overflows, Role::critical)}};
+}
 
 Line rate_line(const Requests& r, const std::string& d) {
     return {{"rate ", Role::dim},
@@ -98,7 +69,53 @@ Line port_line(const PortRequests& p) {
             {fmt_count(p.completed_total), Role::normal}};
 }
 
+Row peer_row(const DownstreamPeer& d, bool u) {
+    const Role oldest = d.oldest_busy_seconds >= 10 ? Role::critical
+                        : d.oldest_busy_seconds >= 1 ? Role::warn
+                                                     : Role::normal;
+    return {{d.peer, Role::normal},
+            {fmt_count(d.connections), Role::normal},
+            {fmt_count(d.busy), pool_saturated(d) ? Role::critical : count_role(d.busy, Role::warn)},
+            {fmt_count(d.busy_max), Role::normal},
+            {fmt_count(d.calls), Role::normal},
+            {fmt_secs(d.call.p50, u), Role::normal},
+            {fmt_secs(d.call.p99, u), Role::normal},
+            {fmt_secs(d.oldest_busy_seconds, u), oldest},
+            {fmt_count(d.connect_failures), count_role(d.connect_failures, Role::critical)},
+            {fmt_count(d.resets), count_role(d.resets, Role::warn)}};
+}
+
 }  // namespace
+
+PanelBody listeners_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    if (s.listeners.empty()) {
+        b.title = {{"none found (is the target listening on TCP?)", Role::dim}};
+        add_text_row(b, {{"no listeners", Role::dim}});
+        return b;
+    }
+    uint64_t q = 0, backlog = 0, ovf = 0;
+    for (const auto& l : s.listeners) {
+        q += l.accept_queue;
+        backlog += l.backlog;
+        ovf += l.overflows;
+    }
+    b.title = {{std::to_string(s.listeners.size()) + (s.listeners.size() == 1 ? " port" : " ports"), Role::normal},
+               {dot(ui.unicode) + "queue ", Role::normal},
+               {fmt_count(q), count_role(q, Role::warn)},
+               {"/" + fmt_count(backlog), Role::normal}};
+    if (ovf) b.title.push_back({dot(ui.unicode) + "overflows " + fmt_count(ovf), Role::critical});
+    const std::vector<Col> cols = {
+        {"listener", "listener", 8, false, 0},  {"queue", "q", 6, true, 0},      {"max", "max", 6, true, 1},
+        {"backlog", "blog", 7, true, 1},        {"accepted", "acc", 8, true, 3}, {"wait p50", "p50", 8, true, 4},
+        {"wait p99", "p99", 8, true, 2},        {"overflows", "ovf", 9, true, 0},
+    };
+    std::vector<Row> rows;
+    for (size_t k : sorted_order(s, Panel::listeners, ui.sort[static_cast<int>(Panel::listeners)]))
+        rows.push_back(listener_row(s.listeners[k], ui.unicode));
+    add_table(b, layout_table(cols, rows, width, ui.unicode));
+    return b;
+}
 
 PanelBody requests_panel(const Snapshot& s, const UiState& ui, int) {
     PanelBody b;
@@ -142,22 +159,7 @@ PanelBody downstream_panel(const Snapshot& s, const UiState& ui, int width) {
         {"resets", "rst", 6, true, 3},
     };
     std::vector<Row> rows;
-    for (size_t k : sorted_order(s, Panel::downstream, sk)) {
-        const auto& d = s.downstream[k];
-        rows.push_back({{d.peer, Role::normal},
-                        {fmt_count(d.connections), Role::normal},
-                        {fmt_count(d.busy), pool_saturated(d) ? Role::critical : count_role(d.busy, Role::warn)},
-                        {fmt_count(d.busy_max), Role::normal},
-                        {fmt_count(d.calls), Role::normal},
-                        {fmt_secs(d.call.p50, ui.unicode), Role::normal},
-                        {fmt_secs(d.call.p99, ui.unicode), Role::normal},
-                        {fmt_secs(d.oldest_busy_seconds, ui.unicode),
-                         d.oldest_busy_seconds >= 10 ? Role::critical
-                         : d.oldest_busy_seconds >= 1 ? Role::warn
-                                                      : Role::normal},
-                        {fmt_count(d.connect_failures), count_role(d.connect_failures, Role::critical)},
-                        {fmt_count(d.resets), count_role(d.resets, Role::warn)}});
-    }
+    for (size_t k : sorted_order(s, Panel::downstream, sk)) rows.push_back(peer_row(s.downstream[k], ui.unicode));
     add_table(b, layout_table(cols, rows, width, ui.unicode));
     return b;
 }

@@ -18,48 +18,6 @@ std::string blocked_by_text(const ThreadGroup& g) {
     return text;
 }
 
-}  // namespace
-
-PanelBody threads_panel(const Snapshot& s, const UiState& ui, int width) {
-    PanelBody b;
-    if (s.thread_groups.empty()) {
-        b.title = {{"no thread data", Role::dim}};
-        add_text_row(b, {{"no thread groups (scheduler probes not running?)", Role::dim}});
-        return b;
-    }
-    int threads = 0, running = 0, runnable = 0, blocked = 0;
-    for (const auto& g : s.thread_groups) {
-        threads += g.threads;
-        running += g.running;
-        runnable += g.runnable;
-        blocked += g.blocked;
-    }
-    const std::string d = dot(ui.unicode);
-    b.title = {{std::to_string(s.thread_groups.size()) + " groups" + d + std::to_string(threads) + " threads" + d,
-                Role::normal},
-               {std::to_string(running) + " run ", Role::normal},
-               {std::to_string(runnable) + " runq ", runnable >= 2 ? Role::warn : Role::normal},
-               {std::to_string(blocked) + " blocked", Role::normal}};
-    const std::vector<Col> cols = {
-        {"group", "group", 10, false, 0}, {"threads", "thr", 7, true, 0}, {"run", "run", 4, true, 1},
-        {"runq", "runq", 4, true, 1},     {"blocked", "blk", 7, true, 0}, {"blocked by", "by", 10, false, 2, true},
-    };
-    std::vector<Row> rows;
-    for (size_t k : sorted_order(s, Panel::threads, ui.sort[static_cast<int>(Panel::threads)])) {
-        const auto& g = s.thread_groups[k];
-        rows.push_back({{g.name, Role::normal},
-                        {std::to_string(g.threads), Role::normal},
-                        {std::to_string(g.running), Role::normal},
-                        {std::to_string(g.runnable), g.runnable >= 2 ? Role::warn : Role::normal},
-                        {std::to_string(g.blocked), Role::normal},
-                        {blocked_by_text(g), Role::dim}});
-    }
-    add_table(b, layout_table(cols, rows, width, ui.unicode));
-    return b;
-}
-
-namespace {
-
 // One row per wait, in the chosen order, the open wait's stack under its row.
 void add_wait_table(PanelBody& b, const Snapshot& s, const UiState& ui, int width) {
     const std::vector<Col> cols = {
@@ -100,29 +58,6 @@ void add_parked_threads(PanelBody& b, const Snapshot& s, bool unicode) {
         add_text_row(b, {{"  " + fmt_count(p.count) + " ", Role::warn}, {frames, Role::normal}});
     }
 }
-
-}  // namespace
-
-PanelBody waits_panel(const Snapshot& s, const UiState& ui, int width) {
-    PanelBody b;
-    if (s.waits.empty()) {
-        b.title = {{"nothing blocked long enough to record", Role::dim}};
-        add_text_row(b, {{"no waits", Role::dim}});
-    } else {
-        int now = 0;
-        for (const auto& w : s.waits) now += std::max(w.threads_now, w.waiters_now);
-        const auto& keys = sort_keys(Panel::waits);
-        const int sk = ui.sort[static_cast<int>(Panel::waits)];
-        b.title = {{std::to_string(s.waits.size()) + " waits" + dot(ui.unicode) + std::to_string(now) + " threads now",
-                    Role::normal},
-                   {dot(ui.unicode) + "by " + keys[sk % keys.size()] + dot(ui.unicode) + "Enter: stack", Role::dim}};
-        add_wait_table(b, s, ui, width);
-    }
-    if (!s.parked_virtual_threads.empty()) add_parked_threads(b, s, ui.unicode);
-    return b;
-}
-
-namespace {
 
 Role carrier_role(CarrierState state) {
     switch (state) {
@@ -195,6 +130,63 @@ void add_stall_table(PanelBody& b, const Snapshot& s, const UiState& ui, int wid
 }
 
 }  // namespace
+
+PanelBody threads_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    if (s.thread_groups.empty()) {
+        b.title = {{"no thread data", Role::dim}};
+        add_text_row(b, {{"no thread groups (scheduler probes not running?)", Role::dim}});
+        return b;
+    }
+    int threads = 0, running = 0, runnable = 0, blocked = 0;
+    for (const auto& g : s.thread_groups) {
+        threads += g.threads;
+        running += g.running;
+        runnable += g.runnable;
+        blocked += g.blocked;
+    }
+    const std::string d = dot(ui.unicode);
+    b.title = {{std::to_string(s.thread_groups.size()) + " groups" + d + std::to_string(threads) + " threads" + d,
+                Role::normal},
+               {std::to_string(running) + " run ", Role::normal},
+               {std::to_string(runnable) + " runq ", runnable >= 2 ? Role::warn : Role::normal},
+               {std::to_string(blocked) + " blocked", Role::normal}};
+    const std::vector<Col> cols = {
+        {"group", "group", 10, false, 0}, {"threads", "thr", 7, true, 0}, {"run", "run", 4, true, 1},
+        {"runq", "runq", 4, true, 1},     {"blocked", "blk", 7, true, 0}, {"blocked by", "by", 10, false, 2, true},
+    };
+    std::vector<Row> rows;
+    for (size_t k : sorted_order(s, Panel::threads, ui.sort[static_cast<int>(Panel::threads)])) {
+        const auto& g = s.thread_groups[k];
+        rows.push_back({{g.name, Role::normal},
+                        {std::to_string(g.threads), Role::normal},
+                        {std::to_string(g.running), Role::normal},
+                        {std::to_string(g.runnable), g.runnable >= 2 ? Role::warn : Role::normal},
+                        {std::to_string(g.blocked), Role::normal},
+                        {blocked_by_text(g), Role::dim}});
+    }
+    add_table(b, layout_table(cols, rows, width, ui.unicode));
+    return b;
+}
+
+PanelBody waits_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    if (s.waits.empty()) {
+        b.title = {{"nothing blocked long enough to record", Role::dim}};
+        add_text_row(b, {{"no waits", Role::dim}});
+    } else {
+        int now = 0;
+        for (const auto& w : s.waits) now += std::max(w.threads_now, w.waiters_now);
+        const auto& keys = sort_keys(Panel::waits);
+        const int sk = ui.sort[static_cast<int>(Panel::waits)];
+        b.title = {{std::to_string(s.waits.size()) + " waits" + dot(ui.unicode) + std::to_string(now) + " threads now",
+                    Role::normal},
+                   {dot(ui.unicode) + "by " + keys[sk % keys.size()] + dot(ui.unicode) + "Enter: stack", Role::dim}};
+        add_wait_table(b, s, ui, width);
+    }
+    if (!s.parked_virtual_threads.empty()) add_parked_threads(b, s, ui.unicode);
+    return b;
+}
 
 PanelBody carriers_panel(const Snapshot& s, const UiState& ui, int width) {
     PanelBody b;

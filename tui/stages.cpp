@@ -176,42 +176,56 @@ std::array<StageView, kStageCount> stage_views(const Snapshot& s, const History&
     return v;
 }
 
+namespace {
+
+std::string arrow(bool u) { return u ? " → " : " > "; }
+
+// Names and counts on a single line: short terminals, or too narrow for columns.
+void draw_stage_line(Grid& g, int y, const std::array<StageView, kStageCount>& v, bool u) {
+    static const char* const tiny[] = {"acc", "conn", "fly", "gate", "carr"};
+    static const char* const names[] = {"accept", "connector", "in flight", "gates/dn", "carriers"};
+    const bool wide = g.width() >= 90;
+    Line l;
+    for (int i = 0; i < kStageCount; ++i) {
+        if (i) l.push_back({arrow(u), Role::dim});
+        l.push_back({std::string(wide ? names[i] : tiny[i]) + " ", Role::dim});
+        l.push_back({v[i].observed ? fmt_count(v[i].now) : "-", v[i].severity});
+    }
+    put_line(g, 0, y, l, g.width(), u);
+}
+
+// One stage in four lines, `cw` cells wide from x: name, count now and max, detail, sparkline.
+void draw_stage_column(Grid& g, int x, int y, int cw, const StageView& sv, const std::deque<double>& history,
+                       bool u) {
+    const std::string name = cell_width(sv.name) <= cw ? sv.name : sv.short_name;
+    g.put(x, y, fit(name, cw, u), sv.severity == Role::dim ? Role::dim : Role::header, x + cw);
+    if (sv.observed) {
+        const Line nums = {{fmt_count(sv.now), sv.severity}, {" max " + fmt_count(sv.max), Role::dim}};
+        put_line(g, x, y + 1, nums, cw, u);
+    } else {
+        g.put(x, y + 1, "-", Role::dim, x + cw);
+    }
+    const std::string& detail = cell_width(sv.detail) <= cw || sv.short_detail.empty() ? sv.detail : sv.short_detail;
+    g.put(x, y + 2, fit(detail, cw, u), Role::dim, x + cw);
+    const std::vector<double> samples(history.begin(), history.end());
+    if (sv.observed) g.put(x, y + 3, sparkline(samples, cw, 1, u), sv.severity, x + cw);
+}
+
+}  // namespace
+
 void draw_stages(Grid& g, int y, const Snapshot& s, const History& h, bool one_line, bool u) {
     const auto v = stage_views(s, h, u);
-    const std::string arrow = u ? " → " : " > ";
     const int w = g.width();
     const int col = (w - 3 * (kStageCount - 1)) / kStageCount;
     if (one_line || col < 8) {
-        Line l;
-        const bool wide = w >= 90;
-        static const char* const tiny[] = {"acc", "conn", "fly", "gate", "carr"};
-        static const char* const names[] = {"accept", "connector", "in flight", "gates/dn", "carriers"};
-        for (int i = 0; i < kStageCount; ++i) {
-            if (i) l.push_back({arrow, Role::dim});
-            l.push_back({std::string(wide ? names[i] : tiny[i]) + " ", Role::dim});
-            l.push_back({v[i].observed ? fmt_count(v[i].now) : "-", v[i].severity});
-        }
-        put_line(g, 0, y, l, w, u);
+        draw_stage_line(g, y, v, u);
         return;
     }
     for (int i = 0; i < kStageCount; ++i) {
         const int x = i * (col + 3);
         const int cw = i == kStageCount - 1 ? w - x : col;
-        const StageView& sv = v[i];
-        const std::string name = cell_width(sv.name) <= cw ? sv.name : sv.short_name;
-        g.put(x, y, fit(name, cw, u), sv.severity == Role::dim ? Role::dim : Role::header, x + cw);
-        if (i < kStageCount - 1) g.put(x + col, y, arrow, Role::dim);
-        if (sv.observed) {
-            const Line nums = {{fmt_count(sv.now), sv.severity}, {" max " + fmt_count(sv.max), Role::dim}};
-            put_line(g, x, y + 1, nums, cw, u);
-        } else {
-            g.put(x, y + 1, "-", Role::dim, x + cw);
-        }
-        const std::string& detail =
-            cell_width(sv.detail) <= cw || sv.short_detail.empty() ? sv.detail : sv.short_detail;
-        g.put(x, y + 2, fit(detail, cw, u), Role::dim, x + cw);
-        const std::vector<double> samples(h.samples[i].begin(), h.samples[i].end());
-        if (sv.observed) g.put(x, y + 3, sparkline(samples, cw, 1, u), sv.severity, x + cw);
+        draw_stage_column(g, x, y, cw, v[i], h.samples[i], u);
+        if (i < kStageCount - 1) g.put(x + col, y, arrow(u), Role::dim);
     }
 }
 

@@ -79,6 +79,7 @@ Action toggle_stack(UiState& ui, const Snapshot* shown) {
 
 }  // namespace
 
+// A flat table from key to command; commands longer than a line are the functions above.
 Action handle_key(UiState& ui, int key, const Snapshot* shown) {
     if (key == 'q') return Action::quit;
     if (ui.help) {  // any other key just closes the overlay

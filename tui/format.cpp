@@ -85,6 +85,8 @@ int spark_level(double v, double scale_max) {
     return std::clamp(lvl, 1, 8);
 }
 
+std::string dot(bool unicode) { return unicode ? " · " : " - "; }
+
 std::string sparkline(const std::vector<double>& samples, int width, double scale_max, bool unicode) {
     if (width <= 0) return {};
     static const char* const bars[] = {" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};

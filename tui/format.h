@@ -15,6 +15,8 @@ std::string fmt_secs(double s, bool unicode = true);
 std::string fmt_elapsed(double s);
 // Per second: 0/s, 0.5/s, 12/s, 1234/s, 12.3k/s.
 std::string fmt_rate(double per_second);
+// The separator between facts on one line: " · " (" - " in ASCII).
+std::string dot(bool unicode);
 
 // The samples (oldest first) as `width` glyphs, newest at the right edge. More samples than
 // cells: each cell shows the max of its bucket (peaks are what an operator looks for).

@@ -192,4 +192,11 @@ std::string Grid::to_text(bool roles) const {
     return out;
 }
 
+void put_line(Grid& g, int x, int y, const Line& line, int width, bool unicode) {
+    if (width <= 0) return;
+    const int end = x + width;
+    g.put(x, y, line, end);
+    if (line_width(line) > width) g.put(end - 1, y, unicode ? "…" : "~", Role::dim, end);
+}
+
 }  // namespace qscope::tui

@@ -60,4 +60,8 @@ private:
     std::vector<Role> roles_;
 };
 
+// Draws a line clipped to [x, x+width): a cut line ends in an ellipsis, so truncation is
+// visible rather than silent.
+void put_line(Grid& g, int x, int y, const Line& line, int width, bool unicode);
+
 }  // namespace qscope::tui

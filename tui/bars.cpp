@@ -1,0 +1,111 @@
+#include "tui/bars.h"
+
+#include <cmath>
+#include <ctime>
+
+#include "tui/format.h"
+#include "tui/sorting.h"
+#include "tui/stages.h"
+
+namespace qscope::tui {
+namespace {
+
+std::string clock_text(int64_t unix_ms) {
+    if (unix_ms <= 0) return {};
+    const time_t t = static_cast<time_t>(unix_ms / 1000);
+    struct tm tm {};
+    localtime_r(&t, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+    return buf;
+}
+
+// The most used keys, for a footer with nothing more urgent to say.
+Line key_hints(const Snapshot* s, bool u) {
+    Line l = {{"q", Role::header},     {" quit  ", Role::dim},  {"p", Role::header},
+              {" pause  ", Role::dim}, {"Tab", Role::header},   {" panel  ", Role::dim},
+              {u ? "↑↓" : "Up/Dn", Role::header}, {" row  ", Role::dim}, {"Enter", Role::header},
+              {" stack  ", Role::dim}, {"s", Role::header},     {" sort  ", Role::dim},
+              {"r", Role::header},     {" reset  ", Role::dim}};
+    if (s && is_jvm(*s)) l.insert(l.end(), {{"j", Role::header}, {" thread dump  ", Role::dim}});
+    return l;
+}
+
+}  // namespace
+
+void draw_header(Grid& g, const Snapshot& s, const UiState& ui) {
+    const int w = g.width();
+    const std::string d = dot(ui.unicode);
+    Line left = {{"qscope ", Role::header},
+                 {"pid " + std::to_string(s.target.pid) + " ", Role::normal},
+                 {s.target.comm, Role::header},
+                 {d + std::to_string(s.target.threads) + " threads" + d + "attached " + fmt_elapsed(s.attached_seconds),
+                  Role::normal}};
+    if (std::abs(s.window_seconds - s.attached_seconds) > 0.5)
+        left.push_back({d + "window " + fmt_elapsed(s.window_seconds), Role::normal});
+    if (s.lost_events) left.push_back({d + "lost " + fmt_count(s.lost_events), Role::warn});
+    Line right;
+    if (s.target.exited) right.push_back({" EXITED ", Role::critical});
+    if (ui.paused) right.push_back({" PAUSED ", Role::selected});
+    const std::string clock = clock_text(s.taken_at_unix_ms);
+    right.push_back({" tick " + std::to_string(s.tick) + (clock.empty() ? "" : d + clock), Role::dim});
+    const int rw = line_width(right);
+    // The badges matter more than the tail of the left side.
+    if (rw + 10 <= w) {
+        put_line(g, 0, 0, left, w - rw - 1, ui.unicode);
+        g.put(w - rw, 0, right);
+    } else {
+        Line all = right;
+        all.insert(all.end(), left.begin(), left.end());
+        put_line(g, 0, 0, all, w, ui.unicode);
+    }
+}
+
+int draw_verdict(Grid& g, int y, const Snapshot& s, const UiState& ui, int lines) {
+    const Role r = severity_role(s.verdict.severity);
+    const std::string badge = r == Role::critical ? " CRITICAL " : r == Role::warn ? " WARN " : " OK ";
+    const std::string summary = s.verdict.summary.empty() ? "no verdict yet" : s.verdict.summary;
+    const Role text = r == Role::ok ? Role::normal : r;
+    const int indent = cell_width(badge) + 1;
+    const int room = g.width() - indent;
+    const std::u32string cells = to_cells(summary);
+    if (lines < 2 || room < 20 || static_cast<int>(cells.size()) <= room) {
+        put_line(g, 0, y, {{badge, r}, {" ", Role::normal}, {summary, text}}, g.width(), ui.unicode);
+        return 1;
+    }
+    size_t cut = cells.rfind(U' ', static_cast<size_t>(room));
+    if (cut == std::u32string::npos || cut < static_cast<size_t>(room) / 2) cut = room;
+    size_t rest_from = cut;
+    while (rest_from < cells.size() && cells[rest_from] == U' ') ++rest_from;
+    put_line(g, 0, y, {{badge, r}, {" ", Role::normal}, {to_utf8(cells.substr(0, cut)), text}}, g.width(), ui.unicode);
+    put_line(g, indent, y + 1, {{to_utf8(cells.substr(rest_from)), text}}, room, ui.unicode);
+    return 2;
+}
+
+// The footer says the most urgent thing it has: a flash, the target's exit, a partial
+// snapshot, a warning; otherwise the key hints.
+void draw_footer(Grid& g, int y, const Snapshot* s, const UiState& ui) {
+    const int w = g.width();
+    const std::string help = " ? help ";
+    Line l;
+    if (!ui.flash.empty()) {
+        l = {{ui.flash, Role::warn}};
+    } else if (s && s->target.exited) {
+        l = {{s->target.exit_note.empty() ? "target exited" : s->target.exit_note, Role::critical}};
+    } else if (s && !s->partial.empty()) {
+        l = {{"partial: " + s->partial.front(), Role::warn}};
+    } else if (s && !s->warnings.empty()) {
+        l = {{s->warnings.front(), Role::warn}};
+    } else {
+        l = key_hints(s, ui.unicode);
+    }
+    const int hw = cell_width(help);
+    if (w > hw + 10) {
+        put_line(g, 0, y, l, w - hw, ui.unicode);
+        g.put(w - hw, y, help, Role::header);
+    } else {
+        put_line(g, 0, y, l, w, ui.unicode);
+    }
+}
+
+}  // namespace qscope::tui

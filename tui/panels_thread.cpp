@@ -1,0 +1,218 @@
+// The panels fed by the scheduler probes: thread groups, waits, carriers.
+#include <algorithm>
+#include <utility>
+
+#include "tui/format.h"
+#include "tui/panels.h"
+#include "tui/sorting.h"
+
+namespace qscope::tui {
+namespace {
+
+// Most threads first: "futex 190, read 3".
+std::string blocked_by_text(const ThreadGroup& g) {
+    std::vector<std::pair<std::string, int>> by(g.blocked_by.begin(), g.blocked_by.end());
+    std::stable_sort(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string text;
+    for (const auto& [sc, n] : by) text += (text.empty() ? "" : ", ") + sc + " " + std::to_string(n);
+    return text;
+}
+
+// One row per wait, in the chosen order, the open wait's stack under its row.
+void add_wait_table(PanelBody& b, const Snapshot& s, const UiState& ui, int width) {
+    const std::vector<Col> cols = {
+        {"group", "group", 8, false, 0}, {"syscall", "syscall", 12, false, 0}, {"now", "now", 4, true, 0},
+        {"blocked", "blk", 7, true, 1},  {"count", "cnt", 6, true, 2},          {"p99", "p99", 7, true, 3},
+        {"resource", "resource", 8, false, 1, true},
+    };
+    std::vector<Row> rows;
+    const std::vector<size_t> order = sorted_order(s, Panel::waits, ui.sort[static_cast<int>(Panel::waits)]);
+    for (size_t k : order) {
+        const auto& w = s.waits[k];
+        const int n = std::max(w.threads_now, w.waiters_now);
+        rows.push_back({{w.group, Role::normal},
+                        {w.syscall, Role::normal},
+                        {std::to_string(n), n >= 10 ? Role::warn : Role::normal},
+                        {fmt_secs(w.blocked_seconds, ui.unicode), Role::normal},
+                        {fmt_count(w.count), Role::normal},
+                        {fmt_secs(w.wait.p99, ui.unicode), Role::normal},
+                        {w.resource.empty() ? std::string(contract_name(w.kind)) : w.resource, Role::normal}});
+    }
+    const Table t = layout_table(cols, rows, width, ui.unicode);
+    b.columns = t.columns;
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+        add_text_row(b, t.rows[i], static_cast<int>(i));
+        const auto& w = s.waits[order[i]];
+        if (!ui.expanded_wait.empty() && wait_key(w) == ui.expanded_wait)
+            add_stack(b, w.stack, w.kernel_stack, static_cast<int>(i));
+    }
+}
+
+// The last JVM thread dump: how many virtual threads park at each of the top frames.
+void add_parked_threads(PanelBody& b, const Snapshot& s, bool unicode) {
+    add_text_row(b, {{"parked virtual threads (thread dump):", Role::header}});
+    for (const auto& p : s.parked_virtual_threads) {
+        std::string frames;
+        for (size_t i = 0; i < p.frames.size() && i < 3; ++i)
+            frames += (i ? (unicode ? " ← " : " <- ") : "") + p.frames[i];
+        add_text_row(b, {{"  " + fmt_count(p.count) + " ", Role::warn}, {frames, Role::normal}});
+    }
+}
+
+Role carrier_role(CarrierState state) {
+    switch (state) {
+        case CarrierState::running: return Role::ok;
+        case CarrierState::idle: return Role::dim;
+        case CarrierState::stalled: return Role::critical;
+        case CarrierState::runnable:
+        case CarrierState::blocked: return Role::warn;
+    }
+    return Role::normal;
+}
+
+std::string carrier_letter(CarrierState state) {
+    switch (state) {
+        case CarrierState::running: return "R";
+        case CarrierState::idle: return "I";
+        case CarrierState::stalled: return "S";
+        case CarrierState::runnable: return "Q";
+        case CarrierState::blocked: return "B";
+    }
+    return "?";
+}
+
+// One letter per carrier; wraps onto a second line, then elides.
+void add_state_strip(PanelBody& b, const Carriers& c, int width, bool unicode) {
+    const std::string lead = "state ";
+    const int per_line = std::max(width - cell_width(lead) - 1, 1);
+    const int total = static_cast<int>(c.per_carrier.size());
+    for (int start = 0, line = 0; start < total && line < 2; start += per_line, ++line) {
+        Line l = {{line == 0 ? lead : std::string(lead.size(), ' '), Role::dim}};
+        const int end = std::min(total, start + per_line);
+        for (int i = start; i < end; ++i) {
+            if (line == 1 && i == end - 1 && end < total) {
+                l.push_back({unicode ? "…" : "+", Role::dim});
+                break;
+            }
+            l.push_back({carrier_letter(c.per_carrier[i].state), carrier_role(c.per_carrier[i].state)});
+        }
+        add_text_row(b, l);
+    }
+    add_text_row(b, {{"      R running  I idle  Q runnable  B blocked  S stalled", Role::dim}});
+}
+
+// One row per stall, in the chosen order, the open stall's stack under its row. The
+// labels are a row of their own: the panel's rows above are not part of the table.
+void add_stall_table(PanelBody& b, const Snapshot& s, const UiState& ui, int width) {
+    const auto& c = s.carriers;
+    const std::vector<Col> cols = {
+        {"tid", "tid", 7, true, 0},  {"syscall", "syscall", 14, false, 0}, {"reason", "reason", 12, false, 1},
+        {"for", "for", 7, true, 0},  {"", "", 3, false, 2},                 {"top frame", "frame", 8, false, 3, true},
+    };
+    std::vector<Row> rows;
+    const auto order = sorted_order(s, Panel::carriers, ui.sort[static_cast<int>(Panel::carriers)]);
+    for (size_t k : order) {
+        const auto& st = c.stalls[k];
+        rows.push_back({{std::to_string(st.tid), Role::normal},
+                        {st.syscall, Role::normal},
+                        {st.reason, Role::normal},
+                        {fmt_secs(st.seconds, ui.unicode), st.seconds >= 1 ? Role::critical : Role::warn},
+                        {st.ongoing ? "now" : "", Role::critical},
+                        {st.stack.empty() ? std::string() : st.stack.front(), Role::dim}});
+    }
+    const Table t = layout_table(cols, rows, width, ui.unicode);
+    add_text_row(b, t.columns);
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+        add_text_row(b, t.rows[i], static_cast<int>(i));
+        if (ui.expanded_stall_tid && c.stalls[order[i]].tid == ui.expanded_stall_tid)
+            add_stack(b, c.stalls[order[i]].stack, {}, static_cast<int>(i));
+    }
+}
+
+}  // namespace
+
+PanelBody threads_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    if (s.thread_groups.empty()) {
+        b.title = {{"no thread data", Role::dim}};
+        add_text_row(b, {{"no thread groups (scheduler probes not running?)", Role::dim}});
+        return b;
+    }
+    int threads = 0, running = 0, runnable = 0, blocked = 0;
+    for (const auto& g : s.thread_groups) {
+        threads += g.threads;
+        running += g.running;
+        runnable += g.runnable;
+        blocked += g.blocked;
+    }
+    const std::string d = dot(ui.unicode);
+    b.title = {{std::to_string(s.thread_groups.size()) + " groups" + d + std::to_string(threads) + " threads" + d,
+                Role::normal},
+               {std::to_string(running) + " run ", Role::normal},
+               {std::to_string(runnable) + " runq ", runnable >= 2 ? Role::warn : Role::normal},
+               {std::to_string(blocked) + " blocked", Role::normal}};
+    const std::vector<Col> cols = {
+        {"group", "group", 10, false, 0}, {"threads", "thr", 7, true, 0}, {"run", "run", 4, true, 1},
+        {"runq", "runq", 4, true, 1},     {"blocked", "blk", 7, true, 0}, {"blocked by", "by", 10, false, 2, true},
+    };
+    std::vector<Row> rows;
+    for (size_t k : sorted_order(s, Panel::threads, ui.sort[static_cast<int>(Panel::threads)])) {
+        const auto& g = s.thread_groups[k];
+        rows.push_back({{g.name, Role::normal},
+                        {std::to_string(g.threads), Role::normal},
+                        {std::to_string(g.running), Role::normal},
+                        {std::to_string(g.runnable), g.runnable >= 2 ? Role::warn : Role::normal},
+                        {std::to_string(g.blocked), Role::normal},
+                        {blocked_by_text(g), Role::dim}});
+    }
+    add_table(b, layout_table(cols, rows, width, ui.unicode));
+    return b;
+}
+
+PanelBody waits_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    if (s.waits.empty()) {
+        b.title = {{"nothing blocked long enough to record", Role::dim}};
+        add_text_row(b, {{"no waits", Role::dim}});
+    } else {
+        int now = 0;
+        for (const auto& w : s.waits) now += std::max(w.threads_now, w.waiters_now);
+        const auto& keys = sort_keys(Panel::waits);
+        const int sk = ui.sort[static_cast<int>(Panel::waits)];
+        b.title = {{std::to_string(s.waits.size()) + " waits" + dot(ui.unicode) + std::to_string(now) + " threads now",
+                    Role::normal},
+                   {dot(ui.unicode) + "by " + keys[sk % keys.size()] + dot(ui.unicode) + "Enter: stack", Role::dim}};
+        add_wait_table(b, s, ui, width);
+    }
+    if (!s.parked_virtual_threads.empty()) add_parked_threads(b, s, ui.unicode);
+    return b;
+}
+
+PanelBody carriers_panel(const Snapshot& s, const UiState& ui, int width) {
+    PanelBody b;
+    const auto& c = s.carriers;
+    const std::string d = dot(ui.unicode);
+    if (!c.detected) {
+        b.title = {{"not detected", Role::dim}};
+        add_text_row(b, {{"no carrier threads" +
+                              (c.pattern.empty() ? std::string(" (no JVM virtual-thread pool; --carriers REGEX)")
+                                                 : " match " + c.pattern),
+                          Role::dim}});
+        return b;
+    }
+    b.title = {{std::to_string(c.threads) + " carriers" + d, Role::normal},
+               {std::to_string(c.stalled) + " stalled", count_role(c.stalled, Role::critical)},
+               {d + fmt_count(c.stall_events) + " stall events", Role::normal}};
+    add_text_row(b, {{std::to_string(c.threads) + " " + (c.pattern.empty() ? "carriers" : c.pattern) +
+                          (c.runtime.empty() ? "" : " (" + c.runtime + ")") + ": ",
+                      Role::dim},
+                     {std::to_string(c.running) + " running", Role::ok},
+                     {d + std::to_string(c.idle) + " idle", Role::normal},
+                     {d + std::to_string(c.runnable) + " runnable", count_role(c.runnable, Role::warn)},
+                     {d + std::to_string(c.stalled) + " stalled", count_role(c.stalled, Role::critical)}});
+    if (!c.per_carrier.empty()) add_state_strip(b, c, width, ui.unicode);
+    if (!c.stalls.empty()) add_stall_table(b, s, ui, width);
+    return b;
+}
+
+}  // namespace qscope::tui

@@ -117,7 +117,7 @@ static __always_inline __u64 qs_whist_slot_low(__u32 idx)
 struct qs_wait_key {
 	char group[QS_COMM_LEN];
 	__s32 syscall;
-	__u32 pad;
+	__u32 tgid;		/* the process: an fd is only meaningful within its process */
 	__u64 res;		/* fd, futex word & QS_FUTEX_RES_MASK, or 0 */
 };
 
@@ -131,6 +131,7 @@ struct qs_wait_val {
 /* Runqueue wait per thread group: key is the group name, value a struct qs_hist. */
 struct qs_group_key {
 	char group[QS_COMM_LEN];
+	__u32 tgid;		/* a tree's processes have roles; user space labels by both */
 };
 
 /* One record per target thread, written by the task iterator at every collector tick:
@@ -149,7 +150,7 @@ struct qs_thread_rec {
 	__u64 block_start_ns;	/* CLOCK_MONOTONIC; 0 when not blocked */
 	__u64 now_ns;
 	__u32 futex_op;		/* si of a futex wait */
-	__u32 pad;
+	__u32 tgid;
 	char comm[QS_COMM_LEN];
 	char group[QS_COMM_LEN];
 };
@@ -165,6 +166,8 @@ struct qs_stack_event {
 	__s32 syscall;
 	__u32 kstack_len;	/* valid entries in kstack */
 	__u64 res;
+	__u32 tgid;
+	__u32 pad;
 	char group[QS_COMM_LEN];
 	__u64 kstack[QS_KSTACK_DEPTH];
 	struct qs_ustack ustack;

@@ -3,7 +3,8 @@
  * downstream peers (client side) of one target process. See docs/kernel.md for how each hook
  * was verified on the development kernel, and conn_state.h for the per-connection machine.
  *
- * Cost: every program that runs in the target's own threads filters on targ_tgid first.
+ * Cost: every program that runs in the target's own threads filters on the target's process
+ * tree first (tree.h: one inlined array look-up and a bit test).
  * Programs that run in softirq (sk_data_ready, inet_sock_set_state for accepted children,
  * kfree_skb) cannot; they filter on a cheap field first (state, reason) and then do one hash
  * lookup.
@@ -17,10 +18,9 @@
 #include "core_fixes.bpf.h"
 #include "sock.h"
 #include "syscalls.h"
+#include "tree.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-const volatile __u32 targ_tgid = 0;
 
 /* Aggregates (see sock.h): mmapped by the skeleton, read in place by the collector. */
 struct qs_port_stats port_stats[QS_MAX_PORTS];
@@ -69,7 +69,7 @@ struct {
 
 static __always_inline int is_target(void)
 {
-	return (bpf_get_current_pid_tgid() >> 32) == targ_tgid;
+	return qs_current_in_tree();
 }
 
 /* max = max(max, v) without losing a concurrent larger value. */
@@ -739,7 +739,7 @@ int qs_seed(struct bpf_iter__task_file *ctx)
 	__u32 idx, unread, rcv_nxt, snd_una, snd_nxt, snd_wl1;
 	__u8 state;
 
-	if (!task || !file || task->tgid != targ_tgid)
+	if (!task || !file || !qs_in_tree(task->tgid))
 		return 0;
 	so = bpf_sock_from_file(file);
 	if (!so)
@@ -796,7 +796,7 @@ int qs_seed_busy(struct bpf_iter__task *ctx)
 	__u64 key;
 	long nr;
 
-	if (!task || task->tgid != targ_tgid || task->__state == 0 /* TASK_RUNNING */)
+	if (!task || !qs_in_tree(task->tgid) || task->__state == 0 /* TASK_RUNNING */)
 		return 0;
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)

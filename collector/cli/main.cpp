@@ -12,8 +12,12 @@
 using namespace qscope;
 
 static void add_common(CLI::App* app, Config& cfg) {
-    app->add_option("-p,--pid", cfg.pid, "PID of the process to observe (a server: nginx, java, ...)")
+    app->add_option("-p,--pid", cfg.pid,
+                    "PID of the server to observe, with every process it forks (nginx's master, "
+                    "PostgreSQL's postmaster, gunicorn's arbiter, a JVM)")
         ->required();
+    app->add_flag("--no-children", [&](int64_t) { cfg.follow_children = false; },
+                  "observe the PID alone, not the processes it forks");
     app->add_option("-i,--interval", cfg.interval_seconds, "seconds between refreshes")
         ->check(CLI::Range(0.1, 60.0))
         ->capture_default_str();

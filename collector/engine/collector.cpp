@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +41,8 @@ void Collector::start(const StartProgress& progress) {
     }
     check_btf();
     init_libbpf_logging(cfg_.verbose);
+    // Before the sources: each loads with the tree's bitmap as its filter.
+    target_.follow(cfg_.follow_children);
     // Sources load and attach concurrently: each is its own BPF object, the verifier and
     // the seeding walks are CPU-bound but independent, and the first frame waits for the
     // slowest source instead of the sum (bench/top_startup.sh).
@@ -121,8 +124,18 @@ std::shared_ptr<const Snapshot> Collector::tick() {
     last_tick_ns_ = t.now_ns;
 
     snap->tick = t.index;
+    target_.refresh();
     snap->target = target_.info();
-    const bool alive = target_.alive();
+    const bool root_alive = target_.alive();
+    // A master that exits leaving its workers (nginx's binary upgrade, a re-parented
+    // pool) still has a service to observe.
+    const auto& procs = snap->target.processes;
+    const bool forked_remain = std::any_of(procs.begin(), procs.end(),
+                                           [&](const ProcessInfo& p) { return p.pid != target_.pid(); });
+    const bool alive = root_alive || forked_remain;
+    if (!root_alive && alive)
+        snap->warnings.push_back("target PID " + std::to_string(target_.pid()) + " exited; still observing the " +
+                                 std::to_string(procs.size()) + " processes it forked");
     if (!alive) {
         target_alive_ = false;
         snap->target.exited = true;

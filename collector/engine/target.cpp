@@ -1,5 +1,7 @@
 #include "engine/target.h"
 
+#include "engine/bpf_util.h"
+
 #include <dirent.h>
 #include <unistd.h>
 
@@ -100,6 +102,28 @@ std::vector<int> Target::tids() const {
     return out;
 }
 
+void share_tree_map(bpf_map* map, const Target& target, const char* family) {
+    bpf_check(bpf_map__reuse_fd(map, target.tree_map_fd()), std::string(family) + ": sharing map qs_tree");
+}
+
+void Target::follow(bool children) { tree_ = ProcessTree::open(pid_, children); }
+
+int Target::tree_map_fd() const { return tree_ ? tree_->map_fd() : -1; }
+
+void Target::refresh() {
+    if (tree_) tree_->refresh();
+}
+
+std::vector<ProcessMember> Target::processes() const {
+    if (tree_) return tree_->members();
+    ProcessMember root;
+    root.pid = pid_;
+    root.comm = comm_;
+    root.start_time_ticks = start_ticks_;
+    root.role = process_role(comm_, cmdline_, true);
+    return {root};
+}
+
 TargetInfo Target::info() const {
     TargetInfo i;
     i.pid = pid_;
@@ -114,7 +138,17 @@ TargetInfo Target::info() const {
     }
     i.cmdline = cmdline_;
     i.start_time_ticks = start_ticks_;
-    i.threads = thread_count(pid_);
+    i.follows_children = tree_ && tree_->follows_children();
+    i.threads = 0;
+    for (const auto& m : processes()) {
+        ProcessInfo p;
+        p.pid = m.pid;
+        p.comm = sanitize_name(m.comm);
+        p.role = sanitize_name(m.role);
+        p.threads = thread_count(m.pid);
+        i.threads += p.threads;
+        i.processes.push_back(std::move(p));
+    }
     return i;
 }
 

@@ -1,10 +1,14 @@
 // The process qscope attaches to, identified by PID *and* start time so a reused PID is
 // never mistaken for the original.
 #pragma once
+#include <bpf/libbpf.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/process_tree.h"
 #include "model/snapshot.h"
 #include "sys/proc_stat.h"
 
@@ -23,11 +27,27 @@ public:
     std::vector<int> tids() const;
     TargetInfo info() const;
 
+    // Loads the tree filter every probe family shares (bpf/tree.bpf.c) and marks the target:
+    // its root and, with `children`, its descendants and whatever they fork from now on.
+    // Call after the privilege checks; throws Error naming the step that failed.
+    void follow(bool children);
+    // The tree bitmap's map fd, for bpf_map__reuse_fd() before a family loads.
+    int tree_map_fd() const;
+    // Applies the forks and exits since the last call: once per tick, before the sources.
+    void refresh();
+    // The processes observed now, root first (the root alone before follow()).
+    std::vector<ProcessMember> processes() const;
+
 private:
+    std::shared_ptr<ProcessTree> tree_;
     int pid_ = 0;
     std::string comm_;
     std::string cmdline_;
     uint64_t start_ticks_ = 0;
 };
+
+// Makes a probe family's copy of the tree bitmap (bpf/tree.h) the target's, before the
+// family loads: every family then filters on the same, current set of processes.
+void share_tree_map(bpf_map* map, const Target& target, const char* family);
 
 }  // namespace qscope

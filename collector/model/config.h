@@ -7,6 +7,9 @@ namespace qscope {
 
 struct Config {
     int pid = 0;
+    // Observe the PID's descendants too (forked before or after the attach): nginx, PostgreSQL,
+    // gunicorn and php-fpm serve from children of the PID an operator has at hand.
+    bool follow_children = true;
     double interval_seconds = 1.0;      // collector tick
     std::string carriers_regex;         // empty: auto-detect (JVM ForkJoinPool carriers)
     // Which probe families to attach: each costs something on every event of its kind.

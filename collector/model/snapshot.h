@@ -55,11 +55,22 @@ private:
     unsigned bits_ = 0;
 };
 
-struct TargetInfo {
+// One process of the target's tree: nginx's master and workers, PostgreSQL's postmaster and
+// backends. The root (the PID given) comes first.
+struct ProcessInfo {
     int pid = 0;
     std::string comm;
-    std::string cmdline;
+    std::string role;               // "worker process", "client backend", "main", "child"
     int threads = 0;
+};
+
+struct TargetInfo {
+    int pid = 0;                    // the root: the PID given
+    std::string comm;
+    std::string cmdline;
+    int threads = 0;                // over every process observed
+    std::vector<ProcessInfo> processes;
+    bool follows_children = false;  // descendants join as they are forked (not --no-children)
     uint64_t start_time_ticks = 0;  // /proc/PID/stat field 22: detects PID reuse
     bool exited = false;            // the target went away during the run
     std::string exit_note;          // what happened, for the marked output

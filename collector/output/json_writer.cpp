@@ -1,8 +1,11 @@
 #include "output/json_writer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+
+#include "model/processes.h"
 
 namespace qscope {
 
@@ -20,6 +23,14 @@ static json q_json(const Quantiles& q, bool p90) {
 static json target_json(const TargetInfo& t) {
     json j = {{"pid", t.pid}, {"comm", t.comm}, {"threads", t.threads}, {"exited", t.exited}};
     if (!t.exit_note.empty()) j["note"] = t.exit_note;
+    if (!t.processes.empty()) {
+        json members = json::array();
+        for (const auto& p : t.processes)
+            members.push_back({{"pid", p.pid}, {"name", p.comm}, {"role", p.role}, {"threads", p.threads}});
+        j["processes"] = {{"count", t.processes.size()},
+                          {"follows_children", t.follows_children},
+                          {"members", std::move(members)}};
+    }
     return j;
 }
 
@@ -263,6 +274,7 @@ std::string render_report(const Snapshot& s) {
     std::ostringstream o;
     o << "qscope: " << s.target.comm << " (pid " << s.target.pid << ", " << s.target.threads
       << " threads), observed " << ms(s.window_seconds) << "\n";
+    if (const std::string procs = describe_processes(s.target); !procs.empty()) o << "  " << procs << "\n";
     if (s.target.exited) o << "  !! " << s.target.exit_note << "\n";
     o << "\nVERDICT  [" << contract_name(s.verdict.stage) << "] " << s.verdict.summary << "\n";
 

@@ -25,9 +25,10 @@ extern "C" {
 namespace qscope {
 
 static_assert(sizeof(qs_wait_key) == 32, "qs_wait_key layout must match bpf/qs_sched.h");
+static_assert(sizeof(qs_group_key) == QS_COMM_LEN + 4, "qs_group_key layout must match bpf/qs_sched.h");
 static_assert(sizeof(qs_wait_val) == 24 + 4 * QS_WHIST_SLOTS, "qs_wait_val layout");
 static_assert(sizeof(qs_thread_rec) == 80, "qs_thread_rec layout must match bpf/qs_sched.h");
-static_assert(sizeof(qs_stack_event) == 24 + QS_COMM_LEN + 8 * QS_KSTACK_DEPTH + sizeof(qs_ustack),
+static_assert(sizeof(qs_stack_event) == 32 + QS_COMM_LEN + 8 * QS_KSTACK_DEPTH + sizeof(qs_ustack),
               "qs_stack_event layout must match bpf/qs_sched.h");
 
 // The group name the kernel computes from comm (bpf/qs_sched.h), as a std::string.

@@ -72,10 +72,11 @@ public:
 
     void start(const Target& target, const Config& cfg) override {
         pid_ = target.pid();
+        target_ = &target;
         cfg_ = cfg;
         skel_.reset(sock_bpf::open());
         if (!skel_) throw_bpf_error("sock: opening BPF object", errno ? errno : EINVAL);
-        skel_->rodata->targ_tgid = static_cast<__u32>(pid_);
+        share_tree_map(skel_->maps.qs_tree, target, "sock");
         bpf_check(bpf_map__set_max_entries(skel_->maps.conns, std::max<uint32_t>(cfg.max_connections, 64)),
                   "sock: sizing map conns");
         probe_features();
@@ -251,18 +252,29 @@ private:
         }
     }
 
-    // Connections opened before the attach: walk the target's fd table once (iter/task_file,
-    // where bpf_sock_from_file works) and insert each TCP connection it holds.
+    // Connections opened before the attach: walk the target's fd tables once (iter/task_file,
+    // where bpf_sock_from_file works) and insert each TCP connection they hold. One walk per
+    // process of a small tree; past that one walk of every task, which the programs filter.
     void seed_existing() {
-        run_iter(skel_->progs.qs_seed, "connections opened before the attach are not counted");
-        run_iter(skel_->progs.qs_seed_busy, "downstream calls in progress at the attach are not counted as busy");
+        const auto procs = target_->processes();
+        std::vector<int> pids;
+        if (procs.size() <= 32)
+            for (const auto& p : procs) pids.push_back(p.pid);
+        else
+            pids.push_back(0);
+        for (int pid : pids) {
+            run_iter(skel_->progs.qs_seed, pid, "connections opened before the attach are not counted");
+            run_iter(skel_->progs.qs_seed_busy, pid,
+                     "downstream calls in progress at the attach are not counted as busy");
+        }
     }
 
-    void run_iter(bpf_program* prog, const std::string& consequence) {
+    // pid 0: every task on the machine.
+    void run_iter(bpf_program* prog, int pid, const std::string& consequence) {
         DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, opts);
         union bpf_iter_link_info linfo;
         std::memset(&linfo, 0, sizeof(linfo));
-        linfo.task.pid = static_cast<__u32>(pid_);
+        linfo.task.pid = static_cast<__u32>(pid);
         opts.link_info = &linfo;
         opts.link_info_len = sizeof(linfo);
         Link link(bpf_program__attach_iter(prog, &opts));
@@ -287,7 +299,8 @@ private:
         close(fd);
     }
 
-    // Listeners the target holds: /proc/PID/fd socket inodes ∩ sock_diag LISTEN sockets.
+    // Listeners the target holds: its processes' /proc/PID/fd socket inodes ∩ sock_diag
+    // LISTEN sockets. A listener several workers share is one inode, counted once.
     // The machine's listeners come from one small sock_diag dump per tick; which of them are
     // the target's needs its fd table, which for a server with 10,000 connections is 10,000
     // readlinks: so it is read only when a listener appears that was never classified.
@@ -306,7 +319,8 @@ private:
         for (const auto& d : all)
             if (!listen_sockets_.count(d.inode) && !not_ours_.count(d.inode)) unknown = true;
         if (unknown) {
-            const std::set<uint64_t> inodes = socket_inodes(pid_);
+            std::set<uint64_t> inodes;
+            for (const auto& p : target_->processes()) inodes.merge(socket_inodes(p.pid));
             for (const auto& d : all)
                 if (!inodes.count(d.inode)) not_ours_.insert(d.inode);
         }
@@ -519,7 +533,8 @@ private:
     Skel skel_;
     std::vector<Link> links_;
     MapReader<__u64, qs_conn> conns_;
-    int pid_ = 0;
+    int pid_ = 0;  // the tree's root: its network namespace is the one whose listeners we dump
+    const Target* target_ = nullptr;
     Config cfg_;
     uint64_t last_completed_ = 0;
     std::vector<std::string> warnings_;

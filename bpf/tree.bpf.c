@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Keeps the target's process tree current: a process forked by a member joins, a member
+ * whose last thread exits leaves. User space seeds the tree (the root and the descendants
+ * that exist at attach) after these programs are attached, so no fork falls in between.
+ *
+ * Both hooks fire for every fork and exit on the machine; they are rare next to socket and
+ * scheduler events, and an unrelated one costs the bitmap test.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "tree.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Events user space could not be told about (ring buffer full): it rescans /proc. */
+__u64 lost_events = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} tree_events SEC(".maps");
+
+static __always_inline void emit(__u32 kind, __u32 tgid, __u32 ptgid)
+{
+	struct qs_tree_event *e = bpf_ringbuf_reserve(&tree_events, sizeof(*e), 0);
+
+	if (!e) {
+		__sync_fetch_and_add(&lost_events, 1);
+		return;
+	}
+	e->kind = kind;
+	e->tgid = tgid;
+	e->ptgid = ptgid;
+	e->pad = 0;
+	bpf_ringbuf_submit(e, 0);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(qs_tree_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	__u64 *bits;
+
+	/* A new thread shares its process's bit already. */
+	if (ptgid == ctgid || !qs_in_tree(ptgid))
+		return 0;
+	bits = qs_tree_word(ctgid);
+	if (!bits) {
+		/* Beyond the bitmap: pid_max was raised after attach. */
+		__sync_fetch_and_add(&lost_events, 1);
+		return 0;
+	}
+	__sync_fetch_and_or(bits, 1ULL << (ctgid & 63));
+	emit(QS_TREE_FORK, ctgid, ptgid);
+	return 0;
+}
+
+/* Fires once per exiting thread; the process leaves with its last one. signal->live is
+ * decremented before the tracepoint (do_exit), so 0 means this was the last thread. A
+ * member whose PID is reused later must not be counted: that is why the bit is cleared here
+ * and not left to user space's next tick. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(qs_tree_exit, struct task_struct *p)
+{
+	__u32 tgid = p->tgid;
+	__u64 *bits;
+
+	if (!qs_in_tree(tgid))
+		return 0;
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	bits = qs_tree_word(tgid);
+	if (!bits)
+		return 0;
+	__sync_fetch_and_and(bits, ~(1ULL << (tgid & 63)));
+	emit(QS_TREE_EXIT, tgid, 0);
+	return 0;
+}

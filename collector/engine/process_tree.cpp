@@ -1,0 +1,266 @@
+#include "engine/process_tree.h"
+
+#include <dirent.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+
+#include "engine/bpf_util.h"
+#include "model/errors.h"
+#include "sys/proc_stat.h"
+#include "tree.h"
+#include "tree.skel.h"
+
+namespace qscope {
+
+namespace {
+
+std::string trim(std::string s) {
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.pop_back();
+    size_t i = 0;
+    while (i < s.size() && s[i] == ' ') i++;
+    return s.substr(i);
+}
+
+// cmdline with its NUL separators as spaces: the title a server set, or argv.
+std::string read_cmdline(int pid) {
+    std::string s;
+    if (!read_file("/proc/" + std::to_string(pid) + "/cmdline", s)) return "";
+    for (auto& c : s)
+        if (c == '\0') c = ' ';
+    return trim(s);
+}
+
+std::string read_comm(int pid) {
+    std::string s;
+    if (!read_file("/proc/" + std::to_string(pid) + "/comm", s)) return "";
+    return trim(s);
+}
+
+bool read_stat(int pid, ProcStat& st) {
+    std::string text;
+    return read_file("/proc/" + std::to_string(pid) + "/stat", text) && parse_proc_stat(text, st);
+}
+
+int parent_of(int pid) {
+    std::string text;
+    if (!read_file("/proc/" + std::to_string(pid) + "/stat", text)) return 0;
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) return 0;
+    // ") S PPID ..."
+    return std::atoi(text.c_str() + std::min(close + 4, text.size()));
+}
+
+// Children of every thread of `pid` (/proc/PID/task/TID/children lists those each thread
+// forked). Without CONFIG_PROC_CHILDREN, a scan of every process's parent.
+std::vector<int> children_of(int pid) {
+    std::vector<int> out;
+    bool have_file = false;
+    const std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
+    if (DIR* d = opendir(task_dir.c_str())) {
+        while (auto* e = readdir(d)) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+            std::ifstream f(task_dir + "/" + e->d_name + "/children");
+            if (!f) continue;
+            have_file = true;
+            int c;
+            while (f >> c) out.push_back(c);
+        }
+        closedir(d);
+    }
+    if (have_file) return out;
+    if (DIR* d = opendir("/proc")) {
+        while (auto* e = readdir(d)) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+            const int p = std::atoi(e->d_name);
+            if (parent_of(p) == pid) out.push_back(p);
+        }
+        closedir(d);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string process_role(const std::string& comm, const std::string& cmdline, bool is_root) {
+    // A title is "name: what", the name being the comm or a stem of it (php-fpm8.2 titles
+    // itself "php-fpm: pool www"); PostgreSQL with cluster_name puts "15/main: " in between.
+    std::string title;
+    const auto colon = cmdline.find(": ");
+    if (colon != std::string::npos && colon > 0) {
+        const std::string name = cmdline.substr(0, colon);
+        const bool plain = name.find_first_of(" /") == std::string::npos;
+        if (plain && !comm.empty() && (comm.rfind(name, 0) == 0 || name.rfind(comm, 0) == 0)) {
+            title = trim(cmdline.substr(colon + 2));
+            static const std::regex cluster(R"(^[^ :]+: )");
+            title = std::regex_replace(title, cluster, "", std::regex_constants::format_first_only);
+        }
+    }
+    if (title.empty()) return is_root ? "main" : "child";
+    // PostgreSQL backends: "user database host(port) activity" or "... [local] activity".
+    static const std::regex backend(R"(^\S+ \S+ (\S+\(\d+\)|\[local\])( |$))");
+    if (std::regex_search(title, backend)) return "client backend";
+    // Paths, pool names in brackets and options are details, not the role:
+    // "master process /usr/sbin/nginx -c x", "worker [app:app]", "master process (/etc/...)".
+    for (const char* cut : {" /", " (", " [", " -"}) {
+        const auto p = title.find(cut);
+        if (p != std::string::npos) title.resize(p);
+    }
+    return trim(title);
+}
+
+struct ProcessTree::Bpf {
+    Owned<tree_bpf, tree_bpf__destroy> skel;
+    std::vector<Link> links;
+    RingBuffer rb;
+    uint64_t* bits = nullptr;  // the bitmap, mmapped
+    uint32_t words = 0;
+    size_t mapped = 0;
+    ~Bpf() {
+        if (bits) munmap(bits, mapped);
+    }
+};
+
+ProcessTree::~ProcessTree() = default;
+
+std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
+    std::unique_ptr<ProcessTree> t(new ProcessTree());
+    t->root_ = root;
+    t->children_ = children;
+    t->bpf_ = std::make_unique<Bpf>();
+    auto& b = *t->bpf_;
+    b.skel.reset(tree_bpf::open());
+    if (!b.skel) throw_bpf_error("tree: opening BPF object", errno ? errno : EINVAL);
+    // One bit per possible tgid. pid_max rarely changes after boot; a fork beyond the
+    // bitmap is counted as lost (tree.bpf.c) and shows in lost_events.
+    long pid_max = 4194304;
+    {
+        std::string s;
+        if (read_file("/proc/sys/kernel/pid_max", s)) pid_max = std::max(1L, std::atol(s.c_str()));
+    }
+    const uint32_t words = static_cast<uint32_t>(std::max<long>((pid_max + 63) / 64, root / 64 + 1));
+    bpf_check(bpf_map__set_max_entries(b.skel->maps.qs_tree, words), "tree: sizing map qs_tree");
+    bpf_check(tree_bpf::load(b.skel.get()), "tree: loading BPF programs (tree.bpf.c)");
+    b.words = words;
+    b.mapped = (words * sizeof(uint64_t) + 4095) / 4096 * 4096;
+    void* m = mmap(nullptr, b.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_tree), 0);
+    if (m == MAP_FAILED) throw_bpf_error("tree: mmap of map qs_tree", errno);
+    b.bits = static_cast<uint64_t*>(m);
+    if (children) {
+        // Attach before seeding: a fork during the walk is then seen by one or the other.
+        for (bpf_program* p : {b.skel->progs.qs_tree_fork, b.skel->progs.qs_tree_exit})
+            b.links.push_back(attach_program(p, std::string("tree: attaching ") + bpf_program__name(p)));
+        b.rb = open_ring_buffer(b.skel->maps.tree_events, &ProcessTree::on_event, t.get(), "tree: ring buffer tree_events");
+    }
+    t->add(root, 0);
+    if (children) t->seed_descendants(root);
+    return t;
+}
+
+int ProcessTree::map_fd() const { return bpf_map__fd(bpf_->skel->maps.qs_tree); }
+
+uint64_t ProcessTree::lost_events() const {
+    return __atomic_load_n(&bpf_->skel->bss->lost_events, __ATOMIC_RELAXED);
+}
+
+// Atomic, like the kernel side: a fork into the same 64-PID word must not be lost.
+void ProcessTree::mark(int pid, bool on) {
+    const uint32_t w = static_cast<uint32_t>(pid) >> 6;
+    if (w >= bpf_->words) return;  // beyond pid_max
+    const uint64_t bit = 1ULL << (pid & 63);
+    if (on)
+        __atomic_fetch_or(&bpf_->bits[w], bit, __ATOMIC_SEQ_CST);
+    else
+        __atomic_fetch_and(&bpf_->bits[w], ~bit, __ATOMIC_SEQ_CST);
+}
+
+void ProcessTree::add(int pid, int ppid) {
+    ProcStat st;
+    if (!read_stat(pid, st) || st.state == 'Z' || st.state == 'X') return;
+    ProcessMember m;
+    m.pid = pid;
+    m.ppid = ppid;
+    m.start_time_ticks = st.start_time;
+    m.comm = read_comm(pid);
+    m.role = process_role(m.comm, read_cmdline(pid), pid == root_);
+    members_[pid] = m;
+    mark(pid, true);
+}
+
+// Breadth first, each parent marked before its children are read: a child forked after the
+// read is caught by the fork program, one forked before is in the list.
+void ProcessTree::seed_descendants(int pid) {
+    std::vector<int> todo{pid};
+    while (!todo.empty()) {
+        const int p = todo.back();
+        todo.pop_back();
+        for (int c : children_of(p)) {
+            if (members_.count(c)) continue;
+            add(c, p);
+            if (members_.count(c)) todo.push_back(c);
+        }
+    }
+}
+
+int ProcessTree::on_event(void* ctx, void* data, size_t size) {
+    auto* self = static_cast<ProcessTree*>(ctx);
+    if (size < sizeof(qs_tree_event)) return 0;
+    const auto* e = static_cast<const qs_tree_event*>(data);
+    const int pid = static_cast<int>(e->tgid);
+    if (e->kind == QS_TREE_FORK) {
+        self->add(pid, static_cast<int>(e->ptgid));
+    } else if (e->kind == QS_TREE_EXIT) {
+        self->members_.erase(pid);
+    }
+    return 0;
+}
+
+void ProcessTree::rescan() {
+    for (auto it = members_.begin(); it != members_.end();) {
+        ProcStat st;
+        if (!read_stat(it->first, st) || st.start_time != it->second.start_time_ticks || st.state == 'Z') {
+            // Gone, or its PID reused by a stranger: the bit goes too.
+            if (it->first != root_) mark(it->first, false);
+            it = members_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    std::vector<int> pids;
+    for (const auto& [pid, m] : members_) pids.push_back(pid);
+    for (int pid : pids) seed_descendants(pid);
+}
+
+void ProcessTree::refresh() {
+    if (bpf_->rb) {
+        ring_buffer__consume(bpf_->rb.get());
+        if (const uint64_t lost = lost_events(); lost != lost_seen_) {
+            lost_seen_ = lost;
+            rescan();
+        }
+    }
+    // A forked child takes its title (and so its role) a moment after the fork.
+    // A forked child takes its title (and so its role) a moment after the fork, and until
+    // then shows its parent's. Two small reads a member; past 512 members roles stay as
+    // first seen.
+    if (members_.size() <= 512)
+        for (auto& [pid, m] : members_) {
+            if (std::string comm = read_comm(pid); !comm.empty()) m.comm = comm;
+            m.role = process_role(m.comm, read_cmdline(pid), pid == root_);
+        }
+}
+
+std::vector<ProcessMember> ProcessTree::members() const {
+    std::vector<ProcessMember> out;
+    out.reserve(members_.size());
+    if (auto it = members_.find(root_); it != members_.end()) out.push_back(it->second);
+    for (const auto& [pid, m] : members_)
+        if (pid != root_) out.push_back(m);
+    return out;
+}
+
+}  // namespace qscope

@@ -1,0 +1,67 @@
+// The target as a process tree: the PID the operator gave and, by default, every process it
+// forks (nginx and PostgreSQL serve from children). The kernel side (bpf/tree.bpf.c) keeps
+// a bitmap of member tgids current at every fork and exit; every probe family filters on it.
+// This side seeds the bitmap at attach and keeps the member list the /proc readers walk.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace qscope {
+
+struct ProcessMember {
+    int pid = 0;
+    int ppid = 0;                 // at the time it joined (re-parenting does not change it)
+    uint64_t start_time_ticks = 0;
+    std::string comm;
+    std::string role;             // process_role(): "worker process", "client backend", ...
+};
+
+// What a process does in its tree, from the title servers set for ps(1) ("nginx: worker
+// process", "postgres: checkpointer", "postgres: app db 127.0.0.1(5432) idle" → "client
+// backend", "gunicorn: worker [app]" → "worker"). Processes without a title are "main" (the
+// root) or "child". Pure: unit-tested.
+std::string process_role(const std::string& comm, const std::string& cmdline, bool is_root);
+
+class ProcessTree {
+public:
+    // Loads bpf/tree.bpf.c and marks `root` (and, with `children`, its descendants, and from
+    // then on whatever they fork). Throws Error naming the step that failed.
+    static std::unique_ptr<ProcessTree> open(int root, bool children);
+    ~ProcessTree();
+    ProcessTree(const ProcessTree&) = delete;
+    ProcessTree& operator=(const ProcessTree&) = delete;
+
+    // The bitmap every BPF object shares: pass to bpf_map__reuse_fd() before loading.
+    int map_fd() const;
+    // Applies the forks and exits since the last call; rescans /proc if events were lost.
+    void refresh();
+    // Current members, root first then by PID.
+    std::vector<ProcessMember> members() const;
+    size_t size() const { return members_.size(); }
+    bool contains(int pid) const { return members_.count(pid) != 0; }
+    bool follows_children() const { return children_; }
+    // Fork/exit records the ring buffer could not hold (each one triggered a rescan).
+    uint64_t lost_events() const;
+
+private:
+    ProcessTree() = default;
+    struct Bpf;
+    void add(int pid, int ppid);
+    void mark(int pid, bool on);
+    void seed_descendants(int pid);
+    void rescan();
+    static int on_event(void* ctx, void* data, size_t size);
+
+    int root_ = 0;
+    bool children_ = true;
+    std::unique_ptr<Bpf> bpf_;
+    std::map<int, ProcessMember> members_;
+    uint64_t lost_seen_ = 0;
+};
+
+}  // namespace qscope

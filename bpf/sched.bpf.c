@@ -16,11 +16,11 @@
 
 #include "hist.h"
 #include "qs_sched.h"
+#include "tree.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 /* Configured between open and load. */
-const volatile __u32 targ_tgid = 0;
 const volatile __u8 want_stacks = 1;
 const volatile __u64 stack_min_ns = 1000000;
 const volatile __u32 max_stacks_per_iter = 64;
@@ -109,13 +109,14 @@ static __always_inline void read_group(struct task_struct *t, char group[QS_COMM
 	qs_group_from_comm(comm, group);
 }
 
-static __always_inline void record_wait(const char group[QS_COMM_LEN], struct tstate *s, __u64 end)
+static __always_inline void record_wait(__u32 tgid, const char group[QS_COMM_LEN], struct tstate *s, __u64 end)
 {
 	struct qs_wait_key key = {};
 	struct qs_wait_val *v;
 	__u64 dur = end > s->block_start ? end - s->block_start : 0;
 
 	__builtin_memcpy(key.group, group, QS_COMM_LEN);
+	key.tgid = tgid;
 	key.syscall = s->syscall;
 	key.res = s->res;
 	v = bpf_map_lookup_elem(&waits, &key);
@@ -143,12 +144,13 @@ static __always_inline void record_wait(const char group[QS_COMM_LEN], struct ts
 		__sync_fetch_and_add(&v->slots[slot], 1);
 }
 
-static __always_inline void record_runqueue(const char group[QS_COMM_LEN], __u64 wait_ns)
+static __always_inline void record_runqueue(__u32 tgid, const char group[QS_COMM_LEN], __u64 wait_ns)
 {
 	struct qs_group_key key = {};
 	struct qs_hist *h;
 
 	__builtin_memcpy(key.group, group, QS_COMM_LEN);
+	key.tgid = tgid;
 	h = bpf_map_lookup_elem(&rq_hist, &key);
 	if (!h) {
 		if (bpf_map_update_elem(&rq_hist, &key, &zero_hist, BPF_NOEXIST) &&
@@ -200,12 +202,12 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 		return;
 	read_group(next, group);	/* once for both records */
 	if (s->flags & TS_BLOCKED) {
-		record_wait(group, s, s->wake_ns ? s->wake_ns : now);
+		record_wait(next->tgid, group, s, s->wake_ns ? s->wake_ns : now);
 		s->flags = 0;
 	}
 	if (s->runnable_since) {
 		if (now > s->runnable_since)
-			record_runqueue(group, now - s->runnable_since);
+			record_runqueue(next->tgid, group, now - s->runnable_since);
 		s->runnable_since = 0;
 	}
 }
@@ -214,10 +216,9 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(qs_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	/* Filter first, from rodata, with plain BTF loads: a non-target switch costs two
-	 * loads and two compares, no helper call, no map access. */
-	const __u32 tgid = targ_tgid;
-	bool p = prev->tgid == tgid, n = next->tgid == tgid;
+	/* Filter first, with plain BTF loads and the tree bitmap (an array look-up the verifier
+	 * inlines): no helper call, no hashing for a switch between unrelated tasks. */
+	bool p = qs_in_tree(prev->tgid), n = qs_in_tree(next->tgid);
 	__u64 now;
 
 	if (!p && !n)
@@ -235,7 +236,7 @@ static __always_inline int on_wakeup(struct task_struct *t)
 	struct tstate *s;
 	__u64 now;
 
-	if (t->tgid != targ_tgid)
+	if (!qs_in_tree(t->tgid))
 		return 0;
 	/* Create: a thread blocked since before attach gets its runqueue wait measured too. */
 	s = bpf_task_storage_get(&tstates, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -263,6 +264,17 @@ int BPF_PROG(qs_sched_wakeup_new, struct task_struct *p)
 	return on_wakeup(p);
 }
 
+/* A poll set serves several call sites: PostgreSQL waits on its latch for a lock, in
+ * pg_sleep and for the client's next query, all in epoll_wait on the same fd number. Its key
+ * is captured again for a wait that began after the last capture, at most once a second;
+ * other keys name their site by the resource (a futex word, a socket) and keep their first. */
+static __always_inline int stack_stale(const struct tstate *s, __u64 seen, __u64 now)
+{
+	int c = qs_sys_class(s->syscall);
+
+	return (c == QS_SC_EPOLL || c == QS_SC_POLL) && s->block_start > seen && now - seen >= 1000000000ULL;
+}
+
 static __always_inline void capture_stack(struct task_struct *task, struct pt_regs *regs,
 					  __u32 tid, struct tstate *s, const char group[QS_COMM_LEN],
 					  __u64 now)
@@ -274,9 +286,11 @@ static __always_inline void capture_stack(struct task_struct *task, struct pt_re
 	int i;
 
 	__builtin_memcpy(sk.group, group, QS_COMM_LEN);
+	sk.tgid = task->tgid;
 	sk.syscall = s->syscall;
 	sk.res = s->res;
-	if (bpf_map_lookup_elem(&stack_seen, &sk))
+	__u64 *seen = bpf_map_lookup_elem(&stack_seen, &sk);
+	if (seen && !stack_stale(s, *seen, now))
 		return;
 	if (iter_captures >= max_stacks_per_iter)
 		return;
@@ -292,6 +306,7 @@ static __always_inline void capture_stack(struct task_struct *task, struct pt_re
 	iter_captures++;
 	e->kind = QS_EV_STACK;
 	e->tid = tid;
+	e->tgid = task->tgid;
 	e->syscall = s->syscall;
 	e->res = s->res;
 	for (i = 0; i < QS_COMM_LEN; i++)
@@ -355,10 +370,11 @@ int qs_task_iter(struct bpf_iter__task *ctx)
 
 	if (!task)
 		return 0;
-	if (task->tgid != targ_tgid)
+	if (!qs_in_tree(task->tgid))
 		return 0;
 	now = bpf_ktime_get_ns();
 	rec.tid = task->pid;
+	rec.tgid = task->tgid;
 	rec.state = task->__state | task->exit_state;
 	rec.syscall = -1;
 	rec.now_ns = now;

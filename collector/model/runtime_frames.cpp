@@ -43,6 +43,16 @@ bool is_runtime_frame(const std::string& frame) {
     return false;
 }
 
+std::string lock_wait_frame(const std::vector<std::string>& frames) {
+    static constexpr std::string_view kLockWaits[] = {"ProcSleep"};
+    for (const auto& f : frames) {
+        const std::string fn = frame_function(f);
+        for (auto l : kLockWaits)
+            if (fn == l) return fn;
+    }
+    return {};
+}
+
 std::string first_app_frame(const std::vector<std::string>& frames) {
     std::string last_runtime;
     for (const auto& f : frames) {

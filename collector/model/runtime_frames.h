@@ -26,4 +26,10 @@ bool is_runtime_frame(const std::string& frame);
 // more ("Unsafe_Park"). Empty when every frame is the runtime's.
 std::string first_app_frame(const std::vector<std::string>& frames);
 
+// A wait for another process or thread that, by its syscall, looks like a thread idle in its
+// poll: PostgreSQL backends wait for a heavyweight lock (row, table, transaction) on their
+// latch, in epoll_wait, under ProcSleep — not on a futex. Returns that frame's function
+// ("ProcSleep"), or "" when the stack shows none of them. Verified on PostgreSQL 15.
+std::string lock_wait_frame(const std::vector<std::string>& frames);
+
 }  // namespace qscope

@@ -33,9 +33,15 @@ std::string fmt_count(uint64_t n) {
     return out;
 }
 
-// A gate's name: its first application frame ("pool_borrow", "HikariPool.getConnection").
+// A wait at a gate: a futex, or a lock wait that looks like an idle poll (ProcSleep).
+bool at_a_gate(const Wait& w) { return w.kind == WaitKind::futex || !lock_wait_frame(w.stack).empty(); }
+
+// A gate's name: the lock-wait frame, else its first application frame ("pool_borrow",
+// "HikariPool.getConnection").
 std::string gate_name(const Wait& w) {
-    std::string name = first_app_frame(w.stack);
+    std::string name = lock_wait_frame(w.stack);
+    if (!name.empty()) return name;
+    name = first_app_frame(w.stack);
     if (!name.empty()) return name;
     return w.resource.empty() ? "a lock" : w.resource;
 }
@@ -98,6 +104,10 @@ std::pair<std::string, uint64_t> gate_group(const Snapshot& s, const std::set<st
         for (const auto& w : s.waits)
             if (w.kind == WaitKind::futex && !carrier_groups.count(w.group))
                 futex_by_group[w.group] += static_cast<uint64_t>(waiting_now(w));
+    // Lock waits in a poll (PostgreSQL backends in ProcSleep) are in no futex count.
+    for (const auto& w : s.waits)
+        if (w.kind != WaitKind::futex && at_a_gate(w) && !carrier_groups.count(w.group))
+            futex_by_group[w.group] += static_cast<uint64_t>(waiting_now(w));
     std::pair<std::string, uint64_t> top;
     for (const auto& [g, n] : futex_by_group)
         if (n > top.second) top = {g, n};
@@ -121,7 +131,7 @@ Inside count_inside(const Snapshot& s) {
     for (const auto& w : s.waits) {
         const int now = waiting_now(w);
         if (now <= 0) continue;
-        if (w.kind == WaitKind::futex) {
+        if (at_a_gate(w)) {
             if (w.group == group && (!in.top_gate || now > waiting_now(*in.top_gate))) in.top_gate = &w;
         } else if (holds_request_in_syscall(w)) {
             in.syscall_waiters += static_cast<uint64_t>(now);
@@ -180,8 +190,10 @@ Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const PoolGate& p
 
 Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_total) {
     const std::string where = in.top_gate ? gate_name(*in.top_gate) : "the runtime";
-    const std::string detail = in.futex_waiters ? "requests wait at a gate: " + fmt_count(in.futex_waiters) +
-                                                      " threads blocked in " + where +
+    const bool lock = in.top_gate && in.top_gate->kind != WaitKind::futex;
+    const std::string detail = in.futex_waiters ? std::string(lock ? "requests queue at a lock: " : "requests wait at a gate: ") +
+                                                      fmt_count(in.futex_waiters) +
+                                                      (lock ? " waiting in " : " threads blocked in ") + where +
                                                       (in.top_gate ? " (" + in.top_gate->group + ")" : "")
                                                 : fmt_count(s.parked_in_runtime) + " requests parked in the runtime";
     return {Stage::gate, where, detail, gate_total};

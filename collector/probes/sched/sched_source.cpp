@@ -33,6 +33,7 @@
 #include "symbols/symbolizer.h"
 #include "sys/syscall_names.h"
 #include "engine/target.h"
+#include "model/runtime_frames.h"
 
 namespace qscope {
 
@@ -175,23 +176,36 @@ private:
     void add_wait(WaitRows& rows, const qs_wait_key& k, const Cum& c, int now_threads);
     std::pair<std::string, std::string> labels_of(const qs_wait_key& k);
     std::string resource_of(const qs_wait_key& k, WaitKind& kind, const StackInfo* st);
+    // The process tree: which processes there are, each one's fd names and symbols.
+    void refresh_processes();
+    std::string tree_group(uint32_t tgid, const char group[QS_COMM_LEN]) const;
+    Link& iter_link();
+    FdResolver& fds_of(int tgid);
+    Symbolizer* symbolizer_of(int tgid);
 
     // Declared in the order they are made, so they are released in reverse.
     QSCOPE_SKEL_PTR(sched) skel_;
     std::vector<Link> links_;
-    Link iter_link_;
+    Link iter_link_;      // the root's threads only
+    Link all_iter_link_;  // every task, filtered by the tree: once the tree has forked
     RingBuffer rb_;
     MapReader<qs_wait_key, qs_wait_val> waits_reader_;
     MapReader<qs_group_key, qs_hist, 64> rq_reader_;  // few keys, 5 KiB values
-    std::unique_ptr<Symbolizer> sym_;
+    // Per process: addresses and fds mean something only within their process.
+    std::map<int, std::unique_ptr<Symbolizer>> syms_;
+    std::set<int> sym_refreshed_;  // processes whose libraries were re-read this tick
     // Kernel frames are named from the second tick on: the first load of /proc/kallsyms
     // (~120k symbols, 100-150 ms of CPU) is not worth delaying the first frame for.
     bool name_kernel_frames_ = false;
-    std::unique_ptr<FdResolver> fds_;
+    std::map<int, std::unique_ptr<FdResolver>> fds_;
     Config cfg_;
     int pid_ = 0;
+    const Target* target_ = nullptr;
+    // Role of each process (tgid) when the tree's processes differ in role: thread groups
+    // are then "<thread group>: <role>" ("postgres: client backend", "nginx: worker process").
+    std::map<uint32_t, std::string> role_of_;
+    size_t processes_ = 1;
     bool stacks_failed_ = false;
-    bool sym_refreshed_ = false;
     std::string stack_warning_;
 
     std::unique_ptr<LabelCap> groups_;
@@ -208,11 +222,11 @@ private:
 void SchedSource::start(const Target& target, const Config& cfg) {
     cfg_ = cfg;
     pid_ = target.pid();
+    target_ = &target;
     groups_ = std::make_unique<LabelCap>(cfg.label_cap);
-    fds_ = std::make_unique<FdResolver>(pid_);
     skel_.reset(sched_bpf__open());
     if (!skel_) throw_bpf_error("sched: open BPF object", errno);
-    skel_->rodata->targ_tgid = static_cast<__u32>(pid_);
+    share_tree_map(skel_->maps.qs_tree, target, "sched");
     skel_->rodata->want_stacks = cfg.want_stacks ? 1 : 0;
     skel_->rodata->stack_min_ns = static_cast<__u64>(cfg.stack_min_block_seconds * 1e9);
     skel_->rodata->max_stacks_per_iter = kMaxStacksPerIter;
@@ -223,7 +237,9 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     bpf_check(bpf_map__set_max_entries(skel_->maps.stack_seen, threads), "sched: size map stack_seen");
     bpf_check(bpf_map__set_max_entries(skel_->maps.stacks, stack_ring_bytes()), "sched: size ring buffer stacks");
     // Kernel groups are pre-cap (comm-derived); beyond this they fold into the overflow group.
-    bpf_check(bpf_map__set_max_entries(skel_->maps.rq_hist, cfg.label_cap * 4 + 64), "sched: size map rq_hist");
+    // Keyed by process too: a PostgreSQL with 500 backends has 500 "postgres" groups here.
+    bpf_check(bpf_map__set_max_entries(skel_->maps.rq_hist, std::max<uint32_t>(cfg.label_cap * 4 + 64, 4096)),
+              "sched: size map rq_hist");
     if (int err = sched_bpf__load(skel_.get())) {
         // Name a missing tracepoint rather than libbpf's errno. Checked only on failure: a
         // parse of the kernel's BTF costs ~20 ms on the way to the first frame.
@@ -249,31 +265,80 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     links_.push_back(attach_program(skel_->progs.qs_sched_wakeup, "sched: attach tp_btf/sched_wakeup"));
     links_.push_back(attach_program(skel_->progs.qs_sched_wakeup_new, "sched: attach tp_btf/sched_wakeup_new"));
 
+    rb_ = open_ring_buffer(skel_->maps.stacks, &SchedSource::ringbuf_cb, this, "sched: open ring buffer stacks");
+
+    if (cfg.want_stacks) symbolizer_of(pid_);  // the root's, now: its failure is worth a warning early
+    // Seed threads that are blocked right now, so their waits count from attach.
+    refresh_processes();
+    run_iter();
+}
+
+// The root's threads alone while it is the whole tree (the cheapest walk); every task, which
+// the program filters on the tree, once the tree has other processes.
+Link& SchedSource::iter_link() {
+    Link& link = processes_ > 1 ? all_iter_link_ : iter_link_;
+    if (link) return link;
     union bpf_iter_link_info linfo;
     std::memset(&linfo, 0, sizeof(linfo));
-    linfo.task.pid = static_cast<__u32>(pid_);
+    linfo.task.pid = processes_ > 1 ? 0 : static_cast<__u32>(pid_);
     DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, iopts);
     iopts.link_info = &linfo;
     iopts.link_info_len = sizeof(linfo);
-    iter_link_.reset(bpf_program__attach_iter(skel_->progs.qs_task_iter, &iopts));
-    if (!iter_link_) {
+    link.reset(bpf_program__attach_iter(skel_->progs.qs_task_iter, &iopts));
+    if (!link) {
         // Kernels before 6.1 have no pid filter for task iterators: walk every task and let
-        // the program's tgid check skip the others (slower on a busy machine, same result).
-        iter_link_.reset(bpf_program__attach_iter(skel_->progs.qs_task_iter, nullptr));
-        if (!iter_link_) throw_bpf_error("sched: attach iter.s/task (task iterator)", errno);
+        // the program's tree check skip the others (slower on a busy machine, same result).
+        link.reset(bpf_program__attach_iter(skel_->progs.qs_task_iter, nullptr));
+        if (!link) throw_bpf_error("sched: attach iter.s/task (task iterator)", errno);
     }
+    return link;
+}
 
-    rb_ = open_ring_buffer(skel_->maps.stacks, &SchedSource::ringbuf_cb, this, "sched: open ring buffer stacks");
+void SchedSource::refresh_processes() {
+    const auto procs = target_->processes();
+    processes_ = std::max<size_t>(procs.size(), 1);
+    std::set<std::string> roles;
+    role_of_.clear();
+    for (const auto& p : procs) {
+        role_of_[static_cast<uint32_t>(p.pid)] = p.role;
+        roles.insert(p.role);
+    }
+    if (roles.size() <= 1) role_of_.clear();  // one kind of process: group names stay plain
+    // Exited processes' fd tables and symbols go with them.
+    std::set<int> live;
+    for (const auto& p : procs) live.insert(p.pid);
+    for (auto it = fds_.begin(); it != fds_.end();) it = live.count(it->first) ? std::next(it) : fds_.erase(it);
+    for (auto it = syms_.begin(); it != syms_.end();)
+        it = live.count(it->first) || it->first == pid_ ? std::next(it) : syms_.erase(it);
+}
 
-    if (cfg.want_stacks) {
+std::string SchedSource::tree_group(uint32_t tgid, const char group[QS_COMM_LEN]) const {
+    std::string g = group_of(group);
+    if (g.empty()) return g;  // the overflow group
+    auto it = role_of_.find(tgid);
+    return it == role_of_.end() ? g : g + ": " + it->second;
+}
+
+FdResolver& SchedSource::fds_of(int tgid) {
+    auto& f = fds_[tgid];
+    if (!f) f = std::make_unique<FdResolver>(tgid);
+    return *f;
+}
+
+// Null when stacks are off or the process's symbols cannot be read (warned once).
+Symbolizer* SchedSource::symbolizer_of(int tgid) {
+    if (!cfg_.want_stacks) return nullptr;
+    auto it = syms_.find(tgid);
+    if (it == syms_.end()) {
+        std::unique_ptr<Symbolizer> s;
         try {
-            sym_ = std::make_unique<Symbolizer>(pid_);
+            s = std::make_unique<Symbolizer>(tgid);
         } catch (const std::exception& e) {
-            stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
+            if (stack_warning_.empty()) stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
         }
+        it = syms_.emplace(tgid, std::move(s)).first;
     }
-    // Seed threads that are blocked right now, so their waits count from attach.
-    run_iter();
+    return it->second.get();
 }
 
 int SchedSource::ringbuf_cb(void* ctx, void* data, size_t size) {
@@ -289,20 +354,19 @@ int SchedSource::ringbuf_cb(void* ctx, void* data, size_t size) {
 void SchedSource::on_stack(const qs_stack_event& e) {
     qs_wait_key k{};
     std::memcpy(k.group, e.group, sizeof(k.group));
+    k.tgid = e.tgid;
     k.syscall = e.syscall;
     k.res = e.res;
     StackInfo st;
-    if (sym_) {
+    if (Symbolizer* sym = symbolizer_of(static_cast<int>(e.tgid))) {
         try {
-            if (!sym_refreshed_) {  // libraries loaded since the last tick
-                sym_->refresh();
-                sym_refreshed_ = true;
-            }
-            std::vector<uint64_t> ips = sym_->unwind(e.ustack);
-            st.user = sym_->symbolize_user(ips);
+            if (sym_refreshed_.insert(static_cast<int>(e.tgid)).second)  // libraries loaded since the last tick
+                sym->refresh();
+            std::vector<uint64_t> ips = sym->unwind(e.ustack);
+            st.user = sym->symbolize_user(ips);
             std::vector<uint64_t> kips(e.kstack, e.kstack + std::min<uint32_t>(e.kstack_len, QS_KSTACK_DEPTH));
             if (name_kernel_frames_)
-                st.kernel = sym_->symbolize_kernel(kips);
+                st.kernel = sym->symbolize_kernel(kips);
             else
                 st.kernel_ips = std::move(kips);
         } catch (const std::exception& ex) {
@@ -325,7 +389,7 @@ std::map<std::string, Histogram> SchedSource::read_runqueue() {
     std::map<std::string, Histogram> out;
     rq_reader_.for_each(bpf_map__fd(skel_->maps.rq_hist), [&](const qs_group_key& k, const qs_hist& h) {
         Histogram hist = Histogram::from_kernel(h);
-        const std::string g = group_of(k.group);
+        const std::string g = tree_group(k.tgid, k.group);
         auto it = out.find(g);
         if (it == out.end())
             out.emplace(g, std::move(hist));
@@ -338,7 +402,7 @@ std::map<std::string, Histogram> SchedSource::read_runqueue() {
 std::vector<qs_thread_rec> SchedSource::run_iter() {
     std::vector<qs_thread_rec> recs;
     skel_->bss->iter_captures = 0;
-    const int fd = bpf_iter_create(bpf_link__fd(iter_link_.get()));
+    const int fd = bpf_iter_create(bpf_link__fd(iter_link().get()));
     if (fd < 0) throw_bpf_error("sched: run task iterator", errno);
     std::vector<char> buf;
     char chunk[1 << 16];
@@ -367,7 +431,7 @@ std::string SchedSource::resource_of(const qs_wait_key& k, WaitKind& kind, const
     }
     switch (syscall_arg0_kind(k.syscall)) {
     case SyscallArg0::fd: {
-        auto r = fds_->resolve(static_cast<int>(k.res));
+        auto r = fds_of(static_cast<int>(k.tgid)).resolve(static_cast<int>(k.res));
         kind = wait_kind_named(r.kind).value_or(WaitKind::other);
         return r.name;
     }
@@ -392,10 +456,11 @@ std::string SchedSource::resource_of(const qs_wait_key& k, WaitKind& kind, const
 void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     // Order matters: the map is read before the iterator so a wait that completes in
     // between is counted once (next tick), never twice (as completed and as ongoing).
+    refresh_processes();
     const WaitMap waits = read_waits();
     const std::map<std::string, Histogram> rq = read_runqueue();
     const std::vector<qs_thread_rec> recs = read_threads(snap, tick);
-    fds_->refresh();
+    for (auto& [tgid, f] : fds_) f->refresh();
     name_kernel_frames();
     report_lost(snap);
     if (!stack_warning_.empty()) snap.warnings.push_back(stack_warning_);
@@ -421,7 +486,7 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
 // Runs the task iterator, draining the stack ring before (the previous run's captures, the
 // attach-time seeding run's on the first tick, so this run has the whole ring) and after.
 std::vector<qs_thread_rec> SchedSource::read_threads(Snapshot& snap, const Tick& tick) {
-    sym_refreshed_ = false;
+    sym_refreshed_.clear();
     name_kernel_frames_ = tick.index > 0;
     bool rb_failed = ring_buffer__consume(rb_.get()) < 0;
     std::vector<qs_thread_rec> recs = run_iter();
@@ -432,11 +497,12 @@ std::vector<qs_thread_rec> SchedSource::read_threads(Snapshot& snap, const Tick&
 
 // Stacks captured before kernel frames were named (the first tick's) get their names now.
 void SchedSource::name_kernel_frames() {
-    if (!sym_ || !name_kernel_frames_) return;
+    Symbolizer* sym = symbolizer_of(pid_);  // kernel symbols are the machine's: any process's will do
+    if (!sym || !name_kernel_frames_) return;
     for (auto& [k, st] : stacks_) {
         if (st.kernel_ips.empty()) continue;
         try {
-            st.kernel = sym_->symbolize_kernel(st.kernel_ips);
+            st.kernel = sym->symbolize_kernel(st.kernel_ips);
         } catch (const std::exception& ex) {
             if (!stacks_failed_) stack_warning_ = std::string("sched: kernel stack symbolization failed: ") + ex.what();
             stacks_failed_ = true;
@@ -469,7 +535,7 @@ void SchedSource::report_lost(Snapshot& snap) {
 void SchedSource::claim_group_labels(const std::vector<qs_thread_rec>& recs) {
     if (groups_->size() != 0) return;
     std::map<std::string, int> sizes;
-    for (const auto& r : recs) sizes[group_of(r.group)]++;
+    for (const auto& r : recs) sizes[tree_group(r.tgid, r.group)]++;
     std::vector<std::pair<int, std::string>> order;
     for (const auto& [g, n] : sizes) order.push_back({-n, g});
     std::sort(order.begin(), order.end());
@@ -480,7 +546,7 @@ void SchedSource::claim_group_labels(const std::vector<qs_thread_rec>& recs) {
 LiveView SchedSource::live_view(const std::vector<qs_thread_rec>& recs) {
     LiveView live;
     for (const auto& r : recs) {
-        const std::string& label = groups_->label(group_of(r.group));
+        const std::string& label = groups_->label(tree_group(r.tgid, r.group));
         ThreadGroup& g = live.groups[label];
         g.name = label;
         g.threads++;
@@ -495,6 +561,7 @@ LiveView SchedSource::live_view(const std::vector<qs_thread_rec>& recs) {
         if (r.state != 0) {
             qs_wait_key k{};
             std::memcpy(k.group, r.group, sizeof(k.group));
+            k.tgid = r.tgid;
             k.syscall = r.syscall;
             k.res = r.res;
             live.threads_now[k]++;
@@ -594,7 +661,9 @@ void SchedSource::add_wait(WaitRows& rows, const qs_wait_key& k, const Cum& c, i
     WaitKind kind = WaitKind::other;
     const std::string res = resource_of(k, kind, st);
     const auto [label, sc] = labels_of(k);
-    const std::string site = (kind == WaitKind::futex && st) ? wait_site_signature(st->user) : std::string();
+    // A futex gate's call site; a lock wait's frame where one poll set serves several sites.
+    std::string site;
+    if (st) site = kind == WaitKind::futex ? wait_site_signature(st->user) : lock_wait_frame(st->user);
     WaitRow& row = rows[{label, sc, res, site}];
     row.w.group = label;
     row.w.syscall = sc;
@@ -618,7 +687,7 @@ void SchedSource::add_wait(WaitRows& rows, const qs_wait_key& k, const Cum& c, i
 
 // (group label, syscall name) of a kernel key; the overflow bucket is ("other", "other").
 std::pair<std::string, std::string> SchedSource::labels_of(const qs_wait_key& k) {
-    const std::string label = k.syscall == QS_SYSCALL_OTHER ? "other" : groups_->label(group_of(k.group));
+    const std::string label = k.syscall == QS_SYSCALL_OTHER ? "other" : groups_->label(tree_group(k.tgid, k.group));
     const std::string sc = k.syscall == QS_SYSCALL_OTHER ? "other" : syscall_name(k.syscall);
     return {label, sc};
 }

@@ -1,0 +1,424 @@
+// A service is a process tree: qscope given the PID an operator has at hand (nginx's master,
+// PostgreSQL's postmaster, gunicorn's arbiter) observes it and every process it forks.
+// Oracles: nginx stub_status (requests, Writing), pg_stat_activity and pgbench's own tps,
+// gunicorn's worker count and /proc, ss.
+// Ports 18400-18499.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include "harness.h"
+
+using namespace qs_test;
+using nlohmann::json;
+
+namespace {
+
+std::string find_nginx() {
+    for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"})
+        if (access(p, X_OK) == 0) return p;
+    return "";
+}
+
+// stub_status: "Active connections: N \n server accepts handled requests\n A H R \n
+// Reading: r Writing: w Waiting: x".
+struct StubStatus {
+    long requests = -1, writing = -1;
+};
+StubStatus stub_status(uint16_t port) {
+    StubStatus st;
+    const std::string body = http_get("127.0.0.1", port, "/nginx_status", 5);
+    std::smatch m;
+    static const std::regex counts(R"(\n\s*(\d+)\s+(\d+)\s+(\d+)\s*\n)");
+    static const std::regex writing("Writing: (\\d+)");
+    if (std::regex_search(body, m, counts)) st.requests = std::stol(m[3]);
+    if (std::regex_search(body, m, writing)) st.writing = std::stol(m[1]);
+    return st;
+}
+
+// Direct children of `pid` (every thread's children file).
+std::set<int> children(pid_t pid) {
+    std::set<int> out;
+    const std::string s = sh("cat /proc/" + std::to_string(pid) + "/task/*/children 2>/dev/null");
+    std::istringstream in(s);
+    int c;
+    while (in >> c) out.insert(c);
+    return out;
+}
+
+std::set<int> json_pids(const json& snap) {
+    std::set<int> out;
+    for (const auto& p : snap["target"]["processes"]["members"]) out.insert(p["pid"].get<int>());
+    return out;
+}
+
+struct Nginx {
+    std::string prefix;
+    Proc master;
+};
+
+// Two workers, a static location and a proxied one to a slow upstream.
+Nginx start_nginx(const std::string& bin, uint16_t port, uint16_t upstream_port, int workers) {
+    Nginx n;
+    n.prefix = temp_dir("qs-tree-nginx");
+    for (const char* d : {"/logs", "/tmp", "/html"}) REQUIRE(::mkdir((n.prefix + d).c_str(), 0755) == 0);
+    std::ofstream(n.prefix + "/html/index.html") << "hello\n";
+    {
+        std::ofstream conf(n.prefix + "/nginx.conf");
+        conf << "user root;\n"
+                "worker_processes " << workers << ";\n"
+                "daemon off;\n"
+                "pid " << n.prefix << "/nginx.pid;\n"
+                "error_log " << n.prefix << "/logs/error.log warn;\n"
+                "events { worker_connections 1024; }\n"
+                "http {\n"
+                "  access_log off;\n"
+                "  client_body_temp_path " << n.prefix << "/tmp/body;\n"
+                "  proxy_temp_path " << n.prefix << "/tmp/proxy;\n"
+                "  fastcgi_temp_path " << n.prefix << "/tmp/fastcgi;\n"
+                "  uwsgi_temp_path " << n.prefix << "/tmp/uwsgi;\n"
+                "  scgi_temp_path " << n.prefix << "/tmp/scgi;\n"
+                "  upstream slow { server 127.0.0.1:" << upstream_port << "; keepalive 64; }\n"
+                "  server {\n"
+                "    listen 127.0.0.1:" << port << " backlog=511;\n"
+                "    location = /nginx_status { stub_status; }\n"
+                "    location = /static { root " << n.prefix << "/html; try_files /index.html =404; }\n"
+                "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
+                "                 proxy_set_header Connection \"\"; }\n"
+                "  }\n"
+                "}\n";
+    }
+    n.master = spawn({bin, "-c", n.prefix + "/nginx.conf", "-p", n.prefix});
+    REQUIRE(wait_for_port(port, 10));
+    for (int i = 0; i < 100 && static_cast<int>(children(n.master.pid()).size()) < workers; ++i) sleep_s(0.05);
+    REQUIRE(static_cast<int>(children(n.master.pid()).size()) == workers);
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("nginx master PID: requests of every worker, against stub_status", "[tree][integration][nginx]") {
+    if (!require_root()) return;
+    const std::string nginx = find_nginx();
+    if (nginx.empty() || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("nginx or wrk not installed (.ci/setup installs both)");
+        return;
+    }
+    auto upstream = start_target("qs_server", {"--port", "18411", "--workers", "64", "--service-ms", "100",
+                                               "--backlog", "256"});
+    Nginx n = start_nginx(nginx, 18410, 18411, 2);
+    const std::set<int> workers = children(n.master.pid());
+
+    SECTION("the tree is observed, and completed per second agrees with stub_status") {
+        // Proxied load (in flight) and static load (rate) together.
+        Proc slow = spawn({"/usr/bin/wrk", "-t1", "-c24", "-d10s", "http://127.0.0.1:18410/"});
+        Proc fast = spawn({"/usr/bin/wrk", "-t1", "-c4", "-d10s", "http://127.0.0.1:18410/static"});
+        sleep_s(1);
+        // Both rates in steady state over nearly the same seconds: the oracle's two reads lie
+        // inside qscope's window.
+        Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(n.master.pid()), "--duration", "5", "--json"});
+        REQUIRE(wait_attached(q.pid(), 20));
+        const double t0 = now_s();
+        const long before = stub_status(18410).requests;
+        sleep_s(3.5);
+        const long after = stub_status(18410).requests;
+        const double t1 = now_s();
+        REQUIRE(q.wait(30) == 0);
+        const json s = json::parse(q.out());
+        INFO(s["target"].dump());
+        // Master and both workers, each with its role.
+        const std::set<int> seen = json_pids(s);
+        CHECK(seen.count(n.master.pid()) == 1);
+        for (int w : workers) CHECK(seen.count(w) == 1);
+        CHECK(s["target"]["processes"]["count"].get<int>() == 3);
+        std::map<std::string, int> roles;
+        for (const auto& p : s["target"]["processes"]["members"]) roles[p["role"].get<std::string>()]++;
+        CHECK(roles["master process"] == 1);
+        CHECK(roles["worker process"] == 2);
+        // One listener, shared by both workers, counted once.
+        REQUIRE(s["listeners"].size() == 1);
+        CHECK(s["listeners"][0]["port"].get<int>() == 18410);
+        // stub_status counts its own request.
+        const double oracle_rate = (after - before - 1) / (t1 - t0);
+        const double rate = s["requests"]["completed"].get<double>() / s["window_seconds"].get<double>();
+        INFO("qscope " << rate << "/s, stub_status " << oracle_rate << "/s");
+        CHECK(rate == Approx(oracle_rate).epsilon(0.10));
+        CHECK(s["requests"]["in_flight_max"].get<int>() >= 20);
+        CHECK(s["verdict"]["stage"] != "none");
+        slow.wait(20);
+        fast.wait(20);
+    }
+
+    SECTION("in flight agrees with stub_status Writing across workers") {
+        Proc slow = spawn({"/usr/bin/wrk", "-t2", "-c30", "-d12s", "http://127.0.0.1:18410/"});
+        sleep_s(1);
+        int agree = 0;
+        std::string pairs;
+        for (int i = 0; i < 5; ++i) {
+            auto mid = run_qscope({"snapshot", "--pid", std::to_string(n.master.pid()), "--duration", "0.3",
+                                   "--json", "--no-threads"},
+                                  30);
+            const long writing = stub_status(18410).writing - 1;   // less the status request
+            REQUIRE(mid.rc == 0);
+            REQUIRE(writing > 0);
+            const double in_flight = mid.json["requests"]["in_flight"].get<double>();
+            pairs += std::to_string(static_cast<int>(in_flight)) + "/" + std::to_string(writing) + " ";
+            if (std::abs(in_flight - writing) <= 0.15 * writing) ++agree;
+        }
+        INFO("qscope in_flight / stub_status Writing: " << pairs);
+        CHECK(agree >= 4);
+        slow.wait(20);
+    }
+
+    SECTION("workers forked after the attach (nginx reload) are followed") {
+        Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(n.master.pid()), "--duration", "6",
+                        "--json", "--no-threads"});
+        REQUIRE(wait_attached(q.pid(), 20));
+        // SIGHUP: the master starts new workers and retires the old ones gracefully.
+        n.master.signal(SIGHUP);
+        std::set<int> fresh;
+        for (int i = 0; i < 100; ++i) {
+            fresh.clear();
+            for (int c : children(n.master.pid()))
+                if (!workers.count(c)) fresh.insert(c);
+            if (fresh.size() == 2) break;
+            sleep_s(0.05);
+        }
+        REQUIRE(fresh.size() == 2);
+        sleep_s(0.5);   // old workers finish and exit
+        const long before = stub_status(18410).requests;
+        Proc load = spawn({"/usr/bin/wrk", "-t1", "-c4", "-d2s", "http://127.0.0.1:18410/static"});
+        REQUIRE(load.wait(20) == 0);
+        const long after = stub_status(18410).requests;
+        REQUIRE(q.wait(30) == 0);
+        const json s = json::parse(q.out());
+        const std::set<int> seen = json_pids(s);
+        for (int w : fresh) CHECK(seen.count(w) == 1);
+        for (int w : workers) CHECK(seen.count(w) == 0);   // retired, gone
+        // Every request of the load went to the new workers; qscope counted them.
+        const double served = static_cast<double>(after - before - 1);
+        INFO("completed " << s["requests"]["completed"] << ", stub_status delta " << served);
+        CHECK(s["requests"]["completed"].get<double>() >= 0.95 * served);
+    }
+
+    n.master.signal(SIGQUIT);
+    n.master.wait(10);
+}
+
+TEST_CASE("--no-children observes the given process alone", "[tree][integration][nginx]") {
+    if (!require_root()) return;
+    const std::string nginx = find_nginx();
+    if (nginx.empty()) {
+        skip("nginx not installed (.ci/setup installs it)");
+        return;
+    }
+    auto upstream = start_target("qs_server", {"--port", "18421", "--workers", "8"});
+    Nginx n = start_nginx(nginx, 18420, 18421, 2);
+    auto r = run_qscope({"snapshot", "--pid", std::to_string(n.master.pid()), "--duration", "0.5", "--json",
+                         "--no-children"},
+                        30);
+    REQUIRE(r.rc == 0);
+    CHECK(r.json["target"]["processes"]["count"].get<int>() == 1);
+    CHECK(json_pids(r.json) == std::set<int>{n.master.pid()});
+    n.master.signal(SIGQUIT);
+    n.master.wait(10);
+}
+
+namespace {
+
+// A private cluster (tests/apps/pg.sh) on loopback, stopped when this goes out of scope.
+struct Postgres {
+    std::string dir;
+    uint16_t port = 0;
+    pid_t postmaster = 0;
+    bool ok = false;
+    Postgres(uint16_t p) : port(p) {
+        dir = temp_dir("qs-tree-pg");
+        ::chmod(dir.c_str(), 0755);
+        int rc = 0;
+        const std::string o = sh(source_dir() + "/tests/apps/pg.sh start " + dir + "/cluster " + std::to_string(port) +
+                                 " 2>&1", &rc);
+        ok = rc == 0;
+        if (!ok) std::printf("pg.sh start failed: %s\n", o.c_str());
+        std::ifstream pidf(dir + "/cluster/data/postmaster.pid");
+        pidf >> postmaster;
+    }
+    ~Postgres() { sh(source_dir() + "/tests/apps/pg.sh stop " + dir + "/cluster >/dev/null 2>&1"); }
+    std::string conn() const { return "-h 127.0.0.1 -p " + std::to_string(port) + " -U postgres"; }
+    std::string psql(const std::string& sql) const {
+        return sh("psql " + conn() + " -d postgres -Atqc \"" + sql + "\" 2>&1");
+    }
+    // pg_stat_activity, less the sampling session itself.
+    int count(const std::string& where) const {
+        return std::atoi(psql("select count(*) from pg_stat_activity where backend_type = 'client backend' and "
+                              "pid <> pg_backend_pid() and " + where).c_str());
+    }
+};
+
+double pgbench_tps(const std::string& out) {
+    std::smatch m;
+    static const std::regex re(R"(tps = ([0-9.]+))");
+    return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("PostgreSQL postmaster PID: queries of every backend", "[tree][integration][postgres]") {
+    if (!require_root()) return;
+    if (access("/usr/bin/pgbench", X_OK) != 0) {
+        skip("pgbench not installed (.ci/setup installs postgresql)");
+        return;
+    }
+    Postgres pg(18430);
+    REQUIRE(pg.ok);
+    REQUIRE(pg.postmaster > 0);
+    const std::string script = pg.dir + "/sleep.sql";
+    std::ofstream(script) << "SELECT pg_sleep(0.05);\n";
+
+    SECTION("in flight against pg_stat_activity, completed against pgbench's tps") {
+        // 8 clients, one 50 ms query each at a time: 8 in flight, ~150 queries/s.
+        Proc bench = spawn({"/usr/bin/pgbench", "-h", "127.0.0.1", "-p", "18430", "-U", "postgres", "-n", "-M",
+                            "simple", "-f", script, "-c", "8", "-j", "2", "-T", "9", "postgres"});
+        sleep_s(1.5);
+        auto r = run_qscope({"snapshot", "--pid", std::to_string(pg.postmaster), "--duration", "4", "--json"}, 40);
+        REQUIRE(r.rc == 0);
+        const json& s = r.json;
+        INFO(s["target"].dump());
+        std::map<std::string, int> roles;
+        for (const auto& p : s["target"]["processes"]["members"]) roles[p["role"].get<std::string>()]++;
+        CHECK(roles["client backend"] >= 8);
+        CHECK(roles["checkpointer"] == 1);
+        // Paired samples of in flight against state = 'active'.
+        int agree = 0;
+        std::string pairs;
+        for (int i = 0; i < 4; ++i) {
+            auto mid = run_qscope({"snapshot", "--pid", std::to_string(pg.postmaster), "--duration", "0.3", "--json",
+                                   "--no-threads"},
+                                  30);
+            const int active = pg.count("state = 'active'");
+            REQUIRE(mid.rc == 0);
+            const double in_flight = mid.json["requests"]["in_flight"].get<double>();
+            pairs += std::to_string(static_cast<int>(in_flight)) + "/" + std::to_string(active) + " ";
+            if (std::abs(in_flight - active) <= 0.20 * active) ++agree;
+        }
+        REQUIRE(bench.wait(30) == 0);
+        const double tps = pgbench_tps(bench.out());
+        const double rate = s["requests"]["completed"].get<double>() / s["window_seconds"].get<double>();
+        INFO("in flight / active: " << pairs << "; completed " << rate << "/s, pgbench " << tps << " tps");
+        CHECK(agree >= 3);
+        CHECK(rate == Approx(tps).epsilon(0.15));
+        CHECK(s["requests"]["latency_seconds"]["p50"].get<double>() == Approx(0.050).epsilon(0.3));
+    }
+
+    SECTION("row-lock contention is a gate, not idle backends") {
+        pg.psql("create table hot(id int primary key, v int); insert into hot values (1, 0);");
+        const std::string lock = pg.dir + "/lock.sql";
+        std::ofstream(lock) << "BEGIN;\nUPDATE hot SET v = v + 1 WHERE id = 1;\nSELECT pg_sleep(0.02);\nEND;\n";
+        Proc bench = spawn({"/usr/bin/pgbench", "-h", "127.0.0.1", "-p", "18430", "-U", "postgres", "-n", "-f", lock,
+                            "-c", "12", "-j", "2", "-T", "10", "postgres"});
+        sleep_s(2);
+        auto r = run_qscope({"snapshot", "--pid", std::to_string(pg.postmaster), "--duration", "3", "--json"}, 40);
+        const int waiting = pg.count("wait_event_type = 'Lock'");
+        REQUIRE(r.rc == 0);
+        const json& v = r.json["verdict"];
+        INFO(v.dump() << " pg_stat_activity Lock waiters " << waiting);
+        CHECK(v["stage"] == "gate");
+        CHECK(v["summary"].get<std::string>().find("lock") != std::string::npos);
+        CHECK(std::abs(v["waiting"].get<double>() - waiting) <= 0.30 * waiting);
+        bench.wait(30);
+    }
+}
+
+TEST_CASE("gunicorn sync workers: in flight is the busy workers, then the accept queue", "[tree][integration][gunicorn]") {
+    if (!require_root()) return;
+    if (access("/usr/bin/gunicorn", X_OK) != 0) {
+        skip("gunicorn not installed (.ci/setup installs it)");
+        return;
+    }
+    const std::string dir = temp_dir("qs-tree-gunicorn");
+    std::ofstream(dir + "/app.py") << "import time\n"
+                                      "def app(environ, start_response):\n"
+                                      "    time.sleep(0.2)\n"
+                                      "    start_response('200 OK', [('Content-Length', '2')])\n"
+                                      "    return [b'ok']\n";
+    Proc master = spawn({"/usr/bin/gunicorn", "--chdir", dir, "-w", "3", "-b", "127.0.0.1:18440", "--backlog", "64",
+                         "--graceful-timeout", "1", "app:app"});
+    REQUIRE(wait_for_port(18440, 15));
+    for (int i = 0; i < 100 && children(master.pid()).size() < 3; ++i) sleep_s(0.1);
+    REQUIRE(children(master.pid()).size() == 3);
+
+    // 10 clients, 3 workers: 3 requests in flight, the rest wait in the kernel accept queue.
+    Proc load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "18440", "--connections", "10",
+                       "--duration", "10", "--new-conn-per-request"});
+    sleep_s(1.5);
+    auto r = run_qscope({"snapshot", "--pid", std::to_string(master.pid()), "--duration", "3", "--json"}, 40);
+    const int64_t recvq = ss_listen_recvq(18440);
+    REQUIRE(r.rc == 0);
+    const json& s = r.json;
+    INFO(s["requests"].dump() << "\n" << s["verdict"].dump() << "\nss Recv-Q " << recvq);
+    CHECK(s["target"]["processes"]["count"].get<int>() == 4);
+    CHECK(s["requests"]["in_flight_max"].get<int>() == 3);
+    CHECK(s["requests"]["in_flight"].get<int>() >= 2);
+    CHECK(s["requests"]["in_flight"].get<int>() <= 3);
+    REQUIRE(s["listeners"].size() == 1);
+    CHECK(s["listeners"][0]["accept_queue_max"].get<int>() >= 5);
+    CHECK(recvq >= 5);
+    CHECK(s["verdict"]["stage"] == "accept_queue");
+
+    // SIGTTIN: the arbiter forks a fourth worker while qscope watches.
+    Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(master.pid()), "--duration", "3", "--json",
+                    "--no-threads"});
+    REQUIRE(wait_attached(q.pid(), 20));
+    const std::set<int> before = children(master.pid());
+    master.signal(SIGTTIN);
+    REQUIRE(q.wait(30) == 0);
+    const json s2 = json::parse(q.out());
+    std::set<int> fresh;
+    for (int c : children(master.pid()))
+        if (!before.count(c)) fresh.insert(c);
+    REQUIRE(fresh.size() == 1);
+    INFO(s2["target"].dump() << "\n" << s2["requests"].dump());
+    CHECK(json_pids(s2).count(*fresh.begin()) == 1);
+    CHECK(s2["requests"]["in_flight_max"].get<int>() == 4);
+    load.wait(20);
+    master.signal(SIGTERM);
+    master.wait(10);
+}
+
+TEST_CASE("a parent that exits leaves its children observed, and says so", "[tree][integration]") {
+    if (!require_root()) return;
+    // A shell that forks a server and is then killed: the server is re-parented and goes on.
+    const std::string server = target_bin("qs_server");
+    Proc parent = spawn({"/bin/bash", "-c", server + " --port 18450 --workers 2 & wait"});
+    REQUIRE(wait_for_port(18450, 10));
+    std::set<int> kids;
+    for (int i = 0; i < 50 && kids.empty(); ++i) {
+        kids = children(parent.pid());
+        sleep_s(0.05);
+    }
+    REQUIRE(kids.size() == 1);
+    const int child = *kids.begin();
+    Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(parent.pid()), "--duration", "3", "--json"});
+    REQUIRE(wait_attached(q.pid(), 20));
+    parent.signal(SIGKILL);
+    Proc load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", "18450", "--connections", "2",
+                       "--duration", "1.5"});
+    REQUIRE(load.wait(20) == 0);
+    REQUIRE(q.wait(30) == 0);   // not "target exited": the service is still there
+    const json s = json::parse(q.out());
+    INFO(s["target"].dump() << "\n" << s["warnings"].dump());
+    CHECK(json_pids(s) == std::set<int>{child});
+    CHECK(s["target"]["exited"] == false);
+    bool said = false;
+    for (const auto& w : s["warnings"])
+        if (w.get<std::string>().find("still observing") != std::string::npos) said = true;
+    CHECK(said);
+    CHECK(s["requests"]["completed"].get<int>() > 0);
+    ::kill(child, SIGTERM);
+}

@@ -38,6 +38,28 @@ static __always_inline void emit(__u32 kind, __u32 tgid, __u32 ptgid)
 	bpf_ringbuf_submit(e, 0);
 }
 
+/* Set the bit before widening: a reader that sees the new range finds the bit. A racing
+ * fork elsewhere in the tree may lose this update; both are retried a few times. */
+static __always_inline void widen_range(__u32 tgid)
+{
+	__u32 zero = 0;
+	struct qs_tree_range *r = bpf_map_lookup_elem(&qs_tree_range, &zero);
+	int i;
+
+	if (!r)
+		return;
+	for (i = 0; i < 4; i++) {
+		__u64 cur = r->max;
+		if (tgid <= cur || __sync_val_compare_and_swap(&r->max, cur, tgid) == cur)
+			break;
+	}
+	for (i = 0; i < 4; i++) {
+		__u64 cur = r->min;
+		if (tgid >= cur || __sync_val_compare_and_swap(&r->min, cur, tgid) == cur)
+			break;
+	}
+}
+
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(qs_tree_fork, struct task_struct *parent, struct task_struct *child)
 {
@@ -54,6 +76,7 @@ int BPF_PROG(qs_tree_fork, struct task_struct *parent, struct task_struct *child
 		return 0;
 	}
 	__sync_fetch_and_or(bits, 1ULL << (ctgid & 63));
+	widen_range(ctgid);
 	emit(QS_TREE_FORK, ctgid, ptgid);
 	return 0;
 }

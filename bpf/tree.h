@@ -5,7 +5,8 @@
  * map to the others with bpf_map__reuse_fd before they load). The verifier inlines an array
  * look-up, so the test an unrelated event pays is a bounds check, a load, a shift and a mask:
  * about what the single-tgid compare it replaces cost, and no hashing. A bitmap is exact (no
- * collisions) and small: pid_max/8 bytes, 4 KiB at the default 32,768, 512 KiB at 2^22.
+ * collisions) and small: pid_max/8 bytes, 4 KiB at the default 32,768, 512 KiB at 2^22. A
+ * range check on one hot cache line comes first (qs_tree_range).
  */
 #ifndef QSCOPE_TREE_H
 #define QSCOPE_TREE_H
@@ -13,6 +14,13 @@
 /* Fork and exit of tree members, for the user-space member list (ring buffer records). */
 #define QS_TREE_FORK 1
 #define QS_TREE_EXIT 2
+
+/* The smallest and largest member tgid: most unrelated events are rejected by two compares on
+ * one hot cache line, before the bitmap (512 KiB at pid_max 2^22) is touched at all. */
+struct qs_tree_range {
+	__u64 min;	/* 64-bit: the fork program widens them with compare-and-swap */
+	__u64 max;
+};
 
 struct qs_tree_event {
 	__u32 kind;      /* QS_TREE_FORK / QS_TREE_EXIT */
@@ -31,6 +39,14 @@ struct {
 	__type(value, __u64);
 } qs_tree SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qs_tree_range);
+} qs_tree_range SEC(".maps");
+
 static __always_inline __u64 *qs_tree_word(__u32 tgid)
 {
 	__u32 w = tgid >> 6;
@@ -39,7 +55,13 @@ static __always_inline __u64 *qs_tree_word(__u32 tgid)
 
 static __always_inline int qs_in_tree(__u32 tgid)
 {
-	__u64 *bits = qs_tree_word(tgid);
+	__u32 zero = 0;
+	struct qs_tree_range *r = bpf_map_lookup_elem(&qs_tree_range, &zero);
+	__u64 *bits;
+
+	if (!r || tgid < r->min || tgid > r->max)
+		return 0;
+	bits = qs_tree_word(tgid);
 	return bits && ((*bits >> (tgid & 63)) & 1);
 }
 

@@ -120,8 +120,10 @@ struct ProcessTree::Bpf {
     uint64_t* bits = nullptr;  // the bitmap, mmapped
     uint32_t words = 0;
     size_t mapped = 0;
+    qs_tree_range* range = nullptr;  // mmapped too
     ~Bpf() {
         if (bits) munmap(bits, mapped);
+        if (range) munmap(range, 4096);
     }
 };
 
@@ -150,6 +152,12 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
     void* m = mmap(nullptr, b.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_tree), 0);
     if (m == MAP_FAILED) throw_bpf_error("tree: mmap of map qs_tree", errno);
     b.bits = static_cast<uint64_t*>(m);
+    m = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_tree_range), 0);
+    if (m == MAP_FAILED) throw_bpf_error("tree: mmap of map qs_tree_range", errno);
+    b.range = static_cast<qs_tree_range*>(m);
+    // Empty until the root is marked: min > max rejects everything.
+    b.range->min = UINT64_MAX;
+    b.range->max = 0;
     if (children) {
         // Attach before seeding: a fork during the walk is then seen by one or the other.
         for (bpf_program* p : {b.skel->progs.qs_tree_fork, b.skel->progs.qs_tree_exit})
@@ -163,6 +171,8 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
 
 int ProcessTree::map_fd() const { return bpf_map__fd(bpf_->skel->maps.qs_tree); }
 
+int ProcessTree::range_map_fd() const { return bpf_map__fd(bpf_->skel->maps.qs_tree_range); }
+
 uint64_t ProcessTree::lost_events() const {
     return __atomic_load_n(&bpf_->skel->bss->lost_events, __ATOMIC_RELAXED);
 }
@@ -172,10 +182,19 @@ void ProcessTree::mark(int pid, bool on) {
     const uint32_t w = static_cast<uint32_t>(pid) >> 6;
     if (w >= bpf_->words) return;  // beyond pid_max
     const uint64_t bit = 1ULL << (pid & 63);
-    if (on)
-        __atomic_fetch_or(&bpf_->bits[w], bit, __ATOMIC_SEQ_CST);
-    else
+    if (!on) {
         __atomic_fetch_and(&bpf_->bits[w], ~bit, __ATOMIC_SEQ_CST);
+        return;
+    }
+    __atomic_fetch_or(&bpf_->bits[w], bit, __ATOMIC_SEQ_CST);
+    // The bit first, then the range that lets readers reach it.
+    const uint64_t p = static_cast<uint64_t>(pid);
+    uint64_t cur = __atomic_load_n(&bpf_->range->max, __ATOMIC_SEQ_CST);
+    while (p > cur && !__atomic_compare_exchange_n(&bpf_->range->max, &cur, p, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+    cur = __atomic_load_n(&bpf_->range->min, __ATOMIC_SEQ_CST);
+    while (p < cur && !__atomic_compare_exchange_n(&bpf_->range->min, &cur, p, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
 }
 
 void ProcessTree::add(int pid, int ppid) {

@@ -102,13 +102,21 @@ std::vector<int> Target::tids() const {
     return out;
 }
 
-void share_tree_map(bpf_map* map, const Target& target, const char* family) {
-    bpf_check(bpf_map__reuse_fd(map, target.tree_map_fd()), std::string(family) + ": sharing map qs_tree");
+void share_tree_maps(bpf_object* obj, const Target& target, const char* family) {
+    const std::pair<const char*, int> maps[] = {{"qs_tree", target.tree_map_fd()},
+                                                {"qs_tree_range", target.tree_range_map_fd()}};
+    for (const auto& [name, fd] : maps) {
+        bpf_map* m = bpf_object__find_map_by_name(obj, name);
+        if (!m) throw Error(Exit::failure, std::string(family) + ": BPF object has no map " + name);
+        bpf_check(bpf_map__reuse_fd(m, fd), std::string(family) + ": sharing map " + name);
+    }
 }
 
 void Target::follow(bool children) { tree_ = ProcessTree::open(pid_, children); }
 
 int Target::tree_map_fd() const { return tree_ ? tree_->map_fd() : -1; }
+
+int Target::tree_range_map_fd() const { return tree_ ? tree_->range_map_fd() : -1; }
 
 void Target::refresh() {
     if (tree_) tree_->refresh();

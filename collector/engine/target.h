@@ -31,8 +31,9 @@ public:
     // its root and, with `children`, its descendants and whatever they fork from now on.
     // Call after the privilege checks; throws Error naming the step that failed.
     void follow(bool children);
-    // The tree bitmap's map fd, for bpf_map__reuse_fd() before a family loads.
+    // The tree maps (bitmap, range), for bpf_map__reuse_fd() before a family loads.
     int tree_map_fd() const;
+    int tree_range_map_fd() const;
     // Applies the forks and exits since the last call: once per tick, before the sources.
     void refresh();
     // The processes observed now, root first (the root alone before follow()).
@@ -46,8 +47,8 @@ private:
     uint64_t start_ticks_ = 0;
 };
 
-// Makes a probe family's copy of the tree bitmap (bpf/tree.h) the target's, before the
+// Makes a probe family's copies of the tree maps (bpf/tree.h) the target's, before the
 // family loads: every family then filters on the same, current set of processes.
-void share_tree_map(bpf_map* map, const Target& target, const char* family);
+void share_tree_maps(bpf_object* obj, const Target& target, const char* family);
 
 }  // namespace qscope

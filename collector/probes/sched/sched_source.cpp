@@ -226,7 +226,7 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     groups_ = std::make_unique<LabelCap>(cfg.label_cap);
     skel_.reset(sched_bpf__open());
     if (!skel_) throw_bpf_error("sched: open BPF object", errno);
-    share_tree_map(skel_->maps.qs_tree, target, "sched");
+    share_tree_maps(skel_->obj, target, "sched");
     skel_->rodata->want_stacks = cfg.want_stacks ? 1 : 0;
     skel_->rodata->stack_min_ns = static_cast<__u64>(cfg.stack_min_block_seconds * 1e9);
     skel_->rodata->max_stacks_per_iter = kMaxStacksPerIter;

@@ -76,7 +76,7 @@ public:
         cfg_ = cfg;
         skel_.reset(sock_bpf::open());
         if (!skel_) throw_bpf_error("sock: opening BPF object", errno ? errno : EINVAL);
-        share_tree_map(skel_->maps.qs_tree, target, "sock");
+        share_tree_maps(skel_->obj, target, "sock");
         bpf_check(bpf_map__set_max_entries(skel_->maps.conns, std::max<uint32_t>(cfg.max_connections, 64)),
                   "sock: sizing map conns");
         probe_features();

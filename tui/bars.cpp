@@ -3,6 +3,7 @@
 #include <cmath>
 #include <ctime>
 
+#include "model/processes.h"
 #include "tui/format.h"
 #include "tui/sorting.h"
 #include "tui/stages.h"
@@ -38,9 +39,12 @@ void draw_header(Grid& g, const Snapshot& s, const UiState& ui) {
     const std::string d = dot(ui.unicode);
     Line left = {{"qscope ", Role::header},
                  {"pid " + std::to_string(s.target.pid) + " ", Role::normal},
-                 {s.target.comm, Role::header},
-                 {d + std::to_string(s.target.threads) + " threads" + d + "attached " + fmt_elapsed(s.attached_seconds),
-                  Role::normal}};
+                 {s.target.comm, Role::header}};
+    // A process tree: what is observed, "3 processes: master process, 2 worker process".
+    if (const std::string procs = describe_processes(s.target); !procs.empty())
+        left.push_back({d + procs, Role::normal});
+    left.insert(left.end(), {{d + std::to_string(s.target.threads) + " threads" + d + "attached " + fmt_elapsed(s.attached_seconds),
+                  Role::normal}});
     if (std::abs(s.window_seconds - s.attached_seconds) > 0.5)
         left.push_back({d + "window " + fmt_elapsed(s.window_seconds), Role::normal});
     if (s.lost_events) left.push_back({d + "lost " + fmt_count(s.lost_events), Role::warn});

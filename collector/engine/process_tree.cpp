@@ -104,8 +104,11 @@ std::string process_role(const std::string& comm, const std::string& cmdline, bo
     // PostgreSQL backends: "user database host(port) activity" or "... [local] activity".
     static const std::regex backend(R"(^\S+ \S+ (\S+\(\d+\)|\[local\])( |$))");
     if (std::regex_search(title, backend)) return "client backend";
+    // "<what> process <program and its options>": nginx and php-fpm name the program after it.
+    static const std::regex process(R"(^(.*? process)( |$))");
+    if (std::smatch m; std::regex_search(title, m, process)) return m[1];
     // Paths, pool names in brackets and options are details, not the role:
-    // "master process /usr/sbin/nginx -c x", "worker [app:app]", "master process (/etc/...)".
+    // "worker [app:app]", "pool www -x".
     for (const char* cut : {" /", " (", " [", " -"}) {
         const auto p = title.find(cut);
         if (p != std::string::npos) title.resize(p);

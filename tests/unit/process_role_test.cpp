@@ -9,6 +9,7 @@ using qscope::process_role;
 TEST_CASE("process roles from server titles", "[tree]") {
     CHECK(process_role("nginx", "nginx: master process /usr/sbin/nginx -c /tmp/x/nginx.conf -p /tmp/x", true) ==
           "master process");
+    CHECK(process_role("nginx", "nginx: master process nginx -c /tmp/x/nginx.conf", true) == "master process");
     CHECK(process_role("nginx", "nginx: worker process", false) == "worker process");
     CHECK(process_role("nginx", "nginx: cache manager process", false) == "cache manager process");
     CHECK(process_role("postgres", "postgres: checkpointer", false) == "checkpointer");

@@ -33,17 +33,6 @@ bench_nginx "$work" 25180
 $T/qs_server --port 0 --workers 2 >"$work/idle.log" 2>&1 & pids+=($!); idle_pid=$!
 for _ in $(seq 200); do grep -q 'READY' "$work/idle.log" && break; sleep 0.05; done
 
-# The programs collector $1 holds (prog ids from its fdinfo): name run_cnt run_time_ns.
-prog_stats() { bpftool prog show -j 2>/dev/null | python3 -c '
-import json,sys,os,re
-d="/proc/%s/fdinfo" % sys.argv[1]; ids=set()
-for f in os.listdir(d):
-    try: m=re.search(r"^prog_id:\s*(\d+)", open(os.path.join(d,f)).read(), re.M)
-    except OSError: continue
-    if m: ids.add(int(m.group(1)))
-for p in json.load(sys.stdin):
-    if p.get("id") in ids: print(p.get("name","?"), p.get("run_cnt",0), p.get("run_time_ns",0))' "$1"; }
-
 : >"$work/runs.tsv"
 sysctl -qw kernel.bpf_stats_enabled=1
 for r in $(seq "$ROUNDS"); do

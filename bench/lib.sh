@@ -40,3 +40,16 @@ http { access_log off; server { listen 127.0.0.1:$port backlog=1024; location / 
 NGX
   nginx -c "$dir/nginx.conf" -p "$dir/nginx"
 }
+
+# Per-program stats of qscope's programs (names are set by our .bpf.c files).
+# Only programs held by collector $1 (prog ids from its fds' fdinfo; this bpftool reports no
+# pids): other qscope instances on a shared machine load programs with the same names.
+prog_stats() { bpftool prog show -j 2>/dev/null | python3 -c '
+import json,sys,os,re
+d="/proc/%s/fdinfo" % sys.argv[1]; ids=set()
+for f in os.listdir(d):
+    try: m=re.search(r"^prog_id:\s*(\d+)", open(os.path.join(d,f)).read(), re.M)
+    except OSError: continue
+    if m: ids.add(int(m.group(1)))
+for p in json.load(sys.stdin):
+    if p.get("id") in ids: print(p.get("name","?"), p.get("run_cnt", 0), p.get("run_time_ns", 0))' "$1"; }

@@ -86,18 +86,6 @@ detach() {
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
-# Per-program stats of qscope's programs (names are set by our .bpf.c files).
-# Only programs held by collector $1 (prog ids from its fds' fdinfo; this bpftool reports no
-# pids): other qscope instances on a shared machine load programs with the same names.
-prog_stats() { bpftool prog show -j 2>/dev/null | python3 -c '
-import json,sys,os,re
-d="/proc/%s/fdinfo" % sys.argv[1]; ids=set()
-for f in os.listdir(d):
-    try: m=re.search(r"^prog_id:\s*(\d+)", open(os.path.join(d,f)).read(), re.M)
-    except OSError: continue
-    if m: ids.add(int(m.group(1)))
-for p in json.load(sys.stdin):
-    if p.get("run_cnt") and p.get("id") in ids: print(p.get("name","?"), p["run_cnt"], p["run_time_ns"])' "$1"; }
 # CPU of all the collector's threads in ns (clock ticks are too coarse for 5 s windows).
 cpu_ns() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{s+=$1} END{print s+0}'; }
 

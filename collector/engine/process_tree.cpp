@@ -191,8 +191,8 @@ void ProcessTree::mark(int pid, bool on) {
     }
     __atomic_fetch_or(&bpf_->bits[w], bit, __ATOMIC_SEQ_CST);
     // The bit first, then the range that lets readers reach it.
-    const uint64_t p = static_cast<uint64_t>(pid);
-    uint64_t cur = __atomic_load_n(&bpf_->range->max, __ATOMIC_SEQ_CST);
+    const __u64 p = static_cast<__u64>(pid);
+    __u64 cur = __atomic_load_n(&bpf_->range->max, __ATOMIC_SEQ_CST);
     while (p > cur && !__atomic_compare_exchange_n(&bpf_->range->max, &cur, p, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     }
     cur = __atomic_load_n(&bpf_->range->min, __ATOMIC_SEQ_CST);

@@ -1,5 +1,5 @@
 /* Carrier threads: the OS threads that run a user-space scheduler's tasks (JVM virtual
- * threads first). Shared by carrier.bpf.c and collector/jvm_source.cpp.
+ * threads first). Shared by carrier.bpf.c and collector/probes/jvm/jvm_source.cpp.
  *
  * A carrier is "stalled" when it blocks in the kernel while a task is mounted on it: a
  * pinned park, a blocking native call, a class-initializer wait. Blocking with nothing

@@ -1,4 +1,4 @@
-/* Types shared by bpf/sched.bpf.c and collector/sched_source.cpp.
+/* Types shared by bpf/sched.bpf.c and collector/probes/sched/sched_source.cpp.
  *
  * Named qs_sched.h, not sched.h: bpf/ is on the C++ include path, and a bpf/sched.h would
  * shadow libc's <sched.h> (pthread.h includes it), breaking every C++ file.
@@ -40,7 +40,7 @@ static __always_inline __u64 qs_wait_res(long long nr, __u64 di)
 }
 
 /* Thread group from comm: trailing digits stripped, then the separators they hung from,
- * never the whole name. Must equal collector/target.cpp thread_group_name() (unit-tested);
+ * never the whole name. Must equal collector/model/thread_group.cpp thread_group_name() (unit-tested);
  * the kernel computes it so waits aggregate per group, not per thread, in the map. */
 static __always_inline void qs_group_from_comm(const char comm[QS_COMM_LEN], char group[QS_COMM_LEN])
 {

@@ -1,4 +1,4 @@
-/* Types shared by sock.bpf.c and collector/sock_source.cpp. Fixed-width only; the C++ side
+/* Types shared by sock.bpf.c and collector/probes/sock/sock_source.cpp. Fixed-width only; the C++ side
  * static_asserts the sizes.
  *
  * Aggregates live in .bss arrays (mmapped by the skeleton): the kernel adds atomically, user

@@ -25,7 +25,7 @@ struct TopOptions {
 };
 
 int run_snapshot(const Config& cfg, const SnapshotOptions& opt);  // collector/app_snapshot.cpp
-int run_export(const Config& cfg, const ExportOptions& opt);      // collector/exporter.cpp
+int run_export(const Config& cfg, const ExportOptions& opt);      // collector/cli/exporter.cpp
 int run_top(const Config& cfg, const TopOptions& opt);            // cli/top.cpp
 
 // SIGINT/SIGTERM/SIGHUP set this; long-running loops poll it.

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "golden.h"
 #include "metrics/metrics.h"
 #include "model/verdict.h"
 #include "output/json_writer.h"
@@ -17,31 +18,15 @@ using namespace qscope;
 
 namespace {
 
-void check_golden(const std::string& file, const std::string& got) {
-    const std::string path = std::string(QSCOPE_SOURCE_DIR) + "/tests/unit/golden/" + file;
-    const char* upd = std::getenv("QSCOPE_UPDATE_GOLDEN");
-    if (upd && std::string(upd) == "1") {
-        std::ofstream(path) << got;
-        WARN("rewrote " << path);
-        return;
-    }
-    std::ifstream in(path);
-    INFO("golden file " << path << " (QSCOPE_UPDATE_GOLDEN=1 to create or update)");
-    REQUIRE(in.good());
-    std::stringstream want;
-    want << in.rdbuf();
-    CHECK(want.str() == got);
-}
-
 void check_fixture(const std::string& name, const Snapshot& s) {
-    check_golden("json_" + name + ".json", render_json(s) + "\n");
-    check_golden("report_" + name + ".txt", render_report(s));
+    golden::check("json_" + name + ".json", render_json(s) + "\n");
+    golden::check("report_" + name + ".txt", render_report(s));
     Snapshot c = s;
     compute_verdict(c);
-    check_golden("json_" + name + "_computed.json", render_json(c) + "\n");
-    check_golden("report_" + name + "_computed.txt", render_report(c));
+    golden::check("json_" + name + "_computed.json", render_json(c) + "\n");
+    golden::check("report_" + name + "_computed.txt", render_report(c));
     // /metrics as a scrape would render it, dated 5 s after the snapshot was taken.
-    check_golden("metrics_" + name + "_computed.txt",
+    golden::check("metrics_" + name + "_computed.txt",
                  prom::serialize(snapshot_families(&c, 50, c.taken_at_unix_ms + 5000)));
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "golden.h"
 #include "tui_fixtures.h"
 #include "tui/view.h"
 
@@ -15,10 +16,6 @@ using namespace qscope::tui;
 using namespace tui_fixtures;
 
 namespace {
-
-std::string golden_path(const std::string& name) {
-    return std::string(QSCOPE_SOURCE_DIR) + "/tests/unit/golden/tui_" + name + ".txt";
-}
 
 void fixed_clock() {
     // The header shows local time: pin the zone so the goldens do not depend on the host.
@@ -30,35 +27,7 @@ void check_golden(const std::string& name, const Snapshot* s, int w, int h, cons
                   const History& hist) {
     fixed_clock();
     const Grid g = render(s, w, h, ui, hist);
-    const std::string got = g.to_text(true);
-    const std::string path = golden_path(name);
-    const char* upd = std::getenv("QSCOPE_UPDATE_GOLDEN");
-    if (upd && std::string(upd) == "1") {
-        std::ofstream(path) << got;
-        WARN("rewrote " << path);
-        return;
-    }
-    std::ifstream in(path);
-    INFO("golden file " << path << " (QSCOPE_UPDATE_GOLDEN=1 to create or update)");
-    REQUIRE(in.good());
-    std::stringstream want;
-    want << in.rdbuf();
-    if (want.str() != got) {
-        std::istringstream a(want.str()), b(got);
-        std::string la, lb;
-        int line = 0;
-        while (true) {
-            const bool ea = !std::getline(a, la), eb = !std::getline(b, lb);
-            ++line;
-            if (ea && eb) break;
-            if (la != lb || ea != eb) {
-                INFO("first difference at line " << line << "\nwant: [" << la << "]\ngot:  [" << lb << "]");
-                CHECK(false);
-                break;
-            }
-        }
-        FAIL("screen differs from " << path << "; full render:\n" << got);
-    }
+    golden::check("tui_" + name + ".txt", g.to_text(true));
 }
 
 UiState ui_at(Panel focus = Panel::downstream) {

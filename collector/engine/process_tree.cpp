@@ -210,6 +210,7 @@ void ProcessTree::add(int pid, int ppid) {
     m.comm = read_comm(pid);
     m.role = process_role(m.comm, read_cmdline(pid), pid == root_);
     members_[pid] = m;
+    unsettled_[pid] = kSettlingRefreshes;
     mark(pid, true);
 }
 
@@ -265,15 +266,19 @@ void ProcessTree::refresh() {
             rescan();
         }
     }
-    // A forked child takes its title (and so its role) a moment after the fork.
     // A forked child takes its title (and so its role) a moment after the fork, and until
-    // then shows its parent's. Two small reads a member; past 512 members roles stay as
-    // first seen.
-    if (members_.size() <= 512)
-        for (auto& [pid, m] : members_) {
-            if (std::string comm = read_comm(pid); !comm.empty()) m.comm = comm;
-            m.role = process_role(m.comm, read_cmdline(pid), pid == root_);
+    // then shows its parent's: re-read it for the first few refreshes only, so a settled
+    // tree of 500 backends costs no reads per tick.
+    for (auto it = unsettled_.begin(); it != unsettled_.end();) {
+        auto m = members_.find(it->first);
+        if (m == members_.end() || --it->second <= 0) {
+            it = unsettled_.erase(it);
+            continue;
         }
+        if (std::string comm = read_comm(m->first); !comm.empty()) m->second.comm = comm;
+        m->second.role = process_role(m->second.comm, read_cmdline(m->first), m->first == root_);
+        ++it;
+    }
 }
 
 std::vector<ProcessMember> ProcessTree::members() const {

@@ -63,6 +63,9 @@ private:
     std::unique_ptr<Bpf> bpf_;
     std::map<int, ProcessMember> members_;
     uint64_t lost_seen_ = 0;
+    // Members whose title may still change (just forked): pid → refreshes left to re-read it.
+    static constexpr int kSettlingRefreshes = 5;
+    std::map<int, int> unsettled_;
 };
 
 }  // namespace qscope

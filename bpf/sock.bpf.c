@@ -240,7 +240,12 @@ static __always_inline __u32 peer_index(const struct qs_peer_key *k)
 
 static __always_inline __u32 sk_unread(struct sock *sk)
 {
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	struct tcp_sock *tp;
+	/* A Unix socket has no sequence numbers: its receive queue holds the unread skbs (a
+	 * partly read one stays queued), so "any queued" is "bytes unread". */
+	if (sk->__sk_common.skc_family == AF_UNIX)
+		return sk->sk_receive_queue.qlen;
+	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 0;
 	return qs_unread_bytes(tp->rcv_nxt, tp->copied_seq, sk->__sk_common.skc_flags);
@@ -283,6 +288,216 @@ static __always_inline int conn_insert_new(__u64 key, const struct qs_conn *c)
 
 static __always_inline int response_status(void);
 static __always_inline int in_send_syscall(void);
+
+/* ---- Unix-domain sockets (stream, seqpacket) ----------------------------------------------
+ * No state-change tracepoint covers them, so:
+ *  - a connection is born at sk_data_ready on the listener (unix_stream_connect queues the
+ *    server's new socket as an skb on the listener and wakes it, in the connecting thread):
+ *    the queue's tail skb->sk is the server side, its unix peer the client side;
+ *  - a listener is known by its struct unix_address, which every socket it accepts shares;
+ *  - close is found by absence: each tick qs_unix_scan marks the tracked sockets still in the
+ *    target's fd tables and qs_unix_sweep closes the rest (qs_on_close, as a TCP close).
+ * Sockets that never went through a listener (socketpair(), an unnamed peer) are never
+ * tracked: they are a process's internal signalling, not requests or downstream calls. */
+#define QS_F_UNIX 16                      /* qs_conn.flags: a Unix-domain connection */
+#define QS_SOCK_STREAM 1
+#define QS_SOCK_SEQPACKET 5
+#define QS_UNIX_EMBRYO_NS (60ULL * 1000000000ULL) /* queued unaccepted this long: forgotten */
+
+struct qs_unix_name unix_port_names[QS_MAX_PORTS];
+struct qs_unix_name unix_peer_names[QS_MAX_PEERS];
+__u64 unix_gc_gen = 0;                    /* raised by user space before each qs_unix_scan */
+
+/* struct unix_address * of a target listener -> port index. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QS_MAX_PORTS * 2);
+	__type(key, __u64);
+	__type(value, __u32);
+} unix_listen SEC(".maps");
+
+/* Tracked Unix sockets -> the last unix_gc_gen that saw them alive. Sized as conns. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+} unix_live SEC(".maps");
+
+/* The bound name of a Unix address (sun_path bytes), its length; 0 when unbound. */
+static __always_inline __u32 unix_addr_name(const struct unix_address *a, __u8 *path)
+{
+	int len;
+	if (!a)
+		return 0;
+	len = BPF_CORE_READ(a, len) - (int)sizeof(__u16) /* sun_family */;
+	if (len <= 0)
+		return 0;
+	if (len > QS_UNIX_PATH)
+		len = QS_UNIX_PATH;
+	if (bpf_probe_read_kernel(path, len & 127,
+				  (const void *)a + bpf_core_field_offset(struct unix_address, name) + sizeof(__u16)))
+		return 0;
+	return len;
+}
+
+/* FNV-1a of a name: the peer key, so a server restarted on the same path stays one peer. */
+static __always_inline __u64 unix_name_hash(const __u8 *p, __u32 len)
+{
+	__u64 h = 0xcbf29ce484222325ULL;
+	int i;
+	for (i = 0; i < QS_UNIX_PATH; i++) {
+		if (i >= len)
+			break;
+		h ^= p[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+/* Peer index of a Unix listener's address; QS_MAX_PEERS for an unnamed one (not a peer). */
+static __always_inline __u32 unix_peer_index(const struct unix_address *a)
+{
+	struct qs_peer_key k = {};
+	struct qs_unix_name n = {};
+	__u64 h;
+	__u32 idx;
+
+	n.len = unix_addr_name(a, n.path);
+	if (!n.len)
+		return QS_MAX_PEERS;
+	k.family = AF_UNIX;
+	h = unix_name_hash(n.path, n.len);
+	__builtin_memcpy(k.addr, &h, sizeof(h));
+	idx = peer_index(&k);
+	if (idx < QS_PEER_OTHER && !unix_peer_names[idx].len)
+		unix_peer_names[idx] = n;
+	return idx;
+}
+
+static __always_inline void unix_register_listener(const struct sock *sk, __u64 ino)
+{
+	__u64 key = (__u64)BPF_CORE_READ((struct unix_sock *)sk, addr);
+	__u32 idx;
+	__u64 n;
+
+	if (!key || bpf_map_lookup_elem(&unix_listen, &key))
+		return;
+	n = __sync_fetch_and_add(&next_port_idx, 1);
+	if (n >= QS_MAX_PORTS) {
+		__sync_fetch_and_add(&lost_port_full, 1);
+		idx = QS_MAX_PORTS;   /* remembered, so it is counted once */
+		bpf_map_update_elem(&unix_listen, &key, &idx, BPF_NOEXIST);
+		return;
+	}
+	idx = (__u32)n & (QS_MAX_PORTS - 1);
+	unix_port_names[idx].ino = ino;
+	unix_port_names[idx].len = unix_addr_name((const struct unix_address *)key, unix_port_names[idx].path);
+	port_stats[idx].port = QS_PORT_UNIX;
+	bpf_map_update_elem(&unix_listen, &key, &idx, BPF_NOEXIST);
+}
+
+/* A tracked entry still under this pointer belongs to a socket freed since (the sweep has not
+ * run yet): close it before the new socket takes the key. */
+static __always_inline void conn_close_stale(__u64 key)
+{
+	struct qs_conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct qs_effects e = {};
+	if (!c)
+		return;
+	qs_on_close(c, &e);
+	apply(c, &e, 0);
+	bpf_map_delete_elem(&conns, &key);
+}
+
+static __always_inline void unix_live_mark(__u64 key)
+{
+	__u64 gen = unix_gc_gen;
+	bpf_map_update_elem(&unix_live, &key, &gen, BPF_ANY);
+}
+
+static __always_inline void unix_track(__u64 key, struct qs_conn *c)
+{
+	c->flags |= QS_F_UNIX;
+	conn_close_stale(key);
+	conn_insert(key, c);
+	unix_live_mark(key);
+}
+
+/* sk_data_ready on a Unix listener: a connect() just queued its server-side socket. */
+static __always_inline void on_unix_connect(struct sock *lsk)
+{
+	struct unix_sock *ls = bpf_skc_to_unix_sock(lsk);
+	struct qs_effects e = {};
+	struct qs_conn nc;
+	struct sk_buff *skb;
+	struct sock *child;
+	__u32 *idxp;
+	__u64 akey, now;
+	int mine;
+
+	if (!ls || !lsk->sk_receive_queue.qlen)
+		return;
+	akey = (__u64)ls->addr;
+	idxp = bpf_map_lookup_elem(&unix_listen, &akey);
+	mine = is_target();
+	if (!idxp && !mine)
+		return;
+	skb = lsk->sk_receive_queue.prev;
+	child = skb ? skb->sk : 0;
+	if (!child)
+		return;
+	now = bpf_ktime_get_ns();
+	if (idxp) {
+		struct qs_port_stats *p = port_at(*idxp);
+		if (p)
+			atomic_max(&p->accept_queue_max, (__s64)lsk->sk_ack_backlog);
+		qs_conn_init_inbound(&nc, now, (__u16)*idxp);
+		unix_track((__u64)child, &nc);
+	}
+	if (mine) {
+		struct unix_sock *cu = bpf_skc_to_unix_sock(child);
+		struct qs_peer_stats *p;
+		__u64 client;
+		__u32 pidx;
+		if (!cu || !cu->peer)
+			return;
+		client = (__u64)cu->peer;
+		pidx = unix_peer_index(ls->addr);
+		if (pidx >= QS_MAX_PEERS)
+			return;
+		qs_conn_init_outbound(&nc, now, (__u16)pidx);
+		qs_on_established(&nc, now, &e);
+		e.connect_ok = 0;   /* no handshake to time: counted, not put in the histogram */
+		apply(&nc, &e, 0);
+		p = peer_at(pidx);
+		if (p)
+			__sync_fetch_and_add(&p->connects, 1);
+		unix_track(client, &nc);
+	}
+}
+
+/* accept() returned a Unix socket queued before the attach (or while the listener was not yet
+ * registered): tracked from now, without a wait. */
+static __always_inline void unix_accept_untracked(struct sock *sk)
+{
+	__u64 akey = (__u64)BPF_CORE_READ((struct unix_sock *)sk, addr);
+	__u64 key = (__u64)sk;
+	struct qs_effects e = {};
+	struct qs_conn nc;
+	__u32 *idxp = bpf_map_lookup_elem(&unix_listen, &akey);
+
+	if (!idxp)
+		return;
+	qs_conn_seed(&nc, QS_DIR_IN, (__u16)*idxp, bpf_ktime_get_ns(),
+		     BPF_CORE_READ(sk, sk_receive_queue.qlen), 0, &e);
+	e.accepted = 1;
+	nc.flags |= QS_F_UNIX;
+	if (!conn_insert_new(key, &nc))
+		return;
+	apply(&nc, &e, 0);
+	unix_live_mark(key);
+}
 
 /* ---- handshakes, connects, closes, listens ----------------------------------------------- */
 
@@ -503,6 +718,19 @@ int BPF_PROG(qs_data_ready, const struct sock *csk)
 	struct qs_conn *c;
 	struct qs_effects e = {};
 
+	if (sk->__sk_common.skc_family == AF_UNIX) {
+		/* Process context (the sender's or connecter's thread), any process. */
+		if (sk->__sk_common.skc_state == QS_TCP_LISTEN) {
+			on_unix_connect(sk);
+			return 0;
+		}
+		c = bpf_map_lookup_elem(&conns, &key);
+		if (!c || c->dir != QS_DIR_IN)
+			return 0;
+		qs_on_arrival(c, bpf_ktime_get_ns(), sk->sk_receive_queue.qlen, &e);
+		apply(c, &e, 0);
+		return 0;
+	}
 	if (sk->__sk_common.skc_state == QS_TCP_LISTEN) {
 		/* A child joined a listener's accept queue: exact peak depth. */
 		__u32 idx;
@@ -570,6 +798,13 @@ static __always_inline void on_accept_ret(long ret)
 	if (c) {
 		qs_on_accept(c, bpf_ktime_get_ns(), &e);
 		apply(c, &e, 0);
+		/* In an fd table from now on, though this tick's scan may have passed it already. */
+		if (c->flags & QS_F_UNIX)
+			unix_live_mark(key);
+		return;
+	}
+	if (BPF_CORE_READ(sk, __sk_common.skc_family) == AF_UNIX) {
+		unix_accept_untracked(sk);
 		return;
 	}
 	/* Queued before attach (no handshake seen): track it from now, without a wait. A child
@@ -725,6 +960,55 @@ static __always_inline __u32 last_data_recv(struct sock *sk)
 	return BPF_CORE_READ((struct inet_connection_sock *)sk, icsk_ack.lrcvtime);
 }
 
+/* A connected Unix socket found in the target's fd table at attach (listeners are registered
+ * by qs_unix_scan, run first). Bound (it shares its listener's address): accepted from a
+ * target listener, inbound. Unbound with a named peer: a client of that listener, outbound;
+ * busy when bytes wait on either side (a request not yet read, a reply not yet read), else
+ * idle until its next write (or a thread blocked reading it, qs_seed_busy). Unbound with an
+ * unnamed peer: a socketpair, not tracked. In flight for an inbound one cannot be told (no
+ * sequence numbers): it starts at its next read. */
+static __always_inline void seed_unix(struct sock *sk)
+{
+	struct unix_sock *us = (struct unix_sock *)sk;
+	const struct unix_address *addr;
+	struct qs_effects e = {};
+	struct qs_conn nc;
+	__u64 key = (__u64)sk;
+	__u32 unread, idx;
+	__u16 type = BPF_CORE_READ(sk, sk_type);
+
+	if ((type != QS_SOCK_STREAM && type != QS_SOCK_SEQPACKET) ||
+	    BPF_CORE_READ(sk, __sk_common.skc_state) != QS_TCP_ESTABLISHED)
+		return;
+	addr = BPF_CORE_READ(us, addr);
+	unread = BPF_CORE_READ(sk, sk_receive_queue.qlen);
+	if (addr) {
+		__u64 akey = (__u64)addr;
+		__u32 *idxp = bpf_map_lookup_elem(&unix_listen, &akey);
+		if (!idxp)
+			return;
+		qs_conn_seed(&nc, QS_DIR_IN, (__u16)*idxp, bpf_ktime_get_ns(), unread, 0, &e);
+	} else {
+		struct sock *peer = BPF_CORE_READ(us, peer);
+		const struct unix_address *paddr;
+		if (!peer)
+			return;
+		paddr = BPF_CORE_READ((struct unix_sock *)peer, addr);
+		if (!paddr)
+			return;   /* socketpair() or an unnamed peer: internal signalling */
+		idx = unix_peer_index(paddr);
+		if (idx >= QS_MAX_PEERS)
+			return;
+		qs_conn_seed(&nc, QS_DIR_OUT, (__u16)idx, bpf_ktime_get_ns(), 0,
+			     unread > 0 || BPF_CORE_READ(peer, sk_receive_queue.qlen) > 0, &e);
+	}
+	nc.flags |= QS_F_UNIX;
+	if (!conn_insert_new(key, &nc))
+		return;
+	apply(&nc, &e, 0);
+	unix_live_mark(key);
+}
+
 SEC("iter/task_file")
 int qs_seed(struct bpf_iter__task_file *ctx)
 {
@@ -745,6 +1029,10 @@ int qs_seed(struct bpf_iter__task_file *ctx)
 	if (!so)
 		return 0;
 	sk = BPF_CORE_READ(so, sk);
+	if (sk && BPF_CORE_READ(sk, __sk_common.skc_family) == AF_UNIX) {
+		seed_unix(sk);
+		return 0;
+	}
 	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP || BPF_CORE_READ(sk, sk_type) != 1 /* SOCK_STREAM */)
 		return 0;
 	state = BPF_CORE_READ(sk, __sk_common.skc_state);
@@ -812,8 +1100,63 @@ int qs_seed_busy(struct bpf_iter__task *ctx)
 	if (!c)
 		return 0;
 	qs_seed_blocked_read(c, bpf_ktime_get_ns(), &e);
-	if (e.d_busy > 0)
+	if (e.d_busy > 0 && !(c->flags & QS_F_UNIX))   /* lsndtime is TCP's */
 		qs_conn_backdate(c, seed_start(c->t_req, last_data_sent(sk)));
 	apply(c, &e, 0);
+	return 0;
+}
+
+/* ---- Unix-domain sockets: listeners and closes, each tick -------------------------------- */
+
+/* The target's fd tables: register Unix listeners, and mark every tracked Unix socket still
+ * held as alive in this generation. */
+SEC("iter/task_file")
+int qs_unix_scan(struct bpf_iter__task_file *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct file *file = ctx->file;
+	struct socket *so;
+	struct sock *sk;
+	__u64 key, *gen;
+
+	if (!task || !file || !qs_in_tree(task->tgid))
+		return 0;
+	so = bpf_sock_from_file(file);
+	if (!so)
+		return 0;
+	sk = BPF_CORE_READ(so, sk);
+	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_UNIX)
+		return 0;
+	if (BPF_CORE_READ(sk, __sk_common.skc_state) == QS_TCP_LISTEN) {
+		unix_register_listener(sk, BPF_CORE_READ(file, f_inode, i_ino));
+		return 0;
+	}
+	key = (__u64)sk;
+	gen = bpf_map_lookup_elem(&unix_live, &key);
+	if (gen)
+		*gen = unix_gc_gen;
+	return 0;
+}
+
+/* After qs_unix_scan: a tracked Unix socket no fd table holds any more was closed (or its
+ * process exited). One still waiting in a listener's queue is in no fd table yet: kept, up
+ * to QS_UNIX_EMBRYO_NS. */
+SEC("iter/bpf_map_elem")
+int qs_unix_sweep(struct bpf_iter__bpf_map_elem *ctx)
+{
+	__u64 *k = ctx->key, *v = ctx->value, key;
+	struct qs_conn *c;
+
+	if (!k || !v || *v >= unix_gc_gen)
+		return 0;
+	key = *k;
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (c && (c->flags & QS_F_UNIX)) {
+		if (c->dir == QS_DIR_IN && !(c->aflags & (QS_A_ACCEPTED | QS_A_CLOSED)) &&
+		    qs_age(bpf_ktime_get_ns(), c->t_start) < QS_UNIX_EMBRYO_NS)
+			return 0;
+		conn_close_stale(key);
+	}
+	bpf_map_delete_elem(&unix_live, &key);
 	return 0;
 }

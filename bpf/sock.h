@@ -41,9 +41,27 @@ struct qs_port_stats {
 };
 
 struct qs_peer_key {
-	__u16 family;                 /* AF_INET / AF_INET6 */
-	__u16 port;                   /* host order */
-	__u8 addr[16];                /* IPv4 in the first 4 bytes */
+	__u16 family;                 /* AF_INET / AF_INET6 / AF_UNIX */
+	__u16 port;                   /* host order; 0 for AF_UNIX */
+	__u8 addr[16];                /* IPv4 in the first 4 bytes; AF_UNIX: qs_unix_hash of the name */
+};
+
+/* Unix-domain sockets (stream and seqpacket). A listener's slot in port_stats carries
+ * port = QS_PORT_UNIX (no TCP port is that large) and its name in unix_port_names; a Unix
+ * peer's name is in unix_peer_names at the peer's index. The name is the bound address as
+ * the kernel holds it: sun_path bytes after sun_family (a filesystem path ends in its NUL,
+ * an abstract name begins with a NUL byte). */
+#define QS_PORT_UNIX 0x10000
+#define QS_UNIX_PATH 108              /* sizeof(sockaddr_un.sun_path) */
+#ifndef AF_UNIX
+#define AF_UNIX 1
+#endif
+
+struct qs_unix_name {
+	__u64 ino;                    /* listener: its socket inode (unix_diag joins on it); peer: 0 */
+	__u32 len;                    /* bytes of path in use; 0 = slot unused */
+	__u8 path[QS_UNIX_PATH];
+	__u8 pad[4];
 };
 
 struct qs_peer_stats {

@@ -20,7 +20,7 @@ cc=$(command -v clang || command -v clang-14 || true)
 make_seeds() {
   local c=$1
   mkdir -p "$c"/fuzz_proc_stat "$c"/fuzz_perf_map "$c"/fuzz_kallsyms "$c"/fuzz_proc_maps \
-           "$c"/fuzz_sock_diag "$c"/fuzz_proc_fds "$c"/fuzz_prom_escape
+           "$c"/fuzz_sock_diag "$c"/fuzz_proc_fds "$c"/fuzz_prom_escape "$c"/fuzz_unix_diag
   cat /proc/self/stat > "$c/fuzz_proc_stat/self"
   cat /proc/1/stat > "$c/fuzz_proc_stat/init"
   printf '123 (a b) c) (d) S 1 123 123 0 -1 4194560 1 0 0 0 5 6 0 0 20 0 7 0 1234 1 1 1\n' \
@@ -53,6 +53,7 @@ make_seeds() {
   # A sock_diag seed: a 16-byte NLMSG_DONE header (len 20, type 3) plus a 4-byte payload.
   printf '\x14\x00\x00\x00\x03\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' \
     > "$c/fuzz_sock_diag/done"
+  cp "$root/tests/unit/fixtures/unix_diag_sockets.bin" "$c/fuzz_unix_diag/captured"
 }
 
 run_fuzz() {

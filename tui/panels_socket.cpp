@@ -8,7 +8,9 @@ namespace {
 
 Row listener_row(const Listener& l, bool u) {
     const bool full = l.backlog && l.accept_queue >= l.backlog;
-    return {{(l.addr.empty() ? std::string("*") : l.addr) + ":" + std::to_string(l.port), Role::normal},
+    const std::string name = !l.unix_path.empty() ? "unix:" + l.unix_path
+                                                  : (l.addr.empty() ? std::string("*") : l.addr) + ":" + std::to_string(l.port);
+    return {{name, Role::normal},
             {fmt_count(l.accept_queue), full ? Role::critical : count_role(l.accept_queue, Role::warn)},
             {fmt_count(l.accept_queue_max), Role::normal},
             {fmt_count(l.backlog), Role::normal},
@@ -60,7 +62,7 @@ Line status_line(const StatusCounts& st) {
 }
 
 Line port_line(const PortRequests& p) {
-    return {{":" + std::to_string(p.port), Role::normal},
+    return {{p.unix_path.empty() ? ":" + std::to_string(p.port) : "unix:" + p.unix_path, Role::normal},
             {"  in flight ", Role::dim},
             {fmt_count(p.in_flight), Role::normal},
             {"  unread ", Role::dim},

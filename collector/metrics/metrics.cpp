@@ -140,9 +140,9 @@ void target_families(const Snapshot& s, int64_t now_unix_ms, Families& out) {
 LabelCapper port_labels(const Snapshot& s, uint32_t cap) {
     std::vector<std::pair<std::string, double>> kw;
     for (const auto& l : s.listeners)
-        kw.push_back({std::to_string(l.port), static_cast<double>(l.accepted_total + l.accept_queue)});
+        kw.push_back({endpoint_name(l.port, l.unix_path), static_cast<double>(l.accepted_total + l.accept_queue)});
     for (const auto& p : s.requests.ports)
-        kw.push_back({std::to_string(p.port), static_cast<double>(p.completed_total + p.in_flight + p.waiting_unread)});
+        kw.push_back({endpoint_name(p.port, p.unix_path), static_cast<double>(p.completed_total + p.in_flight + p.waiting_unread)});
     return LabelCapper(kw, cap);
 }
 
@@ -155,7 +155,7 @@ void listener_families(const Snapshot& s, const LabelCapper& port_label, Familie
             kCounter, {"port"});
     Fam acc("qscope_accepted_connections_total", "Connections accepted, since attach", kCounter, {"port"});
     for (const auto& l : s.listeners) {
-        const LabelValues lv{port_label(std::to_string(l.port))};
+        const LabelValues lv{port_label(endpoint_name(l.port, l.unix_path))};
         qlen.add(lv, l.accept_queue);
         qmax.add(lv, l.backlog);
         wait.add_hist(lv, l.accept_wait_total);
@@ -166,7 +166,7 @@ void listener_families(const Snapshot& s, const LabelCapper& port_label, Familie
 }
 
 void request_families(const Snapshot& s, const LabelCapper& port_label, Families& out) {
-    auto port = [&](uint16_t p) { return port_label(std::to_string(p)); };
+    auto port = [&](uint16_t p, const std::string& unix_path = {}) { return port_label(endpoint_name(p, unix_path)); };
     Fam infl("qscope_requests_in_flight", "Requests read whose response is not yet written, now", kGauge, {"port"});
     Fam unread("qscope_requests_waiting_unread",
                "Accepted connections whose request bytes arrived but nobody has read them, now", kGauge, {"port"});
@@ -175,7 +175,7 @@ void request_families(const Snapshot& s, const LabelCapper& port_label, Families
             {"port", "status_class"}, &kRequestBuckets);
     if (!s.requests.ports.empty()) {
         for (const auto& p : s.requests.ports) {
-            const auto& pl = port(p.port);
+            const auto& pl = port(p.port, p.unix_path);
             infl.add({pl}, static_cast<double>(p.in_flight));
             unread.add({pl}, static_cast<double>(p.waiting_unread));
             done.add({pl}, static_cast<double>(p.completed_total));
@@ -194,8 +194,8 @@ void request_families(const Snapshot& s, const LabelCapper& port_label, Families
     }
     // Zero series for quiet listening ports, so panels read 0 rather than "no data".
     for (const auto& l : s.listeners) {
-        infl.add({port(l.port)}, 0);
-        unread.add({port(l.port)}, 0);
+        infl.add({port(l.port, l.unix_path)}, 0);
+        unread.add({port(l.port, l.unix_path)}, 0);
     }
     for (auto* f : {&infl, &unread, &done, &dur}) out.push_back(std::move(*f).finish());
 

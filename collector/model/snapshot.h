@@ -81,9 +81,16 @@ struct StatusCounts {
     uint64_t total() const { return c2xx + c3xx + c4xx + c5xx + unknown; }
 };
 
+// A listening endpoint as people name it: "8080" for a TCP port, "unix:/run/php/fpm.sock"
+// for a Unix-domain listener (unix_path non-empty; its port is 0). The metrics' port label.
+inline std::string endpoint_name(uint16_t port, const std::string& unix_path) {
+    return unix_path.empty() ? std::to_string(port) : "unix:" + unix_path;
+}
+
 struct Listener {
     uint16_t port = 0;
     std::string addr;                 // bound address, "0.0.0.0", "::", "127.0.0.1"
+    std::string unix_path;            // a Unix-domain listener's name ("@name" if abstract); port 0
     uint32_t backlog = 0;             // sk_max_ack_backlog (sock_diag wqueue)
     uint32_t accept_queue = 0;        // now (sock_diag rqueue)
     uint32_t accept_queue_max = 0;    // max over the window
@@ -99,6 +106,7 @@ struct Listener {
 // Per listening port: the server side of the request path, for per-port metrics.
 struct PortRequests {
     uint16_t port = 0;
+    std::string unix_path;            // requests of a Unix-domain listener (port 0)
     uint64_t in_flight = 0;
     uint64_t waiting_unread = 0;
     uint64_t completed_total = 0;
@@ -122,7 +130,7 @@ struct Requests {
 };
 
 struct DownstreamPeer {
-    std::string peer;                   // "ip:port", IPv6 as "[::1]:5432"
+    std::string peer;                   // "ip:port", IPv6 as "[::1]:5432", "unix:/path"
     uint64_t connections = 0;           // open now
     uint64_t busy = 0;                  // request sent, reply not yet read, now
     uint64_t busy_max = 0;              // window

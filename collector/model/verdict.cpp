@@ -74,15 +74,19 @@ void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
         accept_q += l.accept_queue;
         if (!top || l.accept_queue > top->accept_queue) top = &l;
     }
-    if (accept_q)
-        stages.push_back({Stage::accept_queue, ":" + std::to_string(top->port),
-                          fmt_count(accept_q) + " connections in the accept queue of :" + std::to_string(top->port) +
+    if (accept_q) {
+        const std::string at = top->unix_path.empty() ? ":" + std::to_string(top->port) : "unix:" + top->unix_path;
+        stages.push_back({Stage::accept_queue, at,
+                          fmt_count(accept_q) + " connections in the accept queue of " + at +
                               " (backlog " + std::to_string(top->backlog) + ")",
                           accept_q});
+    }
     const uint64_t unread = s.requests.waiting_unread;
     if (unread) {
         std::string where = "connector";
-        if (s.listeners.size() == 1) where = "connector :" + std::to_string(s.listeners[0].port);
+        if (s.listeners.size() == 1)
+            where = "connector " + (s.listeners[0].unix_path.empty() ? ":" + std::to_string(s.listeners[0].port)
+                                                                    : "unix:" + s.listeners[0].unix_path);
         stages.push_back({Stage::connector, where, fmt_count(unread) + " requests unread in the connector", unread});
     }
 }

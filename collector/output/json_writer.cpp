@@ -45,6 +45,7 @@ static json listeners_json(const std::vector<Listener>& listeners) {
                       {"accepted", l.accepted},
                       {"accept_wait_seconds", q_json(l.accept_wait, false)},
                       {"overflows", l.overflows}});
+        if (!l.unix_path.empty()) ls.back()["unix_path"] = l.unix_path;
     }
     return ls;
 }
@@ -213,7 +214,7 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
     o << "\nLISTENERS\n";
     if (s.listeners.empty()) o << "  (none)\n";
     for (const auto& l : s.listeners)
-        o << "  :" << l.port << " " << l.addr << "  queue " << l.accept_queue << " (max " << l.accept_queue_max
+        o << "  " << (l.unix_path.empty() ? ":" + std::to_string(l.port) + " " + l.addr : "unix:" + l.unix_path) << "  queue " << l.accept_queue << " (max " << l.accept_queue_max
           << ") of backlog " << l.backlog << ", accepted " << l.accepted << ", wait p50 "
           << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows << "\n";
 

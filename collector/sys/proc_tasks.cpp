@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "model/thread_group.h"
+#include "model/errors.h"
 #include "sys/proc_stat.h"
 
 namespace qscope {
@@ -188,6 +189,7 @@ std::vector<TcpSocket> parse_proc_net_tcp(const std::string& text, bool v6) {
 
 void FdResolver::refresh() {
     tcp_loaded_this_tick_ = false;
+    unix_loaded_this_tick_ = false;
     fd_cache_.clear();
 }
 
@@ -231,6 +233,32 @@ void FdResolver::load_tcp() {
     set_tcp_tables(all);
 }
 
+// A Unix socket is named by the listener it reaches: a client by its peer's name (the
+// listener's, which every accepted socket shares), an accepted one by its own. Neither end
+// named: a socketpair or an anonymous pair, internal signalling, left as "socket".
+std::optional<FdResolver::Resource> FdResolver::name_unix(uint64_t inode) {
+    auto it = unix_by_inode_.find(inode);
+    if (it == unix_by_inode_.end() && !unix_loaded_this_tick_) {
+        unix_loaded_this_tick_ = true;
+        unix_by_inode_.clear();
+        try {
+            for (auto& u : unix_diag_dump(~0u, pid_)) unix_by_inode_[u.inode] = std::move(u);
+        } catch (const Error&) {
+            // No unix_diag (module absent, no permission): the socket stays unnamed.
+        }
+        it = unix_by_inode_.find(inode);
+    }
+    if (it == unix_by_inode_.end()) return std::nullopt;
+    const UnixDiagSocket& u = it->second;
+    if (u.state == 10 && !u.name.empty()) return Resource{"listen unix:" + u.name, "socket"};
+    if (u.name.empty() && u.peer) {
+        auto p = unix_by_inode_.find(*u.peer);
+        if (p != unix_by_inode_.end() && !p->second.name.empty()) return Resource{"unix:" + p->second.name, "socket"};
+    }
+    if (!u.name.empty() && u.peer) return Resource{"inbound unix:" + u.name, "socket"};
+    return std::nullopt;
+}
+
 FdResolver::Resource FdResolver::name_link(const std::string& link) {
     if (link.empty()) return {"closed fd", "other"};
     if (link[0] == '/') return {link, "file"};
@@ -240,7 +268,10 @@ FdResolver::Resource FdResolver::name_link(const std::string& link) {
             load_tcp();
             it = by_inode_.find(*ino);
         }
-        if (it == by_inode_.end()) return {"socket", "socket"};  // unix, udp, netlink, ...
+        if (it == by_inode_.end()) {
+            if (auto r = name_unix(*ino)) return *r;
+            return {"socket", "socket"};  // udp, netlink, a socketpair, ...
+        }
         const TcpSocket& s = it->second;
         if (s.state == 10) return {"listen :" + std::to_string(s.local_port), "socket"};
         // A connection accepted on one of our listening ports: its peer is a client with

@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sys/unix_diag.h"
+
 namespace qscope {
 
 // /proc/PID/task/TID/syscall: "running", "-1 SP PC" (blocked outside a syscall), or
@@ -62,7 +64,8 @@ public:
     FdResolver(const FdResolver&) = delete;
     FdResolver& operator=(const FdResolver&) = delete;
     struct Resource {
-        std::string name;      // "127.0.0.1:5432", "inbound :8080", "listen :8080", "/var/log/x", "pipe"
+        std::string name;      // "127.0.0.1:5432", "inbound :8080", "listen :8080", "/var/log/x", "pipe",
+                               // "unix:/run/php/fpm.sock" (a Unix peer), "inbound unix:/path", "listen unix:/path"
         std::string kind;      // "socket", "file", "other"
     };
     Resource resolve(int fd);
@@ -74,6 +77,7 @@ public:
 private:
     Resource name_link(const std::string& link);
     void load_tcp();
+    std::optional<Resource> name_unix(uint64_t inode);
     std::string read_link(int fd);
     int pid_;
     int fd_dir_ = -1;  // /proc/PID/fd, opened on first use: links are read relative to it
@@ -81,6 +85,8 @@ private:
     std::unordered_map<int, Resource> fd_cache_;
     std::unordered_map<uint64_t, TcpSocket> by_inode_;
     std::map<uint16_t, bool> listen_ports_;
+    bool unix_loaded_this_tick_ = false;
+    std::unordered_map<uint64_t, UnixDiagSocket> unix_by_inode_;
 };
 
 }  // namespace qscope

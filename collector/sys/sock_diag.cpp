@@ -104,7 +104,7 @@ struct Fd {
 // A netlink socket answers for the network namespace it was created in, and setns() moves
 // only the calling thread: a short-lived thread enters the target's namespace, creates the
 // socket and ends, leaving qscope's own threads where they were.
-static int diag_socket(int netns_pid) {
+int diag_socket(int netns_pid) {
     auto plain = [] { return socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG); };
     if (netns_pid <= 0) return plain();
     const std::string path = "/proc/" + std::to_string(netns_pid) + "/ns/net";

@@ -35,6 +35,10 @@ DiagStatus parse_sock_diag(const void* buf, size_t len, std::vector<DiagSocket>&
 // and errno.
 std::vector<DiagSocket> sock_diag_dump(int family, uint32_t state_mask, bool meminfo, int netns_pid = 0);
 
+// A NETLINK_SOCK_DIAG socket in the network namespace of netns_pid (0: qscope's own); -1
+// with errno when socket() fails. Throws Error when the namespace cannot be entered.
+int diag_socket(int netns_pid);
+
 // Both families; only sockets whose inode is in `inodes` (a process's fds).
 std::vector<DiagSocket> sock_diag_by_inode(uint32_t state_mask, const std::set<uint64_t>& inodes,
                                            bool meminfo);

@@ -19,6 +19,7 @@
 #include "sys/proc_fds.h"
 #include "sock.skel.h"
 #include "sys/sock_diag.h"
+#include "sys/unix_diag.h"
 #include "engine/source.h"
 #include "engine/target.h"
 
@@ -28,6 +29,7 @@ static_assert(sizeof(qs_conn) == 40, "qs_conn layout shared with bpf/conn_state.
 static_assert(sizeof(qs_port_stats) == 112, "qs_port_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_key) == 20, "qs_peer_key layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_stats) == 80, "qs_peer_stats layout shared with bpf/sock.h");
+static_assert(sizeof(qs_unix_name) == 128, "qs_unix_name layout shared with bpf/sock.h");
 
 std::string peer_label(const qs_peer_key& k) {
     return format_endpoint(k.family, k.addr, k.port);
@@ -79,11 +81,14 @@ public:
         share_tree_maps(skel_->obj, target, "sock");
         bpf_check(bpf_map__set_max_entries(skel_->maps.conns, std::max<uint32_t>(cfg.max_connections, 64)),
                   "sock: sizing map conns");
+        bpf_check(bpf_map__set_max_entries(skel_->maps.unix_live, std::max<uint32_t>(cfg.max_connections, 64)),
+                  "sock: sizing map unix_live");
         probe_features();
         bpf_check(sock_bpf::load(skel_.get()), "sock: loading BPF programs (sock.bpf.c)");
         // Ports first, so children of the target's listeners are recognised from the first
         // handshake after attach.
         refresh_listeners();
+        scan_unix();  // Unix listeners before the hooks and the seeding walk need them
         attach_all();
         seed_existing();
     }
@@ -91,6 +96,8 @@ public:
     void collect(Snapshot& snap, const Tick& tick) override {
         auto* b = skel_->bss;
         refresh_listeners();
+        scan_unix();
+        refresh_unix_listeners();
         // Tick 0 opens the first window at the attach itself: the zero baselines are right.
         if (tick.window_reset && tick.index > 0) rebase(tick);
 
@@ -114,16 +121,22 @@ public:
             else if (l.addr.find(d.src) == std::string::npos)
                 l.addr += "," + d.src;
         }
+        std::vector<Listener> unix_listeners;
         for (uint32_t i = 0; i < nports; ++i) {
             const qs_port_stats& ps = b->port_stats[i];
-            const uint16_t port = static_cast<uint16_t>(load(ps.port));
-            if (!port) continue;
+            const uint32_t raw_port = load(ps.port);
+            if (!raw_port) continue;
+            const bool is_unix = raw_port == QS_PORT_UNIX;
+            const uint16_t port = is_unix ? 0 : static_cast<uint16_t>(raw_port);
+            const std::string unix_path = is_unix ? unix_port_name(i) : "";
             PortWindow cum = port_cumulative(i);
             const PortWindow& base = port_base_[i];
-            const bool listening = by_port.count(port) > 0;
+            const auto unix_diag = is_unix ? unix_listen_diag_.find(b->unix_port_names[i].ino) : unix_listen_diag_.end();
+            const bool listening = is_unix ? unix_diag != unix_listen_diag_.end() : by_port.count(port) > 0;
 
             PortRequests pr;
             pr.port = port;
+            pr.unix_path = unix_path;
             pr.in_flight = u(load(ps.in_flight));
             pr.waiting_unread = u(load(ps.waiting_unread));
             for (int c = 0; c < QS_STATUS_CLASSES; ++c) {
@@ -149,7 +162,13 @@ public:
             r.ports.push_back(std::move(pr));
 
             if (!listening) continue;  // closed listener: its requests still count above
-            Listener& l = by_port[port];
+            if (is_unix) {
+                unix_listeners.emplace_back();
+                unix_listeners.back().unix_path = unix_path;
+                unix_listeners.back().backlog = unix_diag->second.wqueue.value_or(0);
+                unix_listeners.back().accept_queue = unix_diag->second.rqueue.value_or(0);
+            }
+            Listener& l = is_unix ? unix_listeners.back() : by_port[port];
             l.accept_queue_max = std::max<uint32_t>(l.accept_queue, static_cast<uint32_t>(u(load(ps.accept_queue_max))));
             l.accepted_total = cum.accepted;
             l.accepted = cum.accepted - std::min(cum.accepted, base.accepted);
@@ -159,6 +178,10 @@ public:
             l.accept_wait = cum.hists[QS_PH_ACCEPT_WAIT].delta(base.hists[QS_PH_ACCEPT_WAIT]).quantiles();
         }
         for (auto& [port, l] : by_port) snap.listeners.push_back(std::move(l));
+        for (auto& l : unix_listeners) snap.listeners.push_back(std::move(l));
+        if (!unix_listeners.empty())
+            snap.partial.push_back("sock: Unix listeners: a connect refused because the backlog is full (EAGAIN) "
+                                   "is not counted by the kernel: their overflows read 0");
         r.latency = latency.quantiles();
         r.oldest_in_flight_seconds = oldest_req;
         r.oldest_unread_seconds = oldest_unread;
@@ -179,6 +202,7 @@ public:
                                                     std::to_string(QS_MAX_PORTS) + " ports)"}},
                      snap);
         if (listen_error_.size()) snap.partial.push_back("sock: listeners: " + listen_error_);
+        if (unix_error_.size()) snap.partial.push_back("sock: Unix listeners: " + unix_error_);
         // Not lost events: connections followed in read/write turns that are not requests.
         if (const uint64_t h2 = load(b->conns_h2))
             snap.partial.push_back("sock: " + std::to_string(h2) +
@@ -269,6 +293,57 @@ private:
         }
     }
 
+    // Unix-domain sockets (bpf/sock.bpf.c): qs_unix_scan registers the target's Unix listeners
+    // and marks the tracked Unix sockets its fd tables still hold; qs_unix_sweep then closes
+    // the others (no tracepoint sees a Unix socket close). Once per tick, so a close is seen
+    // within a tick.
+    void scan_unix() {
+        __atomic_fetch_add(&skel_->bss->unix_gc_gen, 1, __ATOMIC_RELEASE);
+        for (int pid : iter_pids())
+            run_iter(skel_->progs.qs_unix_scan, pid, "Unix listeners and closes of Unix connections are not seen");
+        DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, opts);
+        union bpf_iter_link_info linfo;
+        std::memset(&linfo, 0, sizeof(linfo));
+        linfo.map.map_fd = static_cast<__u32>(bpf_map__fd(skel_->maps.unix_live));
+        opts.link_info = &linfo;
+        opts.link_info_len = sizeof(linfo);
+        drain_iter(Link(bpf_program__attach_iter(skel_->progs.qs_unix_sweep, &opts)), "sock: iter/bpf_map_elem",
+                   "closed Unix connections stay counted");
+    }
+
+    // The machine's Unix listeners (queue depth and backlog), by inode: one small dump per
+    // tick, only while the target has Unix listeners.
+    void refresh_unix_listeners() {
+        unix_error_.clear();
+        unix_listen_diag_.clear();
+        bool any = false;
+        const uint32_t n = std::min<uint64_t>(load(skel_->bss->next_port_idx), QS_MAX_PORTS);
+        for (uint32_t i = 0; i < n; ++i) any = any || load(skel_->bss->port_stats[i].port) == QS_PORT_UNIX;
+        if (!any) return;
+        try {
+            for (auto& d : unix_diag_dump(kListenMask, pid_)) unix_listen_diag_[d.inode] = std::move(d);
+        } catch (const Error& e) {
+            unix_error_ = e.what();
+        }
+    }
+
+    static std::string unix_name(const qs_unix_name& n) {
+        qs_unix_name copy;
+        std::memcpy(&copy, &n, sizeof(copy));  // the kernel may write it concurrently
+        return unix_name_text(copy.path, std::min<uint32_t>(copy.len, QS_UNIX_PATH));
+    }
+    std::string unix_port_name(uint32_t i) const { return unix_name(skel_->bss->unix_port_names[i]); }
+
+    std::vector<int> iter_pids() const {
+        const auto procs = target_->processes();
+        std::vector<int> pids;
+        if (procs.size() <= 32)
+            for (const auto& p : procs) pids.push_back(p.pid);
+        else
+            pids.push_back(0);
+        return pids;
+    }
+
     // pid 0: every task on the machine.
     void run_iter(bpf_program* prog, int pid, const std::string& consequence) {
         DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, opts);
@@ -283,14 +358,22 @@ private:
             // program filters on tgid itself).
             link.reset(bpf_program__attach_iter(prog, nullptr));
         }
-        const std::string what = std::string("sock: ") + bpf_program__section_name(prog);
+        drain_iter(std::move(link), std::string("sock: ") + bpf_program__section_name(prog), consequence);
+    }
+
+    // Runs an attached iterator to its end (its programs do their work while it is read).
+    void drain_iter(Link link, const std::string& what, const std::string& consequence) {
+        // Iterators that run every tick must not repeat their warning every tick.
+        auto warn = [&](const std::string& w) {
+            if (std::find(warnings_.begin(), warnings_.end(), w) == warnings_.end()) warnings_.push_back(w);
+        };
         if (!link) {
-            warnings_.push_back(what + " unavailable (" + errno_text(errno) + "): " + consequence);
+            warn(what + " unavailable (" + errno_text(errno) + "): " + consequence);
             return;
         }
         const int fd = bpf_iter_create(bpf_link__fd(link.get()));
         if (fd < 0) {
-            warnings_.push_back(what + ": " + errno_text(errno) + ": " + consequence);
+            warn(what + ": " + errno_text(errno) + ": " + consequence);
             return;
         }
         char buf[256];
@@ -427,6 +510,9 @@ private:
             int64_t depth = 0;
             for (const auto& d : listen_diag_)
                 if (d.sport == load(ps.port)) depth = std::max<int64_t>(depth, d.rqueue);
+            if (load(ps.port) == QS_PORT_UNIX)
+                if (auto it = unix_listen_diag_.find(b->unix_port_names[i].ino); it != unix_listen_diag_.end())
+                    depth = it->second.rqueue.value_or(0);
             __atomic_store_n(&ps.accept_queue_max, depth, __ATOMIC_RELAXED);
         }
         const uint32_t npeers = std::min<uint64_t>(load(b->next_peer_idx), QS_PEER_OTHER);
@@ -472,7 +558,7 @@ private:
             DownstreamPeer& p = row.p;
             qs_peer_key key;
             std::memcpy(&key, &ps.key, sizeof(key));
-            p.peer = row.other ? "other" : peer_label(key);
+            p.peer = row.other ? "other" : key.family == AF_UNIX ? "unix:" + unix_name(b->unix_peer_names[i]) : peer_label(key);
             p.connections = u(load(ps.connections));
             p.busy = u(load(ps.busy));
             p.busy_max = std::max<uint64_t>(p.busy, u(load(ps.busy_max)));
@@ -539,6 +625,8 @@ private:
     uint64_t last_completed_ = 0;
     std::vector<std::string> warnings_;
     std::string listen_error_;
+    std::string unix_error_;
+    std::map<uint64_t, UnixDiagSocket> unix_listen_diag_;  // the machine's Unix listeners, by inode
     std::vector<DiagSocket> listen_diag_;
     std::map<uint64_t, ListenSocket> listen_sockets_;  // the target's, by inode
     std::set<uint64_t> not_ours_;                      // other processes' listeners

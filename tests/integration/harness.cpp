@@ -385,4 +385,33 @@ std::string http_get(const std::string& host, uint16_t port, const std::string& 
     return p == std::string::npos ? "" : resp.substr(p + 4);
 }
 
+std::string find_nginx() {
+    for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"})
+        if (access(p, X_OK) == 0) return p;
+    return "";
+}
+
+PgCluster::PgCluster(uint16_t p) : port(p) {
+    dir = temp_dir("qs-pg");
+    ::chmod(dir.c_str(), 0755);
+    int rc = 0;
+    const std::string o =
+        sh(source_dir() + "/tests/apps/pg.sh start " + dir + "/cluster " + std::to_string(port) + " 2>&1", &rc);
+    ok = rc == 0;
+    if (!ok) std::printf("pg.sh start failed: %s\n", o.c_str());
+    std::ifstream pidf(dir + "/cluster/data/postmaster.pid");
+    pidf >> postmaster;
+}
+
+PgCluster::~PgCluster() { sh(source_dir() + "/tests/apps/pg.sh stop " + dir + "/cluster >/dev/null 2>&1"); }
+
+std::string PgCluster::psql(const std::string& sql) const {
+    return sh("psql " + conn() + " -d postgres -Atqc \"" + sql + "\" 2>&1");
+}
+
+int PgCluster::count(const std::string& where) const {
+    return std::atoi(psql("select count(*) from pg_stat_activity where backend_type = 'client backend' and "
+                          "pid <> pg_backend_pid() and " + where).c_str());
+}
+
 }  // namespace qs_test

@@ -128,4 +128,26 @@ std::string temp_dir(const std::string& prefix);  // fresh directory under /tmp
 // Minimal blocking HTTP/1.0 GET; returns the body ("" on failure). For stub_status etc.
 std::string http_get(const std::string& host, uint16_t port, const std::string& path, double timeout_seconds = 5);
 
+// ---- real servers ------------------------------------------------------------------------
+// nginx's binary, "" when not installed.
+std::string find_nginx();
+
+// A private PostgreSQL cluster (tests/apps/pg.sh): loopback TCP on `port` and its Unix socket
+// in socket_dir() (.s.PGSQL.<port>). Stopped when this goes out of scope.
+struct PgCluster {
+    std::string dir;
+    uint16_t port = 0;
+    pid_t postmaster = 0;
+    bool ok = false;
+    explicit PgCluster(uint16_t p);
+    ~PgCluster();
+    PgCluster(const PgCluster&) = delete;
+    std::string socket_dir() const { return dir + "/cluster"; }
+    std::string socket_path() const { return socket_dir() + "/.s.PGSQL." + std::to_string(port); }
+    std::string conn() const { return "-h 127.0.0.1 -p " + std::to_string(port) + " -U postgres"; }
+    std::string psql(const std::string& sql) const;
+    // pg_stat_activity's client backends matching `where`, less the sampling session itself.
+    int count(const std::string& where) const;
+};
+
 }  // namespace qs_test

@@ -20,12 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string find_nginx() {
-    for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"})
-        if (access(p, X_OK) == 0) return p;
-    return "";
-}
-
 // stub_status: "Active connections: N \n server accepts handled requests\n A H R \n
 // Reading: r Writing: w Waiting: x".
 struct StubStatus {
@@ -232,34 +226,7 @@ TEST_CASE("--no-children observes the given process alone", "[tree][integration]
 
 namespace {
 
-// A private cluster (tests/apps/pg.sh) on loopback, stopped when this goes out of scope.
-struct Postgres {
-    std::string dir;
-    uint16_t port = 0;
-    pid_t postmaster = 0;
-    bool ok = false;
-    Postgres(uint16_t p) : port(p) {
-        dir = temp_dir("qs-tree-pg");
-        ::chmod(dir.c_str(), 0755);
-        int rc = 0;
-        const std::string o = sh(source_dir() + "/tests/apps/pg.sh start " + dir + "/cluster " + std::to_string(port) +
-                                 " 2>&1", &rc);
-        ok = rc == 0;
-        if (!ok) std::printf("pg.sh start failed: %s\n", o.c_str());
-        std::ifstream pidf(dir + "/cluster/data/postmaster.pid");
-        pidf >> postmaster;
-    }
-    ~Postgres() { sh(source_dir() + "/tests/apps/pg.sh stop " + dir + "/cluster >/dev/null 2>&1"); }
-    std::string conn() const { return "-h 127.0.0.1 -p " + std::to_string(port) + " -U postgres"; }
-    std::string psql(const std::string& sql) const {
-        return sh("psql " + conn() + " -d postgres -Atqc \"" + sql + "\" 2>&1");
-    }
-    // pg_stat_activity, less the sampling session itself.
-    int count(const std::string& where) const {
-        return std::atoi(psql("select count(*) from pg_stat_activity where backend_type = 'client backend' and "
-                              "pid <> pg_backend_pid() and " + where).c_str());
-    }
-};
+using Postgres = PgCluster;
 
 double pgbench_tps(const std::string& out) {
     std::smatch m;

@@ -1,0 +1,382 @@
+// Unix-domain sockets: listeners, requests and downstream peers that are not TCP.
+// Oracles: php-fpm's own status page (active processes; its "listen queue" reads 0 for a
+// Unix listener on Linux, where php-fpm asks TCP_INFO, so the queue is checked against
+// `ss -x` and against wrk's connections less the active processes), pg_stat_activity, ss.
+// Ports 27000-27099.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <fstream>
+#include <regex>
+
+#include "harness.h"
+
+using namespace qs_test;
+using nlohmann::json;
+
+namespace {
+
+const char* kFpm = "/usr/sbin/php-fpm8.2";
+
+// nginx in front of php-fpm on a Unix socket: /sleep.php sleeps 100 ms in a php-fpm child;
+// /fpm-status is php-fpm's status page, served by its own status listener so that it
+// answers while every child is busy.
+struct FpmNginx {
+    std::string dir;
+    uint16_t port = 0;
+    Proc fpm, nginx;
+    std::string sock() const { return dir + "/fpm.sock"; }
+};
+
+FpmNginx start_fpm_nginx(uint16_t port, int children) {
+    FpmNginx f;
+    f.port = port;
+    f.dir = temp_dir("qs-unix-fpm");
+    ::chmod(f.dir.c_str(), 0755);
+    for (const char* d : {"/logs", "/tmp"}) REQUIRE(::mkdir((f.dir + d).c_str(), 0755) == 0);
+    std::ofstream(f.dir + "/sleep.php") << "<?php usleep(100000); echo \"ok\\n\";\n";
+    std::ofstream(f.dir + "/php-fpm.conf") << "[global]\n"
+                                              "pid = " << f.dir << "/fpm.pid\n"
+                                              "error_log = " << f.dir << "/logs/fpm.log\n"
+                                              "daemonize = no\n"
+                                              "[www]\n"
+                                              "listen = " << f.sock() << "\n"
+                                              "listen.backlog = 64\n"
+                                              "pm = static\n"
+                                              "pm.max_children = " << children << "\n"
+                                              "pm.status_path = /fpm-status\n"
+                                              "pm.status_listen = " << f.dir << "/status.sock\n";
+    const std::string fcgi = "      fastcgi_param REQUEST_METHOD GET;\n"
+                             "      fastcgi_param QUERY_STRING $query_string;\n";
+    std::ofstream(f.dir + "/nginx.conf")
+        << "user root;\n"
+           "worker_processes 2;\n"
+           "daemon off;\n"
+           "pid " << f.dir << "/nginx.pid;\n"
+           "error_log " << f.dir << "/logs/error.log warn;\n"
+           "events { worker_connections 1024; }\n"
+           "http {\n"
+           "  access_log off;\n"
+           "  client_body_temp_path " << f.dir << "/tmp/body;\n"
+           "  proxy_temp_path " << f.dir << "/tmp/proxy;\n"
+           "  fastcgi_temp_path " << f.dir << "/tmp/fastcgi;\n"
+           "  uwsgi_temp_path " << f.dir << "/tmp/uwsgi;\n"
+           "  scgi_temp_path " << f.dir << "/tmp/scgi;\n"
+           "  server {\n"
+           "    listen 127.0.0.1:" << port << ";\n"
+           "    location = /fpm-status {\n"
+           "      fastcgi_pass unix:" << f.dir << "/status.sock;\n"
+           "      fastcgi_param SCRIPT_NAME /fpm-status;\n"
+           "      fastcgi_param SCRIPT_FILENAME /fpm-status;\n" << fcgi <<
+           "    }\n"
+           "    location = /sleep.php {\n"
+           "      fastcgi_pass unix:" << f.sock() << ";\n"
+           "      fastcgi_param SCRIPT_NAME /sleep.php;\n"
+           "      fastcgi_param SCRIPT_FILENAME " << f.dir << "/sleep.php;\n" << fcgi <<
+           "    }\n"
+           "  }\n"
+           "}\n";
+    f.fpm = spawn({kFpm, "-F", "-R", "-n", "-y", f.dir + "/php-fpm.conf"});
+    for (int i = 0; i < 100 && access(f.sock().c_str(), F_OK) != 0; ++i) sleep_s(0.05);
+    REQUIRE(access(f.sock().c_str(), F_OK) == 0);
+    f.nginx = spawn({find_nginx(), "-c", f.dir + "/nginx.conf", "-p", f.dir});
+    REQUIRE(wait_for_port(port, 10));
+    REQUIRE(http_get("127.0.0.1", port, "/sleep.php", 5) == "ok\n");
+    return f;
+}
+
+struct FpmStatus {
+    double active = -1, listen_queue = -1;
+};
+FpmStatus fpm_status(uint16_t port) {
+    FpmStatus st;
+    const json j = json::parse(http_get("127.0.0.1", port, "/fpm-status?json", 5), nullptr, false);
+    if (j.is_object() && j.contains("active processes")) {
+        st.active = j["active processes"].get<double>();
+        st.listen_queue = j["listen queue"].get<double>();
+    }
+    return st;
+}
+
+// Recv-Q of the Unix listener bound to `path` (its accept-queue depth), or -1.
+int64_t ss_unix_listen_recvq(const std::string& path) {
+    std::istringstream in(sh("ss -Hxl src " + path));
+    std::string netid, state;
+    int64_t recvq = -1;
+    if (in >> netid >> state >> recvq) return recvq;
+    return -1;
+}
+
+const json* find_peer(const json& snap, const std::string& name) {
+    for (const auto& p : snap["downstream"])
+        if (p["peer"] == name) return &p;
+    return nullptr;
+}
+
+const json* find_unix_listener(const json& snap, const std::string& path) {
+    for (const auto& l : snap["listeners"])
+        if (l.value("unix_path", "") == path) return &l;
+    return nullptr;
+}
+
+bool have_fpm_nginx() {
+    if (access(kFpm, X_OK) != 0 || find_nginx().empty() || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("php-fpm8.2, nginx or wrk not installed (.ci/setup installs them)");
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+TEST_CASE("nginx master PID: php-fpm over a Unix socket is a downstream peer named by its path",
+          "[unix][integration][nginx]") {
+    if (!require_root() || !have_fpm_nginx()) return;
+    FpmNginx f = start_fpm_nginx(27010, 6);
+    const std::string peer = "unix:" + f.sock();
+    // 4 connections on 6 children: every request is being served, none queues, so nginx's
+    // calls awaiting a reply are php-fpm's active processes.
+    Proc load = spawn({"/usr/bin/wrk", "-t1", "-c4", "-d14s", "http://127.0.0.1:27010/sleep.php"});
+    sleep_s(1.5);
+
+    double busy = 0, active = 0;
+    std::string pairs;
+    for (int i = 0; i < 5; ++i) {
+        auto r = run_qscope({"snapshot", "--pid", std::to_string(f.nginx.pid()), "--duration", "0.5", "--json",
+                             "--no-threads"},
+                            30);
+        const FpmStatus st = fpm_status(27010);
+        REQUIRE(r.rc == 0);
+        const json* p = find_peer(r.json, peer);
+        INFO(r.json["downstream"].dump());
+        REQUIRE(p);
+        busy += (*p)["busy"].get<double>();
+        active += st.active;
+        pairs += (*p)["busy"].dump() + "/" + std::to_string(static_cast<int>(st.active)) + " ";
+    }
+    INFO("busy / active processes: " << pairs);
+    CHECK(active >= 15);  // the load really kept ~4 children busy
+    CHECK(std::abs(busy - active) <= 0.10 * active);
+
+    // One longer window: calls and their time, the verdict naming the path, and nothing
+    // else named "unix:": nginx's master-worker channels are socketpairs.
+    auto r = run_qscope({"snapshot", "--pid", std::to_string(f.nginx.pid()), "--duration", "3", "--json"}, 40);
+    REQUIRE(r.rc == 0);
+    const json& s = r.json;
+    const json* p = find_peer(s, peer);
+    INFO(s["downstream"].dump() << "\n" << s["verdict"].dump());
+    REQUIRE(p);
+    const double calls_per_s = (*p)["calls"].get<double>() / s["window_seconds"].get<double>();
+    CHECK(calls_per_s == Approx(4 / 0.1).epsilon(0.35));
+    CHECK((*p)["call_seconds"]["p50"].get<double>() == Approx(0.100).epsilon(0.3));
+    CHECK((*p)["oldest_busy_seconds"].get<double>() < 0.5);
+    for (const auto& d : s["downstream"]) {
+        const std::string name = d["peer"];
+        if (name.rfind("unix:", 0) == 0) CHECK(name == peer);
+    }
+    CHECK(s["verdict"]["stage"] == "downstream");
+    CHECK(s["verdict"]["summary"].get<std::string>().find("requests wait on " + peer) != std::string::npos);
+
+    // /metrics carries the path in the peer label.
+    Proc exp = spawn({qscope_bin(), "export", "--pid", std::to_string(f.nginx.pid()), "--listen", "127.0.0.1:27011"});
+    REQUIRE(wait_for_port(27011, 20));
+    std::string metrics;
+    for (int i = 0; i < 40 && metrics.find("qscope_downstream_busy{") == std::string::npos; ++i) {
+        sleep_s(0.25);
+        metrics = http_get("127.0.0.1", 27011, "/metrics", 5);
+    }
+    INFO(metrics.substr(0, 2000));
+    CHECK(metrics.find("peer=\"" + peer + "\"") != std::string::npos);
+    load.wait(30);
+}
+
+TEST_CASE("php-fpm master PID: its Unix listener's queue and requests against the status page",
+          "[unix][integration]") {
+    if (!require_root() || !have_fpm_nginx()) return;
+    FpmNginx f = start_fpm_nginx(27020, 4);
+    // 10 connections on 4 children: 4 requests in flight, 6 connections in the listener's
+    // queue (nginx connects per request, and php-fpm accepts only when a child is free).
+    Proc load = spawn({"/usr/bin/wrk", "-t1", "-c10", "-d14s", "http://127.0.0.1:27020/sleep.php"});
+    sleep_s(1.5);
+    double in_flight = 0, active = 0, queue = 0, ssq = 0, status_queue = 0;
+    std::string pairs;
+    for (int i = 0; i < 5; ++i) {
+        auto r = run_qscope({"snapshot", "--pid", std::to_string(f.fpm.pid()), "--duration", "0.5", "--json",
+                             "--no-threads"},
+                            30);
+        const FpmStatus st = fpm_status(27020);
+        const int64_t q = ss_unix_listen_recvq(f.sock());
+        REQUIRE(r.rc == 0);
+        const json* l = find_unix_listener(r.json, f.sock());
+        INFO(r.json["listeners"].dump());
+        REQUIRE(l);
+        CHECK((*l)["backlog"] == 64);
+        in_flight += r.json["requests"]["in_flight"].get<double>();
+        queue += (*l)["accept_queue"].get<double>();
+        active += st.active;
+        status_queue += st.listen_queue;
+        ssq += static_cast<double>(q);
+        pairs += r.json["requests"]["in_flight"].dump() + "/" + std::to_string(static_cast<int>(st.active)) + " q " +
+                 (*l)["accept_queue"].dump() + "/" + std::to_string(q) + " ";
+    }
+    INFO("in flight / active processes, queue / ss Recv-Q: " << pairs << " (php-fpm's listen queue summed "
+                                                              << status_queue << ")");
+    CHECK(active >= 18);
+    CHECK(std::abs(in_flight - active) <= 0.10 * active);
+    // All children busy: the rest of wrk's 10 connections wait in the listener's queue.
+    CHECK(std::abs(queue - (50 - active)) <= 0.20 * (50 - active));
+    CHECK(std::abs(queue - ssq) <= 0.20 * std::max(ssq, 1.0));
+
+    auto r = run_qscope({"snapshot", "--pid", std::to_string(f.fpm.pid()), "--duration", "3", "--json"}, 40);
+    REQUIRE(r.rc == 0);
+    const json& s = r.json;
+    const json* l = find_unix_listener(s, f.sock());
+    INFO(s["listeners"].dump() << "\n" << s["requests"].dump() << "\n" << s["verdict"].dump());
+    REQUIRE(l);
+    CHECK((*l)["port"] == 0);
+    // Requests are 100 ms each; a connection waits ~1.5 requests in the queue.
+    CHECK(s["requests"]["latency_seconds"]["p50"].get<double>() == Approx(0.100).epsilon(0.3));
+    CHECK((*l)["accepted"].get<double>() / s["window_seconds"].get<double>() == Approx(40).epsilon(0.3));
+    CHECK((*l)["accept_wait_seconds"]["p50"].get<double>() > 0.05);
+    CHECK(s["verdict"]["stage"] == "accept_queue");
+    CHECK(s["verdict"]["where"] == "unix:" + f.sock());
+    load.wait(30);
+}
+
+TEST_CASE("pgbench over PostgreSQL's Unix socket: the peer is the socket path, attached mid-load",
+          "[unix][integration][postgres]") {
+    if (!require_root()) return;
+    if (access("/usr/bin/pgbench", X_OK) != 0) {
+        skip("pgbench not installed (.ci/setup installs postgresql)");
+        return;
+    }
+    PgCluster pg(27030);
+    REQUIRE(pg.ok);
+    const std::string script = pg.dir + "/sleep.sql";
+    std::ofstream(script) << "SELECT pg_sleep(0.05);\n";
+    // 8 clients on the Unix socket, 50 ms a query: ~8 busy, ~150 calls/s. qscope attaches
+    // after the connections exist: they are found in pgbench's fd table.
+    Proc bench = spawn({"/usr/bin/pgbench", "-h", pg.socket_dir(), "-p", "27030", "-U", "postgres", "-n", "-M",
+                        "simple", "-f", script, "-c", "8", "-j", "2", "-T", "14", "postgres"});
+    sleep_s(1.5);
+    const std::string peer = "unix:" + pg.socket_path();
+    const std::string mine = "application_name = 'pgbench'";
+
+    double busy = 0, active = 0;
+    std::string pairs;
+    for (int i = 0; i < 5; ++i) {
+        auto r = run_qscope({"snapshot", "--pid", std::to_string(bench.pid()), "--duration", "0.5", "--json",
+                             "--no-threads"},
+                            30);
+        const int a = pg.count(mine + " and state = 'active'");
+        REQUIRE(r.rc == 0);
+        const json* p = find_peer(r.json, peer);
+        INFO(r.json["downstream"].dump());
+        REQUIRE(p);
+        CHECK((*p)["connections"] == pg.count(mine));
+        busy += (*p)["busy"].get<double>();
+        active += a;
+        pairs += (*p)["busy"].dump() + "/" + std::to_string(a) + " ";
+    }
+    INFO("busy / pg_stat_activity active: " << pairs);
+    CHECK(active >= 30);
+    CHECK(std::abs(busy - active) <= 0.20 * active);
+
+    auto r = run_qscope({"snapshot", "--pid", std::to_string(bench.pid()), "--duration", "2", "--json"}, 40);
+    REQUIRE(r.rc == 0);
+    const json* p = find_peer(r.json, peer);
+    INFO(r.json["downstream"].dump());
+    REQUIRE(p);
+    CHECK((*p)["call_seconds"]["p50"].get<double>() == Approx(0.050).epsilon(0.3));
+    REQUIRE(bench.wait(30) == 0);
+}
+
+TEST_CASE("PostgreSQL postmaster PID, clients on its Unix socket: requests in flight, connections from before the attach",
+          "[unix][integration][postgres]") {
+    if (!require_root()) return;
+    if (access("/usr/bin/pgbench", X_OK) != 0) {
+        skip("pgbench not installed (.ci/setup installs postgresql)");
+        return;
+    }
+    PgCluster pg(27040);
+    REQUIRE(pg.ok);
+    const std::string script = pg.dir + "/sleep.sql";
+    std::ofstream(script) << "SELECT pg_sleep(0.05);\n";
+    Proc bench = spawn({"/usr/bin/pgbench", "-h", pg.socket_dir(), "-p", "27040", "-U", "postgres", "-n", "-M",
+                        "simple", "-f", script, "-c", "8", "-j", "2", "-T", "10", "postgres"});
+    sleep_s(1.5);
+    double in_flight = 0, active = 0;
+    std::string pairs;
+    for (int i = 0; i < 4; ++i) {
+        auto r = run_qscope({"snapshot", "--pid", std::to_string(pg.postmaster), "--duration", "0.4", "--json",
+                             "--no-threads"},
+                            30);
+        const int a = pg.count("application_name = 'pgbench' and state = 'active'");
+        REQUIRE(r.rc == 0);
+        INFO(r.json["listeners"].dump() << " " << r.json["requests"].dump());
+        REQUIRE(find_unix_listener(r.json, pg.socket_path()));
+        CHECK(r.json["requests"]["connections"].get<int>() >= 8);
+        in_flight += r.json["requests"]["in_flight"].get<double>();
+        active += a;
+        pairs += r.json["requests"]["in_flight"].dump() + "/" + std::to_string(a) + " ";
+    }
+    INFO("in flight / active: " << pairs);
+    CHECK(active >= 24);
+    CHECK(std::abs(in_flight - active) <= 0.20 * active);
+    REQUIRE(bench.wait(30) == 0);
+}
+
+TEST_CASE("a thread blocked reading a Unix socket waits on the peer's path; a socketpair is no peer",
+          "[unix][integration]") {
+    if (!require_root()) return;
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        skip("python3 not installed");
+        return;
+    }
+    const std::string dir = temp_dir("qs-unix-wait");
+    const std::string path = dir + "/slow.sock";
+    // A server that accepts and never answers; a client that asks it and blocks reading,
+    // while two of its threads ping-pong over a socketpair (internal signalling).
+    const std::string server = "import socket,time\n"
+                               "s=socket.socket(socket.AF_UNIX); s.bind('" + path + "'); s.listen(8)\n"
+                               "print('READY', flush=True)\n"
+                               "c,_=s.accept(); c.recv(16); time.sleep(60)\n";
+    const std::string client = "import socket,threading,time\n"
+                               "a,b=socket.socketpair()\n"
+                               "def pong():\n"
+                               "    while True:\n"
+                               "        b.recv(1); b.send(b'y')\n"
+                               "threading.Thread(target=pong,daemon=True).start()\n"
+                               "def ping():\n"
+                               "    while True:\n"
+                               "        a.send(b'x'); a.recv(1); time.sleep(0.002)\n"
+                               "threading.Thread(target=ping,daemon=True).start()\n"
+                               "c=socket.socket(socket.AF_UNIX); c.connect('" + path + "')\n"
+                               "c.send(b'ask'); print('READY', flush=True); c.recv(16)\n";
+    Proc srv = spawn({"/usr/bin/python3", "-c", server});
+    REQUIRE(!srv.wait_for_output("READY", 10).empty());
+    Proc cli = spawn({"/usr/bin/python3", "-c", client});
+    REQUIRE(!cli.wait_for_output("READY", 10).empty());
+    sleep_s(0.5);
+    auto r = run_qscope({"snapshot", "--pid", std::to_string(cli.pid()), "--duration", "1.5", "--json"}, 30);
+    REQUIRE(r.rc == 0);
+    const json& s = r.json;
+    INFO(s["downstream"].dump() << "\n" << s["waits"].dump());
+    // The one call: busy since before the attach (a thread is blocked reading it).
+    REQUIRE(s["downstream"].size() == 1);
+    CHECK(s["downstream"][0]["peer"] == "unix:" + path);
+    CHECK(s["downstream"][0]["busy"] == 1);
+    CHECK(s["downstream"][0]["calls"] == 0);
+    CHECK(s["downstream"][0]["oldest_busy_seconds"].get<double>() >= 1.5);
+    bool named = false;
+    for (const auto& w : s["waits"])
+        if (w["resource"] == "unix:" + path && w["threads_now"].get<int>() == 1) named = true;
+    CHECK(named);
+    // The socketpair ping-pong: hundreds of reads and writes, and neither requests nor peers.
+    CHECK(s["requests"]["completed"] == 0);
+    CHECK(s["requests"]["connections"] == 0);
+    std::remove(path.c_str());
+    ::rmdir(dir.c_str());
+}

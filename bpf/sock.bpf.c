@@ -440,6 +440,8 @@ static __always_inline void on_unix_connect(struct sock *lsk)
 		return;
 	akey = (__u64)ls->addr;
 	idxp = bpf_map_lookup_elem(&unix_listen, &akey);
+	if (idxp && *idxp >= QS_MAX_PORTS)
+		idxp = 0;   /* a listener past the cap: counted in lost_port_full */
 	mine = is_target();
 	if (!idxp && !mine)
 		return;

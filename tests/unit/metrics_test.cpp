@@ -341,3 +341,25 @@ TEST_CASE("an empty snapshot still renders every family it can, all zero", "[met
     CHECK(stall->metrics[0].histogram.sample_count == 0);
     CHECK_NOTHROW(prom::serialize(fams));
 }
+
+TEST_CASE("a Unix listener's port label and a Unix peer's label carry the path", "[metrics][unix]") {
+    Snapshot s;
+    s.taken_at_unix_ms = 1000;
+    Listener l;
+    l.unix_path = "/run/php/php8.2-fpm.sock";
+    l.accept_queue = 6;
+    l.backlog = 511;
+    s.listeners.push_back(l);
+    PortRequests pr;
+    pr.unix_path = l.unix_path;
+    pr.in_flight = 4;
+    s.requests.ports.push_back(pr);
+    DownstreamPeer d;
+    d.peer = "unix:/var/run/postgresql/.s.PGSQL.5432";
+    d.busy = 3;
+    s.downstream.push_back(d);
+    const auto fams = snapshot_families(&s, 50, s.taken_at_unix_ms);
+    CHECK(value(fams, "qscope_accept_queue_length", {{"port", "unix:/run/php/php8.2-fpm.sock"}}) == 6);
+    CHECK(value(fams, "qscope_requests_in_flight", {{"port", "unix:/run/php/php8.2-fpm.sock"}}) == 4);
+    CHECK(value(fams, "qscope_downstream_busy", {{"peer", "unix:/var/run/postgresql/.s.PGSQL.5432"}}) == 3);
+}

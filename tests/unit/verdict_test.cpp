@@ -195,3 +195,24 @@ TEST_CASE("gate waiters come from live thread states; a pool whose window peak f
     CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
     CHECK(s.verdict.summary == "requests queue at the pool to 127.0.0.1:5432: 9 of 10 connections busy, 190 threads waiting");
 }
+
+TEST_CASE("Unix sockets: nginx waits on php-fpm's socket; php-fpm's queue is named by its path", "[verdict][unix]") {
+    Snapshot s;
+    s.listeners.push_back(listener(80, 0, 511));
+    s.requests.in_flight = 30;
+    s.downstream.push_back(peer("unix:/run/php/php8.2-fpm.sock", 30, 30, 0.4));
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::downstream);
+    CHECK(s.verdict.where == "unix:/run/php/php8.2-fpm.sock");
+    CHECK(s.verdict.summary == "requests wait on unix:/run/php/php8.2-fpm.sock: 30 calls awaiting a reply, oldest 0.4s");
+
+    Snapshot fpm;
+    Listener l = listener(0, 26, 511);
+    l.unix_path = "/run/php/php8.2-fpm.sock";
+    fpm.listeners.push_back(l);
+    fpm.requests.in_flight = 4;
+    compute_verdict(fpm);
+    CHECK(fpm.verdict.stage == Stage::accept_queue);
+    CHECK(fpm.verdict.where == "unix:/run/php/php8.2-fpm.sock");
+    CHECK(fpm.verdict.summary == "26 connections in the accept queue of unix:/run/php/php8.2-fpm.sock (backlog 511)");
+}

@@ -48,4 +48,18 @@ static __always_inline __u32 qs_unread_bytes(__u32 rcv_nxt, __u32 copied_seq, un
 	return d > 0 ? (__u32)d : 0;
 }
 
+/* Is this the file's last reference (so closing one fd releases it)? v6.13 (commit 90ee6ed776c0,
+ * "fs: port files to file_ref") replaced atomic_long_t f_count (1 = one reference) with
+ * file_ref_t f_ref, whose counter is biased: FILE_REF_ONEREF is 0. */
+struct file___f_count {
+	atomic_long_t f_count;
+} __attribute__((preserve_access_index));
+
+static __always_inline int qs_file_last_ref(struct file *f)
+{
+	if (bpf_core_field_exists(f->f_ref))
+		return BPF_CORE_READ(f, f_ref.refcnt.counter) == 0;
+	return BPF_CORE_READ((struct file___f_count *)f, f_count.counter) == 1;
+}
+
 #endif

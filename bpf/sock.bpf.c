@@ -1108,6 +1108,46 @@ int qs_seed_busy(struct bpf_iter__task *ctx)
 	return 0;
 }
 
+/* ---- Unix-domain sockets: closes ---------------------------------------------------------- */
+
+/* close(fd) in the target, of the last reference to a tracked Unix socket's file: the
+ * connection ends now rather than at the next sweep (which still catches exits, dup'd fds and
+ * files another thread held at the close). */
+SEC("tracepoint/syscalls/sys_enter_close")
+int qs_close_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	struct task_struct *t;
+	struct fdtable *fdt;
+	struct file **fds;
+	struct file *f = 0;
+	struct socket *so;
+	struct sock *sk;
+	struct qs_conn *c;
+	__u64 key;
+	int fd = (int)ctx->args[0];
+
+	if (!is_target())
+		return 0;
+	t = bpf_get_current_task_btf();
+	fdt = BPF_CORE_READ(t, files, fdt);
+	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	so = BPF_CORE_READ(f, private_data);
+	if (!so || BPF_CORE_READ(so, file) != f)
+		return 0;
+	sk = BPF_CORE_READ(so, sk);
+	key = (__u64)sk;
+	c = sk ? bpf_map_lookup_elem(&conns, &key) : 0;
+	if (!c || !(c->flags & QS_F_UNIX) || !qs_file_last_ref(f))
+		return 0;
+	conn_close_stale(key);
+	bpf_map_delete_elem(&unix_live, &key);
+	return 0;
+}
+
 /* ---- Unix-domain sockets: listeners and closes, each tick -------------------------------- */
 
 /* The target's fd tables: register Unix listeners, and mark every tracked Unix socket still

@@ -247,6 +247,8 @@ private:
              tps.has_btf("tcp_receive_reset")},
             {p.qs_rst_out, "tp_btf/tcp_send_reset: downstream resets sent not counted", false,
              tps.has_btf("tcp_send_reset")},
+            {p.qs_close_enter, "tracepoint syscalls/sys_enter_close: a Unix connection's close is seen at the next tick",
+             false, tps.has_tracefs("syscalls", "sys_enter_close")},
         };
         for (auto& h : hooks) {
             if (h.available) continue;
@@ -261,7 +263,7 @@ private:
     void attach_all() {
         auto& p = skel_->progs;
         for (bpf_program* prog : {p.qs_set_state, p.qs_recv, p.qs_send, p.qs_data_ready, p.qs_accept4_exit,
-                                  p.qs_accept_exit, p.qs_kfree_skb, p.qs_rst_in, p.qs_rst_out}) {
+                                  p.qs_accept_exit, p.qs_kfree_skb, p.qs_rst_in, p.qs_rst_out, p.qs_close_enter}) {
             if (!bpf_program__autoload(prog)) continue;
             Link l(bpf_program__attach(prog));
             if (!l) {

@@ -40,6 +40,7 @@
 #define QS_F_START_UNKNOWN 2 /* request/call already in progress at attach: start unknown */
 #define QS_F_H2 4            /* inbound: a response began with an HTTP/2 frame (see qs_note_protocol) */
 #define QS_F_TLS 8           /* inbound: a response began with a TLS record */
+#define QS_F_UNIX 16         /* a Unix-domain connection: no TCP fields; its close is found by sock.bpf.c */
 
 /* qs_conn.aflags (atomic: arrivals race with reads) */
 #define QS_A_UNREAD   1      /* receive queue holds request bytes the app has not read */

@@ -299,7 +299,6 @@ static __always_inline int in_send_syscall(void);
  *    target's fd tables and qs_unix_sweep closes the rest (qs_on_close, as a TCP close).
  * Sockets that never went through a listener (socketpair(), an unnamed peer) are never
  * tracked: they are a process's internal signalling, not requests or downstream calls. */
-#define QS_F_UNIX 16                      /* qs_conn.flags: a Unix-domain connection */
 #define QS_SOCK_STREAM 1
 #define QS_SOCK_SEQPACKET 5
 #define QS_UNIX_EMBRYO_NS (60ULL * 1000000000ULL) /* queued unaccepted this long: forgotten */
@@ -328,17 +327,21 @@ struct {
 static __always_inline __u32 unix_addr_name(const struct unix_address *a, __u8 *path)
 {
 	int len;
+	__u32 n;
 	if (!a)
 		return 0;
 	len = BPF_CORE_READ(a, len) - (int)sizeof(__u16) /* sun_family */;
 	if (len <= 0)
 		return 0;
-	if (len > QS_UNIX_PATH)
-		len = QS_UNIX_PATH;
-	if (bpf_probe_read_kernel(path, len & 127,
+	/* Masked, then clamped, in an unsigned register the verifier can bound. */
+	n = (__u32)len & 127;
+	barrier_var(n);
+	if (n > QS_UNIX_PATH)
+		n = QS_UNIX_PATH;
+	if (bpf_probe_read_kernel(path, n,
 				  (const void *)a + bpf_core_field_offset(struct unix_address, name) + sizeof(__u16)))
 		return 0;
-	return len;
+	return n;
 }
 
 /* FNV-1a of a name: the peer key, so a server restarted on the same path stays one peer. */
@@ -458,13 +461,12 @@ static __always_inline void on_unix_connect(struct sock *lsk)
 		unix_track((__u64)child, &nc);
 	}
 	if (mine) {
-		struct unix_sock *cu = bpf_skc_to_unix_sock(child);
+		/* child is a walked (untrusted) pointer: read, not cast by a helper */
+		__u64 client = (__u64)BPF_CORE_READ((struct unix_sock *)child, peer);
 		struct qs_peer_stats *p;
-		__u64 client;
 		__u32 pidx;
-		if (!cu || !cu->peer)
+		if (!client)
 			return;
-		client = (__u64)cu->peer;
 		pidx = unix_peer_index(ls->addr);
 		if (pidx >= QS_MAX_PEERS)
 			return;
@@ -615,7 +617,12 @@ int BPF_PROG(qs_recv, struct sock *sk, int ret, int flags)
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
 		return 0;
-	qs_on_read(c, bpf_ktime_get_ns(), ret, flags, c->dir == QS_DIR_IN ? sk_unread(sk) : 0, &e);
+	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
+	 * php-fpm leaves FastCGI's empty STDIN record queued until its script ends, which would
+	 * read as a request unread in the connector behind every one in flight. A request
+	 * that arrives later sets it again (qs_data_ready). */
+	qs_on_read(c, bpf_ktime_get_ns(), ret, flags,
+		   c->dir == QS_DIR_IN && !(c->flags & QS_F_UNIX) ? sk_unread(sk) : 0, &e);
 	apply(c, &e, 0);
 	return 0;
 }

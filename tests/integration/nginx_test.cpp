@@ -40,12 +40,6 @@ pid_t nginx_worker(pid_t master, double timeout) {
     return 0;
 }
 
-std::string find_nginx() {
-    for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"})
-        if (access(p, X_OK) == 0) return p;
-    return "";
-}
-
 }  // namespace
 
 TEST_CASE("nginx worker: in flight agrees with stub_status Writing", "[sock][integration][nginx]") {

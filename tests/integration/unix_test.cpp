@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <regex>
 
@@ -157,6 +158,7 @@ TEST_CASE("nginx master PID: php-fpm over a Unix socket is a downstream peer nam
         pairs += (*p)["busy"].dump() + "/" + std::to_string(static_cast<int>(st.active)) + " ";
     }
     INFO("busy / active processes: " << pairs);
+    std::printf("unix_test: nginx busy / php-fpm active processes: %s(sums %g / %g)\n", pairs.c_str(), busy, active);
     CHECK(active >= 15);  // the load really kept ~4 children busy
     CHECK(std::abs(busy - active) <= 0.10 * active);
 
@@ -221,6 +223,8 @@ TEST_CASE("php-fpm master PID: its Unix listener's queue and requests against th
         pairs += r.json["requests"]["in_flight"].dump() + "/" + std::to_string(static_cast<int>(st.active)) + " q " +
                  (*l)["accept_queue"].dump() + "/" + std::to_string(q) + " ";
     }
+    std::printf("unix_test: php-fpm in flight / active, queue / ss Recv-Q: %s(sums %g/%g, %g/%g; php-fpm's listen queue %g)\n",
+                pairs.c_str(), in_flight, active, queue, ssq, status_queue);
     INFO("in flight / active processes, queue / ss Recv-Q: " << pairs << " (php-fpm's listen queue summed "
                                                               << status_queue << ")");
     CHECK(active >= 18);
@@ -281,6 +285,7 @@ TEST_CASE("pgbench over PostgreSQL's Unix socket: the peer is the socket path, a
         pairs += (*p)["busy"].dump() + "/" + std::to_string(a) + " ";
     }
     INFO("busy / pg_stat_activity active: " << pairs);
+    std::printf("unix_test: pgbench busy / pg_stat_activity active: %s(sums %g / %g)\n", pairs.c_str(), busy, active);
     CHECK(active >= 30);
     CHECK(std::abs(busy - active) <= 0.20 * active);
 
@@ -323,6 +328,7 @@ TEST_CASE("PostgreSQL postmaster PID, clients on its Unix socket: requests in fl
         pairs += r.json["requests"]["in_flight"].dump() + "/" + std::to_string(a) + " ";
     }
     INFO("in flight / active: " << pairs);
+    std::printf("unix_test: postgres in flight / active: %s(sums %g / %g)\n", pairs.c_str(), in_flight, active);
     CHECK(active >= 24);
     CHECK(std::abs(in_flight - active) <= 0.20 * active);
     REQUIRE(bench.wait(30) == 0);

@@ -372,3 +372,21 @@ TEST_CASE("the verdict line carries the severity role", "[tui]") {
     CHECK(gi.row(1).find(" OK ") == 0);
     CHECK(gi.role_at(1, 1) == Role::ok);
 }
+
+TEST_CASE("a Unix listener and a Unix peer are shown by their paths", "[tui][unix]") {
+    Snapshot s = pool_saturated();
+    Listener l = s.listeners[0];
+    l.port = 0;
+    l.addr.clear();
+    l.unix_path = "/run/php/fpm.sock";
+    s.listeners.push_back(l);
+    s.downstream[0].peer = "unix:/var/run/postgresql/.s.PGSQL.5432";
+    const Grid g = render(&s, 140, 40, UiState(), History());
+    bool listener = false, peer = false;
+    for (int y = 0; y < g.height(); ++y) {
+        listener = listener || g.row(y).find("unix:/run/php/fpm.sock") != std::string::npos;
+        peer = peer || g.row(y).find("unix:/var/run/postgresql/.s.PGSQL.5432") != std::string::npos;
+    }
+    CHECK(listener);
+    CHECK(peer);
+}

@@ -386,3 +386,68 @@ TEST_CASE("a thread blocked reading a Unix socket waits on the peer's path; a so
     std::remove(path.c_str());
     ::rmdir(dir.c_str());
 }
+
+TEST_CASE("a seqpacket server on an abstract name: its listener and completed requests against its own count",
+          "[unix][integration]") {
+    if (!require_root()) return;
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        skip("python3 not installed");
+        return;
+    }
+    const std::string dir = temp_dir("qs-unix-seqpacket");
+    const std::string name = "qs-unix-seqpacket-" + std::to_string(::getpid());
+    ScratchFile counter(dir + "/count");
+    // Every request takes 20 ms; the server writes how many it answered after each one.
+    const std::string server = "import socket,threading,time\n"
+                               "s=socket.socket(socket.AF_UNIX,socket.SOCK_SEQPACKET)\n"
+                               "s.bind('\\0" + name + "'); s.listen(16)\n"
+                               "n=0; lk=threading.Lock()\n"
+                               "def serve(c):\n"
+                               "    global n\n"
+                               "    while True:\n"
+                               "        m=c.recv(64)\n"
+                               "        if not m: return\n"
+                               "        time.sleep(0.02); c.send(b'ok')\n"
+                               "        with lk:\n"
+                               "            n+=1; open('" + counter.path + "','w').write(str(n))\n"
+                               "print('READY', flush=True)\n"
+                               "while True:\n"
+                               "    c,_=s.accept(); threading.Thread(target=serve,args=(c,),daemon=True).start()\n";
+    const std::string client = "import socket,threading,time\n"
+                               "def run():\n"
+                               "    c=socket.socket(socket.AF_UNIX,socket.SOCK_SEQPACKET); c.connect('\\0" + name + "')\n"
+                               "    end=time.time()+9\n"
+                               "    while time.time()<end:\n"
+                               "        c.send(b'q'); c.recv(16)\n"
+                               "ts=[threading.Thread(target=run) for _ in range(4)]\n"
+                               "[t.start() for t in ts]; [t.join() for t in ts]\n";
+    Proc srv = spawn({"/usr/bin/python3", "-c", server});
+    REQUIRE(!srv.wait_for_output("READY", 10).empty());
+    Proc cli = spawn({"/usr/bin/python3", "-c", client});
+    sleep_s(1);
+    auto count = [&] { return std::atol(read_text(counter.path).c_str()); };
+    Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(srv.pid()), "--duration", "4", "--json",
+                    "--no-threads"});
+    REQUIRE(wait_attached(q.pid(), 20));
+    const double t0 = now_s();
+    const long c0 = count();
+    sleep_s(3);
+    const long c1 = count();
+    const double oracle = (c1 - c0) / (now_s() - t0);
+    REQUIRE(q.wait(30) == 0);
+    const json s = json::parse(q.out());
+    INFO(s["listeners"].dump() << "\n" << s["requests"].dump());
+    const json* l = find_unix_listener(s, "@" + name);
+    REQUIRE(l);
+    CHECK((*l)["backlog"] == 16);
+    const double rate = s["requests"]["completed"].get<double>() / s["window_seconds"].get<double>();
+    std::printf("unix_test: seqpacket completed %.1f/s, the server's own count %.1f/s\n", rate, oracle);
+    CHECK(oracle > 50);
+    CHECK(rate == Approx(oracle).epsilon(0.15));
+    CHECK(s["requests"]["connections"] == 4);  // connected before the attach
+    CHECK(s["requests"]["latency_seconds"]["p50"].get<double>() == Approx(0.020).epsilon(0.3));
+    cli.wait(20);
+    srv.kill_and_wait();
+    ::unlink(counter.path.c_str());
+    ::rmdir(dir.c_str());
+}

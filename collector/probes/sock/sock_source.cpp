@@ -548,6 +548,7 @@ private:
             bool other = false;
         };
         std::vector<Row> rows;
+        bool any_unix = false;
         const uint64_t allocated = load(b->next_peer_idx);
         for (uint32_t i = 0; i < QS_MAX_PEERS; ++i) {
             if (i < QS_PEER_OTHER && i >= allocated) continue;
@@ -561,6 +562,7 @@ private:
             qs_peer_key key;
             std::memcpy(&key, &ps.key, sizeof(key));
             p.peer = row.other ? "other" : key.family == AF_UNIX ? "unix:" + unix_name(b->unix_peer_names[i]) : peer_label(key);
+            any_unix = any_unix || key.family == AF_UNIX;
             p.connections = u(load(ps.connections));
             p.busy = u(load(ps.busy));
             p.busy_max = std::max<uint64_t>(p.busy, u(load(ps.busy_max)));
@@ -611,6 +613,9 @@ private:
             other.connect_win.merge(row.connect_win);
         }
         if (have_other) kept.push_back(std::move(other));
+        if (any_unix)
+            snap.partial.push_back("sock: Unix peers: connect time is not measured (a Unix connect has no handshake); "
+                                   "their connect_seconds read 0");
         for (auto& row : kept) {
             row.p.call = row.call_win.quantiles();
             row.p.connect = row.connect_win.quantiles();

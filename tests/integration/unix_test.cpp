@@ -191,7 +191,16 @@ TEST_CASE("nginx master PID: php-fpm over a Unix socket is a downstream peer nam
     }
     INFO(metrics.substr(0, 2000));
     CHECK(metrics.find("peer=\"" + peer + "\"") != std::string::npos);
+    // After the load, every per-request connection the exporter saw open was seen to close:
+    // no Unix close has a tracepoint (sys_enter_close and the per-tick fd sweep find them).
     load.wait(30);
+    sleep_s(2.5);
+    metrics = http_get("127.0.0.1", 27011, "/metrics", 5);
+    const std::string open_line = "qscope_downstream_connections{peer=\"" + peer + "\"} ";
+    const auto at = metrics.find(open_line);
+    INFO(metrics.substr(0, 2000));
+    REQUIRE(at != std::string::npos);
+    CHECK(std::atof(metrics.c_str() + at + open_line.size()) == 0);
 }
 
 TEST_CASE("php-fpm master PID: its Unix listener's queue and requests against the status page",

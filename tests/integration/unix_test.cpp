@@ -407,7 +407,8 @@ TEST_CASE("a seqpacket server on an abstract name: its listener and completed re
     const std::string name = "qs-unix-seqpacket-" + std::to_string(::getpid());
     ScratchFile counter(dir + "/count");
     // Every request takes 20 ms; the server writes how many it answered after each one.
-    const std::string server = "import socket,threading,time\n"
+    // The count is replaced whole (rename), never read half-written.
+    const std::string server = "import os,socket,threading,time\n"
                                "s=socket.socket(socket.AF_UNIX,socket.SOCK_SEQPACKET)\n"
                                "s.bind('\\0" + name + "'); s.listen(16)\n"
                                "n=0; lk=threading.Lock()\n"
@@ -418,7 +419,8 @@ TEST_CASE("a seqpacket server on an abstract name: its listener and completed re
                                "        if not m: return\n"
                                "        time.sleep(0.02); c.send(b'ok')\n"
                                "        with lk:\n"
-                               "            n+=1; open('" + counter.path + "','w').write(str(n))\n"
+                               "            n+=1; open('" + counter.path + ".new','w').write(str(n))\n"
+                               "            os.replace('" + counter.path + ".new','" + counter.path + "')\n"
                                "print('READY', flush=True)\n"
                                "while True:\n"
                                "    c,_=s.accept(); threading.Thread(target=serve,args=(c,),daemon=True).start()\n";

@@ -246,6 +246,15 @@ static __always_inline __u32 sk_unread(struct sock *sk)
 	return qs_unread_bytes(tp->rcv_nxt, tp->copied_seq, sk->__sk_common.skc_flags);
 }
 
+/* The same from a kprobe's sk (bpf_skc_to_tcp_sock is not offered to kprobes): only called
+ * for sockets found in conns, which are TCP. */
+static __always_inline __u32 sk_unread_probe(struct sock *sk)
+{
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	return qs_unread_bytes(BPF_CORE_READ(tp, rcv_nxt), BPF_CORE_READ(tp, copied_seq),
+			       BPF_CORE_READ(sk, __sk_common.skc_flags));
+}
+
 /* Accepted children the full table could not take at their handshake (already counted in
  * lost_conn_full): their accept() must not count them a second time as connections queued
  * before the attach. An entry matters only while its socket waits in an accept queue
@@ -384,22 +393,101 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 
 /* ---- the app's reads and writes (current is the target thread) --------------------------- */
 
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(qs_recv, struct sock *sk, int ret, int flags)
+/* Each hook below has one body and several entry points (docs/kernel.md "Older kernels"):
+ * tp_btf where the kernel has the tracepoint, else fentry/fexit on the kernel function the
+ * tracepoint sits in, else kprobe/kretprobe on it. User space picks one per hook before load
+ * (collector/probes/sock/attach_plan.h) and switches the others off. `probe` is a constant:
+ * 1 when sk came from a kprobe's registers (a plain scalar the verifier will not let us
+ * dereference), so the body reads through BPF_CORE_READ instead. */
+#define QS_BTF 0
+#define QS_PROBE 1
+
+static __always_inline void on_recv(struct sock *sk, int ret, int flags, const int probe)
 {
 	__u64 key = (__u64)sk;
 	struct qs_conn *c;
 	struct qs_effects e = {};
 
 	if (!is_target())
-		return 0;
+		return;
 	if (ret <= 0)
-		return 0;
+		return;
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
-		return 0;
-	qs_on_read(c, bpf_ktime_get_ns(), ret, flags, c->dir == QS_DIR_IN ? sk_unread(sk) : 0, &e);
+		return;
+	qs_on_read(c, bpf_ktime_get_ns(), ret, flags,
+		   c->dir == QS_DIR_IN ? (probe ? sk_unread_probe(sk) : sk_unread(sk)) : 0, &e);
 	apply(c, &e, 0);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(qs_recv, struct sock *sk, int ret, int flags)
+{
+	on_recv(sk, ret, flags, QS_BTF);
+	return 0;
+}
+
+/* Before Linux 6.3: sock_recv_length fires at the end of sock_recvmsg (read, readv, recvfrom,
+ * recvmsg; recvmmsg after its first message skips it, and so does this). */
+SEC("fexit/sock_recvmsg")
+int BPF_PROG(qs_recv_fexit, struct socket *sock, struct msghdr *msg, int flags, int ret)
+{
+	on_recv(sock->sk, ret, flags, QS_BTF);
+	return 0;
+}
+
+/* kprobe + kretprobe: the entry keeps the socket and flags per thread for the return. */
+struct qs_io_args {
+	__u64 sk;
+	__s32 flags;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct qs_io_args);
+} io_args SEC(".maps");
+
+static __always_inline void io_enter(struct socket *sock, int flags)
+{
+	__u64 tid = bpf_get_current_pid_tgid();
+	struct qs_io_args a = {};
+	if (!is_target())
+		return;
+	a.sk = (__u64)BPF_CORE_READ(sock, sk);
+	a.flags = flags;
+	bpf_map_update_elem(&io_args, &tid, &a, BPF_ANY);
+}
+
+static __always_inline int io_exit(struct qs_io_args *out)
+{
+	__u64 tid = bpf_get_current_pid_tgid();
+	struct qs_io_args *a;
+	if (!is_target())
+		return 0;
+	a = bpf_map_lookup_elem(&io_args, &tid);
+	if (!a)
+		return 0;
+	*out = *a;
+	bpf_map_delete_elem(&io_args, &tid);
+	return 1;
+}
+
+SEC("kprobe/sock_recvmsg")
+int BPF_KPROBE(qs_recv_kprobe, struct socket *sock, struct msghdr *msg, int flags)
+{
+	io_enter(sock, flags);
+	return 0;
+}
+
+SEC("kretprobe/sock_recvmsg")
+int BPF_KRETPROBE(qs_recv_kretprobe, int ret)
+{
+	struct qs_io_args a;
+	if (io_exit(&a))
+		on_recv((struct sock *)a.sk, ret, a.flags, QS_PROBE);
 	return 0;
 }
 
@@ -465,8 +553,7 @@ static __always_inline int in_send_syscall(void)
 	return qs_sys_class(nr) == QS_SC_SEND;
 }
 
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
+static __always_inline void on_send(struct sock *sk, int ret)
 {
 	__u64 key = (__u64)sk;
 	struct qs_conn *c;
@@ -474,12 +561,12 @@ int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
 	int status = 0;
 
 	if (!is_target())
-		return 0;
+		return;
 	if (ret <= 0)
-		return 0;
+		return;
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
-		return 0;
+		return;
 	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e)) {
 		__u8 proto;
 		status = response_status();
@@ -490,38 +577,93 @@ int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
 			__sync_fetch_and_add(&conns_tls, 1);
 	}
 	apply(c, &e, status);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
+{
+	on_send(sk, ret);
+	return 0;
+}
+
+/* Before Linux 6.3: sock_send_length fires at the end of sock_sendmsg (write, writev,
+ * sendto, sendmsg; sendmmsg's repeated-destination fast path skips it, and so does this). */
+SEC("fexit/sock_sendmsg")
+int BPF_PROG(qs_send_fexit, struct socket *sock, struct msghdr *msg, int ret)
+{
+	on_send(sock->sk, ret);
+	return 0;
+}
+
+SEC("kprobe/sock_sendmsg")
+int BPF_KPROBE(qs_send_kprobe, struct socket *sock)
+{
+	io_enter(sock, 0);
+	return 0;
+}
+
+SEC("kretprobe/sock_sendmsg")
+int BPF_KRETPROBE(qs_send_kretprobe, int ret)
+{
+	struct qs_io_args a;
+	if (io_exit(&a))
+		on_send((struct sock *)a.sk, ret);
 	return 0;
 }
 
 /* ---- arrivals (softirq: current is not the target) ---------------------------------------- */
 
-SEC("tp_btf/sk_data_ready")
-int BPF_PROG(qs_data_ready, const struct sock *csk)
+/* A field of sk: a plain load from a BTF pointer, a CO-RE probe read from a kprobe's. */
+#define QS_SK(probe, sk, field) ((probe) ? BPF_CORE_READ(sk, field) : (sk)->field)
+
+static __always_inline void on_data_ready(struct sock *sk, const int probe)
 {
-	struct sock *sk = (struct sock *)csk;
 	__u64 key = (__u64)sk;
 	struct qs_conn *c;
 	struct qs_effects e = {};
 
-	if (sk->__sk_common.skc_state == QS_TCP_LISTEN) {
+	if (QS_SK(probe, sk, __sk_common.skc_state) == QS_TCP_LISTEN) {
 		/* A child joined a listener's accept queue: exact peak depth. */
 		__u32 idx;
 		struct qs_port_stats *p;
-		if (sk->sk_protocol != IPPROTO_TCP || !lookup_port(sk->__sk_common.skc_num, &idx))
-			return 0;
+		if (QS_SK(probe, sk, sk_protocol) != IPPROTO_TCP ||
+		    !lookup_port(QS_SK(probe, sk, __sk_common.skc_num), &idx))
+			return;
 		p = port_at(idx);
 		if (p)
-			atomic_max(&p->accept_queue_max, (__s64)sk->sk_ack_backlog);
-		return 0;
+			atomic_max(&p->accept_queue_max, (__s64)QS_SK(probe, sk, sk_ack_backlog));
+		return;
 	}
 	/* Only inbound connections count arrivals, and their local port is a target listener's. */
-	if (!port_maybe_target(sk->__sk_common.skc_num))
-		return 0;
+	if (!port_maybe_target(QS_SK(probe, sk, __sk_common.skc_num)))
+		return;
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c || c->dir != QS_DIR_IN)
-		return 0;
-	qs_on_arrival(c, bpf_ktime_get_ns(), sk_unread(sk), &e);
+		return;
+	qs_on_arrival(c, bpf_ktime_get_ns(), probe ? sk_unread_probe(sk) : sk_unread(sk), &e);
 	apply(c, &e, 0);
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(qs_data_ready, const struct sock *csk)
+{
+	on_data_ready((struct sock *)csk, QS_BTF);
+	return 0;
+}
+
+/* Before Linux 6.6: sock_def_readable is the sk_data_ready callback of every TCP socket that
+ * no one replaced (kTLS, sockmap and in-kernel users do), listeners included. */
+SEC("fentry/sock_def_readable")
+int BPF_PROG(qs_data_ready_fentry, struct sock *sk)
+{
+	on_data_ready(sk, QS_BTF);
+	return 0;
+}
+
+SEC("kprobe/sock_def_readable")
+int BPF_KPROBE(qs_data_ready_kprobe, struct sock *sk)
+{
+	on_data_ready(sk, QS_PROBE);
 	return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <exception>
 
 #include "engine/bpf_util.h"
+#include "engine/kernel_features.h"
 #include "model/verdict.h"
 #include "model/errors.h"
 
@@ -40,6 +41,7 @@ void Collector::start(const StartProgress& progress) {
                                       "CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE (docs/security.md)");
     }
     check_btf();
+    lockdown_note_ = lockdown_consequence(lockdown_mode());
     init_libbpf_logging(cfg_.verbose);
     // Before the sources: each loads with the tree's bitmap as its filter.
     target_.follow(cfg_.follow_children);
@@ -95,8 +97,16 @@ void Collector::start(const StartProgress& progress) {
     for (auto& t : starters) t.join();
     if (cfg_.verbose) std::fprintf(stderr, "qscope: start total %.0f ms\n", (monotonic_ns() - t0) / 1e6);
     // The first failure in source order, as a sequential start would have reported it.
-    for (auto& e : errors)
-        if (e) std::rethrow_exception(e);
+    for (auto& e : errors) {
+        if (!e) continue;
+        if (lockdown_note_.empty()) std::rethrow_exception(e);
+        // Name the lockdown with the failure it may well have caused.
+        try {
+            std::rethrow_exception(e);
+        } catch (const Error& err) {
+            throw Error(err.code(), std::string(err.what()) + " (" + lockdown_note_ + ")");
+        }
+    }
     attach_ns_ = window_start_ns_ = last_tick_ns_ = monotonic_ns();
     if (cfg_.jvm_dump) request(OnDemand::jvm_dump);
 }
@@ -142,6 +152,7 @@ std::shared_ptr<const Snapshot> Collector::tick() {
         snap->target.exit_note = "target PID " + std::to_string(target_.pid()) +
                                  " exited during the run; figures cover the time it was alive";
     }
+    if (!lockdown_note_.empty()) snap->warnings.push_back(lockdown_note_);
     snap->window_seconds = (t.now_ns - window_start_ns_) / 1e9;
     snap->attached_seconds = (t.now_ns - attach_ns_) / 1e9;
     snap->taken_at_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

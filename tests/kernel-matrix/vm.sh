@@ -8,14 +8,16 @@
 #             (the newest matching name in the local apt lists is used)
 #
 # The .deb and its extracted kernel are cached under BUILD_DIR/kernel-matrix/cache: a re-run
-# downloads nothing. Needs: qemu-system-x86, busybox-static, cpio (.ci/setup).
+# downloads nothing. QSCOPE_KM_DIR moves that directory (cache, initramfs, console log).
+# Needs: qemu-system-x86, busybox-static, cpio (.ci/setup).
 set -euo pipefail
 build=$(cd "$1" && pwd)
 pattern=$2
 guest_script=$3
 timeout_s=${4:-300}
 here=$(cd "$(dirname "$0")" && pwd)
-cache=$build/kernel-matrix/cache
+km=${QSCOPE_KM_DIR:-$build/kernel-matrix}
+cache=$km/cache
 mkdir -p "$cache"
 
 die() { echo "vm.sh: $*" >&2; exit 1; }
@@ -42,7 +44,7 @@ fi
 release=$(cat "$kdir/release")
 
 # ---- the initramfs: rebuilt every run (the binaries change), ~1 s ------------------------
-stage=$build/kernel-matrix/stage-$release
+stage=$km/stage-$release
 rm -rf "$stage"
 mkdir -p "$stage"/{bin,sbin,proc,sys,dev,tmp,run,boot,etc,qscope}
 cp /bin/busybox "$stage/bin/busybox"
@@ -63,12 +65,12 @@ cp "$kdir/config" "$stage/boot/config-$release"
 cp "$here/guest-init.sh" "$stage/init"
 cp "$guest_script" "$stage/qscope/guest.sh"
 chmod +x "$stage/init" "$stage/qscope/guest.sh"
-initrd=$build/kernel-matrix/initrd-$release.gz
+initrd=$km/initrd-$release.gz
 (cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1) > "$initrd"
 rm -rf "$stage"
 
 # ---- boot --------------------------------------------------------------------------------
-log=$build/kernel-matrix/console-$release.log
+log=$km/console-$release.log
 echo "vm.sh: booting $pkg ($release) under QEMU TCG, timeout ${timeout_s}s; console in $log" >&2
 start=$SECONDS
 rc=0

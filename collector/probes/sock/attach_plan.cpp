@@ -59,10 +59,10 @@ SockAttachPlan plan_sock_attach(const KernelOffer& offer) {
             const std::string why = fn ? "fentry/fexit do not load here and there are no kprobes"
                                        : std::string("no BTF for kernel function ") + s.function;
             c.caveat = s.missing;
-            if (s.required)
+            if (s.required && plan.error.empty())  // the first (the reads) says it all
                 plan.error = std::string("sock: the kernel offers no way to see ") + s.missing + ": no " + tp +
                              ", and " + why + "; follow the threads alone with --no-requests";
-            else
+            else if (!s.required)
                 plan.warnings.push_back(std::string("sock: hook unavailable: ") + tp + " (" + why + "): " + s.missing);
         }
         plan.hooks.push_back(std::move(c));

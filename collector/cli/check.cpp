@@ -93,20 +93,15 @@ int run_check() {
         kern.add(Mark::ok, "lockdown: none");
     else
         kern.add(lock == "confidentiality" ? Mark::no : Mark::warn, lock_note);
-    std::string fentry_why;
     KernelTracepoints tps;
     KernelOffer offer;
-    for (const char* tp : {"sock_recv_length", "sock_send_length", "sk_data_ready"})
-        if (tps.has_btf(tp)) offer.tracepoints.insert(tp);
-    for (const char* fn : {"sock_recvmsg", "sock_sendmsg", "sock_def_readable"})
-        if (tps.has_function(fn)) offer.functions.insert(fn);
     if (may_bpf && btf) {
-        fentry_why = fentry_probe("sock_recvmsg");
-        offer.fentry = fentry_why.empty();
+        offer = probe_sock_offer(tps, "", true);
     } else {
-        fentry_why = "not tried (no privileges or no BTF)";
+        offer.fentry_error = "not tried: no privileges or no BTF";
+        offer.kprobes = kprobes_available();
     }
-    offer.kprobes = kprobes_available();
+    const std::string fentry_why = offer.fentry_error;
     kern.add(offer.fentry ? Mark::ok : Mark::warn,
              offer.fentry ? "fentry/fexit: load and attach" : "fentry/fexit: unavailable (" + fentry_why + ")");
     kern.add(offer.kprobes ? Mark::ok : Mark::warn,

@@ -91,9 +91,12 @@ btf* KernelTracepoints::vmlinux() {
     return vmlinux_.get();
 }
 
-bool KernelTracepoints::has_function(const std::string& name) {
+int KernelTracepoints::function_args(const std::string& name) {
     btf* b = vmlinux();
-    return b && btf__find_by_name_kind(b, name.c_str(), BTF_KIND_FUNC) > 0;
+    const int id = b ? btf__find_by_name_kind(b, name.c_str(), BTF_KIND_FUNC) : -1;
+    if (id <= 0) return -1;
+    const btf_type* t = btf__type_by_id(b, btf__type_by_id(b, id)->type);  // func proto
+    return t && btf_is_func_proto(t) ? btf_vlen(t) : -1;
 }
 
 int KernelTracepoints::btf_args(const std::string& name) {

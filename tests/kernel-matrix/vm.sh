@@ -38,6 +38,11 @@ if [[ ! -f $kdir/vmlinuz ]]; then
   cp "$kdir.tmp"/root/boot/vmlinuz-* "$kdir.tmp/vmlinuz"
   cp "$kdir.tmp"/root/boot/config-* "$kdir.tmp/config"
   basename "$kdir.tmp"/root/boot/vmlinuz-* | sed 's/^vmlinuz-//' > "$kdir.tmp/release"
+  # sock_diag for TCP (the listeners' queues) is a module in Debian's kernels: keep it.
+  mkdir -p "$kdir.tmp/modules"
+  for m in inet_diag tcp_diag; do
+    find "$kdir.tmp/root/lib/modules" -name "$m.ko*" -exec cp {} "$kdir.tmp/modules/" \;
+  done
   rm -rf "$kdir.tmp/root" "$kdir.tmp"/*.deb
   rm -rf "$kdir" && mv "$kdir.tmp" "$kdir"
 fi
@@ -62,6 +67,8 @@ for b in "${bins[@]}"; do
 done
 # libbpf reads CONFIG_HZ (sock.bpf.c __kconfig) from /boot/config-$(uname -r).
 cp "$kdir/config" "$stage/boot/config-$release"
+mkdir -p "$stage/lib/qscope-modules"
+cp "$kdir"/modules/* "$stage/lib/qscope-modules/" 2>/dev/null || true
 cp "$here/guest-init.sh" "$stage/init"
 cp "$guest_script" "$stage/qscope/guest.sh"
 chmod +x "$stage/init" "$stage/qscope/guest.sh"

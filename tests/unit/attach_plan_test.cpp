@@ -12,7 +12,7 @@ using namespace qscope;
 
 namespace {
 
-const std::set<std::string> kAllFunctions = {"sock_recvmsg", "sock_sendmsg", "sock_def_readable"};
+const std::set<std::string> kAllFunctions = {"tcp_recvmsg", "tcp_sendmsg", "sock_def_readable"};
 
 KernelOffer dev_6_18() {
     KernelOffer o;
@@ -52,21 +52,22 @@ TEST_CASE("attach plan: every tracepoint present -> tp_btf everywhere, no warnin
     CHECK(p.warnings.empty());
 }
 
-TEST_CASE("attach plan: Debian 12 (6.1) -> fexit on sock_recvmsg/sock_sendmsg, fentry on sock_def_readable",
+TEST_CASE("attach plan: Debian 12 (6.1) -> fexit on tcp_recvmsg/tcp_sendmsg, fentry on sock_def_readable",
           "[attach]") {
     const SockAttachPlan p = plan_sock_attach(debian_6_1());
     REQUIRE(p.error.empty());
     CHECK(p.of(SockHook::recv).attach == AttachType::fexit);
-    CHECK(p.of(SockHook::recv).via == "sock_recvmsg");
+    CHECK(p.of(SockHook::recv).via == "tcp_recvmsg");
     CHECK(p.of(SockHook::send).attach == AttachType::fexit);
-    CHECK(p.of(SockHook::send).via == "sock_sendmsg");
+    CHECK(p.of(SockHook::send).via == "tcp_sendmsg");
     CHECK(p.of(SockHook::data_ready).attach == AttachType::fentry);
     CHECK(p.of(SockHook::data_ready).via == "sock_def_readable");
-    // Each fallback says what it reaches through and what it misses.
-    REQUIRE(p.warnings.size() == 3);
-    CHECK(any_warning_has(p, "sock_recv_length via fexit sock_recvmsg (no tracepoint sock_recv_length (Linux 6.3+))"));
-    CHECK(any_warning_has(p, "recvmmsg"));
-    CHECK(any_warning_has(p, "sk_data_ready via fentry sock_def_readable"));
+    // Every TCP read and write passes tcp_recvmsg/tcp_sendmsg: exact, nothing to warn about.
+    // sock_def_readable misses sockets whose callback was replaced: that one warns.
+    CHECK(p.of(SockHook::recv).caveat.empty());
+    CHECK(p.of(SockHook::send).caveat.empty());
+    REQUIRE(p.warnings.size() == 1);
+    CHECK(any_warning_has(p, "sk_data_ready via fentry sock_def_readable (no tracepoint sk_data_ready (Linux 6.6+))"));
     CHECK(any_warning_has(p, "kTLS"));
 }
 
@@ -90,7 +91,8 @@ TEST_CASE("attach plan: no fentry (e.g. EPERM) but kprobes -> kretprobe / kprobe
     CHECK(p.of(SockHook::send).attach == AttachType::kretprobe);
     CHECK(p.of(SockHook::data_ready).attach == AttachType::kprobe);
     CHECK(p.of(SockHook::data_ready).via == "sock_def_readable");
-    CHECK(any_warning_has(p, "via kretprobe sock_recvmsg"));
+    CHECK(p.of(SockHook::recv).via == "tcp_recvmsg");
+    CHECK(any_warning_has(p, "sk_data_ready via kprobe sock_def_readable"));
 }
 
 TEST_CASE("attach plan: a function without BTF is not a way in", "[attach]") {

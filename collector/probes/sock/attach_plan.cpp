@@ -1,5 +1,8 @@
 #include "probes/sock/attach_plan.h"
 
+#include <iterator>
+
+#include "engine/kernel_features.h"
 #include "model/errors.h"
 
 namespace qscope {
@@ -10,19 +13,19 @@ struct HookSpec {
     SockHook hook;
     const char* tracepoint;
     const char* since;            // the kernel that added the tracepoint
-    const char* function;         // the kernel function the tracepoint sits in
+    const char* function;         // the kernel function every event of the tracepoint passes
     bool at_exit;                 // needs the return value: fexit / kretprobe
     bool required;                // without it the requests section would be wrong
-    const char* fallback_caveat;  // what the function misses that the tracepoint sees
+    const char* fallback_caveat;  // what the function misses that the tracepoint sees ("": nothing)
     const char* missing;          // what is lost when there is no way in at all
 };
 
 // One row per hook; the order is SockHook's.
 constexpr HookSpec kSpecs[] = {
-    {SockHook::recv, "sock_recv_length", "6.3", "sock_recvmsg", true, true,
-     "recvmmsg() messages after the first of a batch are not seen", "the app's reads"},
-    {SockHook::send, "sock_send_length", "6.3", "sock_sendmsg", true, true,
-     "sendmmsg() messages after the first of a batch to one address are not seen", "the app's writes"},
+    // tcp_*msg, not sock_*msg: Debian 12's 6.1 inlines sock_sendmsg into its callers
+    // (docs/kernel.md "Older kernels"). Every TCP read and write reaches these.
+    {SockHook::recv, "sock_recv_length", "6.3", "tcp_recvmsg", true, true, "", "the app's reads"},
+    {SockHook::send, "sock_send_length", "6.3", "tcp_sendmsg", true, true, "", "the app's writes"},
     {SockHook::data_ready, "sk_data_ready", "6.6", "sock_def_readable", false, false,
      "sockets whose data-ready callback was replaced (kTLS, sockmap) show no connector queue",
      "no connector queue (requests.waiting_unread), no exact accept-queue peak (sampled from sock_diag)"},
@@ -52,7 +55,10 @@ SockAttachPlan plan_sock_attach(const KernelOffer& offer) {
             // exact: nothing to say
         } else if (c.attach != AttachType::none) {
             c.caveat = s.fallback_caveat;
-            plan.warnings.push_back(std::string("sock: ") + s.tracepoint + " via " + contract_name(c.attach) + " " +
+            // A fallback that sees every event the tracepoint would (for TCP, all the family
+            // follows) is named in probe_attach only; one that misses some is a warning too.
+            if (!c.caveat.empty())
+                plan.warnings.push_back(std::string("sock: ") + s.tracepoint + " via " + contract_name(c.attach) + " " +
                                     s.function + " (no " + tp + "): " + s.fallback_caveat);
         } else {
             // Here the function exists only if neither fentry nor kprobes work.
@@ -68,6 +74,26 @@ SockAttachPlan plan_sock_attach(const KernelOffer& offer) {
         plan.hooks.push_back(std::move(c));
     }
     return plan;
+}
+
+KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most, bool always) {
+    KernelOffer offer;
+    for (const HookSpec& s : kSpecs)
+        if (tps.has_btf(s.tracepoint)) offer.tracepoints.insert(s.tracepoint);
+    offer = restrict_offer(std::move(offer), at_most);
+    if (!always && offer.tracepoints.size() == std::size(kSpecs)) return offer;
+    for (const HookSpec& s : kSpecs) {
+        const int n = tps.function_args(s.function);
+        // tcp_recvmsg: (sk, msg, len, flags, addr_len) since 5.19, with `nonblock` before
+        // flags until then; another shape would be read wrong, so it is no way in.
+        if (n < 0 || (s.hook == SockHook::recv && n != 5 && n != 6)) continue;
+        offer.functions.insert(s.function);
+    }
+    offer.fentry_error = fentry_probe("tcp_sendmsg");
+    offer.fentry = offer.fentry_error.empty();
+    offer.kprobes = kprobes_available();
+    if (!at_most.empty()) offer = restrict_offer(std::move(offer), at_most);
+    return offer;
 }
 
 KernelOffer restrict_offer(KernelOffer offer, const std::string& at_most) {

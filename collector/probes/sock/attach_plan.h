@@ -5,12 +5,14 @@
 // The facts and their tracepoints: the app's reads (sock_recv_length, Linux 6.3), its writes
 // (sock_send_length, 6.3), arrivals and accept-queue joins (sk_data_ready, 6.6). Each has one
 // BPF body behind several entry points (bpf/sock.bpf.c): the tracepoint (tp_btf); else
-// fexit/fentry on the kernel function the tracepoint sits in; else kprobe(+kretprobe) on it.
+// fexit/fentry on the kernel function every such event passes through; else kprobe(+kretprobe)
+// on it.
 #pragma once
 #include <set>
 #include <string>
 #include <vector>
 
+#include "engine/bpf_util.h"
 #include "model/snapshot.h"
 
 namespace qscope {
@@ -20,6 +22,7 @@ struct KernelOffer {
     std::set<std::string> tracepoints;  // BTF-typed tracepoints present (btf_trace_<name>)
     std::set<std::string> functions;    // kernel functions with BTF (fentry/kprobe targets)
     bool fentry = false;                // fentry/fexit programs load and attach here
+    std::string fentry_error;           // why not, when probed ("" otherwise)
     bool kprobes = false;               // the kernel has kprobes
 };
 
@@ -41,6 +44,13 @@ struct SockAttachPlan {
 };
 
 SockAttachPlan plan_sock_attach(const KernelOffer& offer);
+
+// The feature probes behind a KernelOffer (not pure: asks the kernel). The tracepoints from
+// BTF; the fallbacks' functions (tcp_recvmsg in a shape the BPF side knows, tcp_sendmsg,
+// sock_def_readable), a real fexit load+attach and kprobes only when a tracepoint is missing
+// or `always` (qscope check), so a kernel with all three pays three BTF look-ups.
+// `at_most`: restrict_offer's.
+KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most, bool always = false);
 
 // QSCOPE_SOCK_ATTACH=fentry|kprobe (tests): ignore the faster ways in, so a kernel that has
 // the tracepoints can exercise a fallback. "" leaves the offer as is; anything else throws.

@@ -214,19 +214,12 @@ private:
     void probe_features() {
         auto& p = skel_->progs;
         KernelTracepoints tps;
-        KernelOffer offer;
-        for (const char* tp : {"sock_recv_length", "sock_send_length", "sk_data_ready"})
-            if (tps.has_btf(tp)) offer.tracepoints.insert(tp);
         const char* at_most = std::getenv("QSCOPE_SOCK_ATTACH");
-        offer = restrict_offer(std::move(offer), at_most ? at_most : "");
-        if (offer.tracepoints.size() < 3) {
-            // Only a kernel without a tracepoint pays for these probes (the host path stays
-            // a BTF lookup per hook).
-            for (const char* fn : {"sock_recvmsg", "sock_sendmsg", "sock_def_readable"})
-                if (tps.has_function(fn)) offer.functions.insert(fn);
-            offer.fentry = fentry_probe("sock_recvmsg").empty();
-            offer.kprobes = kprobes_available();
-        }
+        const KernelOffer offer = probe_sock_offer(tps, at_most ? at_most : "");
+        // tcp_recvmsg lost its `nonblock` argument in 5.19: the BPF side reads flags and the
+        // return value by position.
+        if (!offer.functions.empty())
+            skel_->rodata->tcp_recvmsg_nargs = static_cast<__u32>(tps.function_args("tcp_recvmsg"));
         const SockAttachPlan plan = plan_sock_attach(offer);
         if (!plan.error.empty()) throw Error(Exit::kernel, plan.error);
         warnings_.insert(warnings_.end(), plan.warnings.begin(), plan.warnings.end());

@@ -487,7 +487,13 @@ static __always_inline int io_exit(struct qs_io_args *out)
 SEC("kprobe/tcp_recvmsg")
 int BPF_KPROBE(qs_recv_kprobe, struct sock *sk)
 {
-	io_enter((__u64)sk, tcp_recvmsg_nargs == 6 ? (int)PT_REGS_PARM5(ctx) : (int)PT_REGS_PARM4(ctx));
+	/* Both registers loaded at fixed offsets: a select between them would make clang compute
+	 * the ctx offset, which the verifier rejects ("dereference of modified ctx ptr"). */
+	int flags4 = (int)PT_REGS_PARM4(ctx), flags5 = (int)PT_REGS_PARM5(ctx);
+
+	barrier_var(flags4);
+	barrier_var(flags5);
+	io_enter((__u64)sk, tcp_recvmsg_nargs == 6 ? flags5 : flags4);
 	return 0;
 }
 

@@ -41,10 +41,20 @@ void Collector::start(const StartProgress& progress) {
                                       "CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE (docs/security.md)");
     }
     check_btf();
-    lockdown_note_ = lockdown_consequence(lockdown_mode());
+    const std::string lockdown = lockdown_mode();
+    lockdown_note_ = lockdown_consequence(lockdown);
+    // Under confidentiality lockdown a BPF load fails with a bare EINVAL or EPERM: say why.
+    const auto name_lockdown = [&](const Error& err) {
+        if (lockdown != "confidentiality") throw err;
+        throw Error(err.code(), std::string(err.what()) + " (" + lockdown_note_ + ")");
+    };
     init_libbpf_logging(cfg_.verbose);
     // Before the sources: each loads with the tree's bitmap as its filter.
-    target_.follow(cfg_.follow_children);
+    try {
+        target_.follow(cfg_.follow_children);
+    } catch (const Error& err) {
+        name_lockdown(err);
+    }
     // Sources load and attach concurrently: each is its own BPF object, the verifier and
     // the seeding walks are CPU-bound but independent, and the first frame waits for the
     // slowest source instead of the sum (bench/top_startup.sh).
@@ -99,12 +109,10 @@ void Collector::start(const StartProgress& progress) {
     // The first failure in source order, as a sequential start would have reported it.
     for (auto& e : errors) {
         if (!e) continue;
-        if (lockdown_note_.empty()) std::rethrow_exception(e);
-        // Name the lockdown with the failure it may well have caused.
         try {
             std::rethrow_exception(e);
         } catch (const Error& err) {
-            throw Error(err.code(), std::string(err.what()) + " (" + lockdown_note_ + ")");
+            name_lockdown(err);
         }
     }
     attach_ns_ = window_start_ns_ = last_tick_ns_ = monotonic_ns();

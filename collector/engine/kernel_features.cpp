@@ -51,9 +51,11 @@ std::string lockdown_mode() {
 }
 
 std::string lockdown_consequence(const std::string& mode) {
-    // security/lockdown: integrity forbids kernel writes (bpf_probe_write_user, kprobes
-    // overriding returns), which qscope never uses; confidentiality also forbids reading
-    // kernel memory (bpf_probe_read_kernel, BPF_CORE_READ), which every family needs.
+    // security/lockdown: integrity forbids writes into the kernel (bpf_probe_write_user among
+    // them), which qscope never does; confidentiality also forbids reading kernel memory
+    // (bpf_probe_read_kernel, BPF_CORE_READ), kprobes and perf, which every family needs.
+    // Both checked in the kernel matrix's guest (lockdown=integrity: a snapshot runs, with
+    // this warning; lockdown=confidentiality: the first load fails, exit 5).
     if (mode == "integrity")
         return "kernel lockdown: integrity: qscope's probes only read, so they all still load";
     if (mode == "confidentiality")

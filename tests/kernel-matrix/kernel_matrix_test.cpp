@@ -197,21 +197,25 @@ TEST_CASE("kernel matrix: in flight max, completions, latency vs qs_server (each
 
 TEST_CASE("kernel matrix: connections and unread requests (connector queue) vs /proc/net/tcp", "[kernel-matrix]") {
     if (!booted()) return;
-    const json s = block_json("unread.snapshot");
-    const json k = block_json("unread.counters");
-    const TcpCount t = proc_net_tcp(block_text("unread.proc-net-tcp"), 28130);
-    INFO("qscope stderr: " << block_text("unread.stderr") << "\nrequests: " << (s.is_object() ? s["requests"].dump() : "")
-                           << "\n/proc/net/tcp: " << t.established << " established, " << t.with_unread
-                           << " with unread bytes\ncounters: " << block_text("unread.counters"));
-    CHECK(guest().notes.at("unread.qscope-exit") == "0");
-    REQUIRE(s.is_object());
-    const json& r = s["requests"];
-    CHECK(t.established == 12);
-    CHECK(r["connections"].get<int>() == t.established);
-    CHECK(t.with_unread >= 8);
-    CHECK(std::abs(r["waiting_unread"].get<double>() - t.with_unread) <= 0.10 * t.with_unread);
-    CHECK(r["waiting_unread_max"].get<int>() >= 8);
-    CHECK(r["oldest_unread_seconds"].get<double>() > 0);
+    for (const std::string mode : {"auto", "kprobe"}) {
+        const std::string c = "unread-" + mode;
+        const json s = block_json(c + ".snapshot");
+        const TcpCount t = proc_net_tcp(block_text(c + ".proc-net-tcp"), 28130);
+        INFO(c << "\nqscope stderr: " << block_text(c + ".stderr") << "\nrequests: "
+               << (s.is_object() ? s["requests"].dump() : "") << "\n/proc/net/tcp: " << t.established
+               << " established, " << t.with_unread << " with unread bytes\ncounters: " << block_text(c + ".counters"));
+        CHECK(guest().notes.at(c + ".qscope-exit") == "0");
+        REQUIRE(s.is_object());
+        CHECK(attach_of(s, "sk_data_ready") ==
+              (mode == "auto" ? "fentry sock_def_readable" : "kprobe sock_def_readable"));
+        const json& r = s["requests"];
+        CHECK(t.established == 12);
+        CHECK(r["connections"].get<int>() == t.established);
+        CHECK(t.with_unread >= 8);
+        CHECK(std::abs(r["waiting_unread"].get<double>() - t.with_unread) <= 0.10 * t.with_unread);
+        CHECK(r["waiting_unread_max"].get<int>() >= 8);
+        CHECK(r["oldest_unread_seconds"].get<double>() > 0);
+    }
 }
 
 TEST_CASE("kernel matrix: downstream busy vs the pool's count, calls vs completions", "[kernel-matrix]") {

@@ -74,25 +74,29 @@ done
 # 12 keep-alive clients, 4 workers that each keep one connection: 8 connections wait in the
 # server's own queue with their request unread. qscope attaches first, so the unread ones are
 # counted from arrivals (sk_data_ready or its fallback), not from the seeding walk.
-c=unread
-rm -f /dev/shm/unread.json
-qs_server --port 28130 --workers 4 --service-ms 300 --counters-file /dev/shm/unread.json > /tmp/srv.out 2>&1 &
-srv=$!
-ready /tmp/srv.out
-qscope snapshot --pid $srv --duration 5 --json --no-threads > /tmp/snap.json 2> /tmp/snap.err &
-q=$!
-attached $q
-qs_load --host 127.0.0.1 --port 28130 --connections 12 --duration 9 > /tmp/load.json 2>&1 &
-ld=$!
-wait $q
-echo "KM $c.qscope-exit $?"
-cat /proc/net/tcp /proc/net/tcp6 > /tmp/tcp.txt 2>/dev/null
-cp /dev/shm/unread.json /tmp/counters.json
-stop $ld $srv
-block $c.snapshot /tmp/snap.json
-block $c.stderr /tmp/snap.err
-block $c.proc-net-tcp /tmp/tcp.txt
-block $c.counters /tmp/counters.json
+for mode in ${KM_MODES:-auto kprobe}; do
+    c=unread-$mode
+    env=""
+    [ "$mode" != auto ] && env="QSCOPE_SOCK_ATTACH=$mode"
+    rm -f /dev/shm/unread.json
+    qs_server --port 28130 --workers 4 --service-ms 300 --counters-file /dev/shm/unread.json > /tmp/srv.out 2>&1 &
+    srv=$!
+    ready /tmp/srv.out
+    env $env qscope snapshot --pid $srv --duration 4 --json --no-threads > /tmp/snap.json 2> /tmp/snap.err &
+    q=$!
+    attached $q
+    qs_load --host 127.0.0.1 --port 28130 --connections 12 --duration 8 > /tmp/load.json 2>&1 &
+    ld=$!
+    wait $q
+    echo "KM $c.qscope-exit $?"
+    cat /proc/net/tcp /proc/net/tcp6 > /tmp/tcp.txt 2>/dev/null
+    cp /dev/shm/unread.json /tmp/counters.json
+    stop $ld $srv
+    block $c.snapshot /tmp/snap.json
+    block $c.stderr /tmp/snap.err
+    block $c.proc-net-tcp /tmp/tcp.txt
+    block $c.counters /tmp/counters.json
+done
 
 # ---- downstream: busy vs the server's pool count, calls vs its completions ----------------
 # (downstream_test): 3 pooled connections to a peer that answers after 20 ms.

@@ -1,4 +1,4 @@
-// The three subcommands. main() only parses flags and calls one of these.
+// The subcommands. main() only parses flags and calls one of these.
 #pragma once
 #include <atomic>
 #include <string>

@@ -61,7 +61,11 @@ static __always_inline __u64 qs_hist_slot_low(__u32 idx)
 #ifdef __BPF__
 static __always_inline void qs_hist_add(struct qs_hist *h, __u64 v)
 {
-	__u32 idx = qs_hist_slot(v);
+	__u64 idx = qs_hist_slot(v);
+	/* Linux 6.1's verifier (Debian 12) rejects the add below as an unbounded access: clang
+	 * checks a zero-extended copy of idx and indexes with the original. The empty asm makes
+	 * the checked register the one used (docs/kernel.md §6). */
+	asm volatile("" : "+r"(idx));
 	if (idx >= QS_HIST_SLOTS)
 		return;
 	__sync_fetch_and_add(&h->slots[idx], 1);

@@ -251,6 +251,15 @@ static __always_inline __u32 sk_unread(struct sock *sk)
 	return qs_unread_bytes(tp->rcv_nxt, tp->copied_seq, sk->__sk_common.skc_flags);
 }
 
+/* The same from a kprobe's sk (bpf_skc_to_tcp_sock is not offered to kprobes): only called
+ * for sockets found in conns, which are TCP. */
+static __always_inline __u32 sk_unread_probe(struct sock *sk)
+{
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	return qs_unread_bytes(BPF_CORE_READ(tp, rcv_nxt), BPF_CORE_READ(tp, copied_seq),
+			       BPF_CORE_READ(sk, __sk_common.skc_flags));
+}
+
 /* Accepted children the full table could not take at their handshake (already counted in
  * lost_conn_full): their accept() must not count them a second time as connections queued
  * before the attach. An entry matters only while its socket waits in an accept queue
@@ -603,27 +612,127 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 
 /* ---- the app's reads and writes (current is the target thread) --------------------------- */
 
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(qs_recv, struct sock *sk, int ret, int flags)
+/* Each hook below has one body and several entry points (docs/kernel.md "Older kernels"):
+ * tp_btf where the kernel has the tracepoint, else fentry/fexit on the kernel function the
+ * tracepoint sits in, else kprobe/kretprobe on it. User space picks one per hook before load
+ * (collector/probes/sock/attach_plan.h) and switches the others off. `probe` is a constant:
+ * 1 when sk came from a kprobe's registers (a plain scalar the verifier will not let us
+ * dereference), so the body reads through BPF_CORE_READ instead. */
+#define QS_BTF 0
+#define QS_PROBE 1
+
+static __always_inline void on_recv(struct sock *sk, int ret, int flags, const int probe)
 {
 	__u64 key = (__u64)sk;
 	struct qs_conn *c;
 	struct qs_effects e = {};
 
 	if (!is_target())
-		return 0;
+		return;
 	if (ret <= 0)
-		return 0;
+		return;
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
-		return 0;
+		return;
 	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
 	 * php-fpm leaves FastCGI's empty STDIN record queued until its script ends, which would
 	 * read as a request unread in the connector behind every one in flight. A request
 	 * that arrives later sets it again (qs_data_ready). */
 	qs_on_read(c, bpf_ktime_get_ns(), ret, flags,
-		   c->dir == QS_DIR_IN && !(c->flags & QS_F_UNIX) ? sk_unread(sk) : 0, &e);
+		   c->dir == QS_DIR_IN && !(c->flags & QS_F_UNIX)
+			   ? (probe ? sk_unread_probe(sk) : sk_unread(sk)) : 0, &e);
 	apply(c, &e, 0);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(qs_recv, struct sock *sk, int ret, int flags)
+{
+	on_recv(sk, ret, flags, QS_BTF);
+	return 0;
+}
+
+/* Before Linux 6.3: tcp_recvmsg, which every read of a TCP socket reaches (read, readv,
+ * recvfrom, recvmsg, recvmmsg) through the protocol's function pointer, so it is never inlined
+ * into its callers, as sock_recvmsg can be. Linux 5.19 dropped its `nonblock` argument:
+ * (sk, msg, len, flags, addr_len) since, (sk, msg, len, nonblock, flags, addr_len) before;
+ * user space counts the arguments in the kernel's BTF and sets tcp_recvmsg_nargs, and the
+ * verifier drops the branch for the other shape (a constant of frozen rodata). */
+const volatile __u32 tcp_recvmsg_nargs = 5;
+
+/* Unix-domain sockets are followed only where reads and writes are seen for every family
+ * (the sock_recv_length/sock_send_length tracepoints): the tcp_recvmsg/tcp_sendmsg fallbacks
+ * never see a Unix read, so a Unix connection tracked there would look idle forever. User
+ * space clears it on those kernels and says so. */
+const volatile __u32 follow_unix = 1;
+
+SEC("fexit/tcp_recvmsg")
+int qs_recv_fexit(unsigned long long *ctx)
+{
+	if (tcp_recvmsg_nargs == 6)
+		on_recv((struct sock *)ctx[0], (int)ctx[6], (int)ctx[4], QS_BTF);
+	else
+		on_recv((struct sock *)ctx[0], (int)ctx[5], (int)ctx[3], QS_BTF);
+	return 0;
+}
+
+/* kprobe + kretprobe: the entry keeps the socket and flags per thread for the return. */
+struct qs_io_args {
+	__u64 sk;
+	__s32 flags;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct qs_io_args);
+} io_args SEC(".maps");
+
+static __always_inline void io_enter(__u64 sk, int flags)
+{
+	__u64 tid = bpf_get_current_pid_tgid();
+	struct qs_io_args a = {};
+	if (!is_target())
+		return;
+	a.sk = sk;
+	a.flags = flags;
+	bpf_map_update_elem(&io_args, &tid, &a, BPF_ANY);
+}
+
+static __always_inline int io_exit(struct qs_io_args *out)
+{
+	__u64 tid = bpf_get_current_pid_tgid();
+	struct qs_io_args *a;
+	if (!is_target())
+		return 0;
+	a = bpf_map_lookup_elem(&io_args, &tid);
+	if (!a)
+		return 0;
+	*out = *a;
+	bpf_map_delete_elem(&io_args, &tid);
+	return 1;
+}
+
+SEC("kprobe/tcp_recvmsg")
+int BPF_KPROBE(qs_recv_kprobe, struct sock *sk)
+{
+	/* Both registers loaded at fixed offsets: a select between them would make clang compute
+	 * the ctx offset, which the verifier rejects ("dereference of modified ctx ptr"). */
+	int flags4 = (int)PT_REGS_PARM4(ctx), flags5 = (int)PT_REGS_PARM5(ctx);
+
+	barrier_var(flags4);
+	barrier_var(flags5);
+	io_enter((__u64)sk, tcp_recvmsg_nargs == 6 ? flags5 : flags4);
+	return 0;
+}
+
+SEC("kretprobe/tcp_recvmsg")
+int BPF_KRETPROBE(qs_recv_kretprobe, int ret)
+{
+	struct qs_io_args a;
+	if (io_exit(&a))
+		on_recv((struct sock *)a.sk, ret, a.flags, QS_PROBE);
 	return 0;
 }
 
@@ -689,8 +798,7 @@ static __always_inline int in_send_syscall(void)
 	return qs_sys_class(nr) == QS_SC_SEND;
 }
 
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
+static __always_inline void on_send(struct sock *sk, int ret)
 {
 	__u64 key = (__u64)sk;
 	struct qs_conn *c;
@@ -698,12 +806,12 @@ int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
 	int status = 0;
 
 	if (!is_target())
-		return 0;
+		return;
 	if (ret <= 0)
-		return 0;
+		return;
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
-		return 0;
+		return;
 	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e)) {
 		__u8 proto;
 		status = response_status();
@@ -714,51 +822,112 @@ int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
 			__sync_fetch_and_add(&conns_tls, 1);
 	}
 	apply(c, &e, status);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
+{
+	on_send(sk, ret);
+	return 0;
+}
+
+/* Before Linux 6.3: tcp_sendmsg, which every write to a TCP socket reaches (write, writev,
+ * sendto, sendmsg, sendmmsg) through the protocol's function pointer. sock_sendmsg is not a
+ * way in: Debian 12's 6.1 inlines it into sock_write_iter (a kprobe on it saw 0 calls for
+ * 2,580 socket writes, tcp_sendmsg all of them; docs/kernel.md). */
+SEC("fexit/tcp_sendmsg")
+int BPF_PROG(qs_send_fexit, struct sock *sk, struct msghdr *msg, size_t size, int ret)
+{
+	on_send(sk, ret);
+	return 0;
+}
+
+SEC("kprobe/tcp_sendmsg")
+int BPF_KPROBE(qs_send_kprobe, struct sock *sk)
+{
+	io_enter((__u64)sk, 0);
+	return 0;
+}
+
+SEC("kretprobe/tcp_sendmsg")
+int BPF_KRETPROBE(qs_send_kretprobe, int ret)
+{
+	struct qs_io_args a;
+	if (io_exit(&a))
+		on_send((struct sock *)a.sk, ret);
 	return 0;
 }
 
 /* ---- arrivals (softirq: current is not the target) ---------------------------------------- */
 
-SEC("tp_btf/sk_data_ready")
-int BPF_PROG(qs_data_ready, const struct sock *csk)
+/* A field of sk: a plain load from a BTF pointer, a CO-RE probe read from a kprobe's. */
+#define QS_SK(probe, sk, field) ((probe) ? BPF_CORE_READ(sk, field) : (sk)->field)
+
+static __always_inline void on_data_ready(struct sock *sk, const int probe)
 {
-	struct sock *sk = (struct sock *)csk;
 	__u64 key = (__u64)sk;
 	struct qs_conn *c;
 	struct qs_effects e = {};
 
-	if (sk->__sk_common.skc_family == AF_UNIX) {
+	if (QS_SK(probe, sk, __sk_common.skc_family) == AF_UNIX) {
+		/* Unix sockets are followed through BTF-typed hooks only (tp_btf, fentry): the
+		 * kprobe fallback leaves them out, and user space says so. */
+		if (probe || !follow_unix)
+			return;
 		/* Process context (the sender's or connecter's thread), any process. */
-		if (sk->__sk_common.skc_state == QS_TCP_LISTEN) {
+		if (QS_SK(probe, sk, __sk_common.skc_state) == QS_TCP_LISTEN) {
 			on_unix_connect(sk);
-			return 0;
+			return;
 		}
 		c = bpf_map_lookup_elem(&conns, &key);
 		if (!c || c->dir != QS_DIR_IN)
-			return 0;
+			return;
 		qs_on_arrival(c, bpf_ktime_get_ns(), sk->sk_receive_queue.qlen, &e);
 		apply(c, &e, 0);
-		return 0;
+		return;
 	}
-	if (sk->__sk_common.skc_state == QS_TCP_LISTEN) {
+	if (QS_SK(probe, sk, __sk_common.skc_state) == QS_TCP_LISTEN) {
 		/* A child joined a listener's accept queue: exact peak depth. */
 		__u32 idx;
 		struct qs_port_stats *p;
-		if (sk->sk_protocol != IPPROTO_TCP || !lookup_port(sk->__sk_common.skc_num, &idx))
-			return 0;
+		if (QS_SK(probe, sk, sk_protocol) != IPPROTO_TCP ||
+		    !lookup_port(QS_SK(probe, sk, __sk_common.skc_num), &idx))
+			return;
 		p = port_at(idx);
 		if (p)
-			atomic_max(&p->accept_queue_max, (__s64)sk->sk_ack_backlog);
-		return 0;
+			atomic_max(&p->accept_queue_max, (__s64)QS_SK(probe, sk, sk_ack_backlog));
+		return;
 	}
 	/* Only inbound connections count arrivals, and their local port is a target listener's. */
-	if (!port_maybe_target(sk->__sk_common.skc_num))
-		return 0;
+	if (!port_maybe_target(QS_SK(probe, sk, __sk_common.skc_num)))
+		return;
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c || c->dir != QS_DIR_IN)
-		return 0;
-	qs_on_arrival(c, bpf_ktime_get_ns(), sk_unread(sk), &e);
+		return;
+	qs_on_arrival(c, bpf_ktime_get_ns(), probe ? sk_unread_probe(sk) : sk_unread(sk), &e);
 	apply(c, &e, 0);
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(qs_data_ready, const struct sock *csk)
+{
+	on_data_ready((struct sock *)csk, QS_BTF);
+	return 0;
+}
+
+/* Before Linux 6.6: sock_def_readable is the sk_data_ready callback of every TCP socket that
+ * no one replaced (kTLS, sockmap and in-kernel users do), listeners included. */
+SEC("fentry/sock_def_readable")
+int BPF_PROG(qs_data_ready_fentry, struct sock *sk)
+{
+	on_data_ready(sk, QS_BTF);
+	return 0;
+}
+
+SEC("kprobe/sock_def_readable")
+int BPF_KPROBE(qs_data_ready_kprobe, struct sock *sk)
+{
+	on_data_ready(sk, QS_PROBE);
 	return 0;
 }
 
@@ -813,7 +982,8 @@ static __always_inline void on_accept_ret(long ret)
 		return;
 	}
 	if (BPF_CORE_READ(sk, __sk_common.skc_family) == AF_UNIX) {
-		unix_accept_untracked(sk);
+		if (follow_unix)
+			unix_accept_untracked(sk);
 		return;
 	}
 	/* Queued before attach (no handshake seen): track it from now, without a wait. A child
@@ -1039,7 +1209,8 @@ int qs_seed(struct bpf_iter__task_file *ctx)
 		return 0;
 	sk = BPF_CORE_READ(so, sk);
 	if (sk && BPF_CORE_READ(sk, __sk_common.skc_family) == AF_UNIX) {
-		seed_unix(sk);
+		if (follow_unix)
+			seed_unix(sk);
 		return 0;
 	}
 	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP || BPF_CORE_READ(sk, sk_type) != 1 /* SOCK_STREAM */)
@@ -1174,7 +1345,7 @@ int qs_unix_scan(struct bpf_iter__task_file *ctx)
 	if (!so)
 		return 0;
 	sk = BPF_CORE_READ(so, sk);
-	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_UNIX)
+	if (!follow_unix || !sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_UNIX)
 		return 0;
 	if (BPF_CORE_READ(sk, __sk_common.skc_state) == QS_TCP_LISTEN) {
 		unix_register_listener(sk, BPF_CORE_READ(file, f_inode, i_ino));

@@ -1,4 +1,4 @@
-// The three subcommands. main() only parses flags and calls one of these.
+// The subcommands. main() only parses flags and calls one of these.
 #pragma once
 #include <atomic>
 #include <string>
@@ -27,6 +27,9 @@ struct TopOptions {
 int run_snapshot(const Config& cfg, const SnapshotOptions& opt);  // collector/app_snapshot.cpp
 int run_export(const Config& cfg, const ExportOptions& opt);      // collector/cli/exporter.cpp
 int run_top(const Config& cfg, const TopOptions& opt);            // cli/top.cpp
+// What qscope can observe on this kernel, printed for an operator; 0 when a run would be
+// useful (cli/check.cpp).
+int run_check();
 
 // SIGINT/SIGTERM/SIGHUP set this; long-running loops poll it.
 extern std::atomic<bool> g_stop_requested;

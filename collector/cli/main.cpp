@@ -106,6 +106,10 @@ int main(int argc, char** argv) {
     exp->add_option("--listen", eopt.listen, "ADDR:PORT to serve /metrics on")->capture_default_str();
     exp->add_flag("--allow-remote", eopt.allow_remote, "permit a non-loopback --listen address (prints a warning)");
 
+    auto* check = app.add_subcommand(
+        "check", "report what qscope can observe on this kernel: each probe family's hooks and how they attach, "
+                 "privileges, BTF, cgroup v2, lockdown; exit 0 when a run would be useful (4: privileges, 5: kernel)");
+
     // No subcommand: `top` on a terminal, `snapshot` otherwise, with the same flags.
     if (argc > 1 && argv[1][0] == '-' && std::string(argv[1]) != "--help" && std::string(argv[1]) != "-h" &&
         std::string(argv[1]) != "--version") {
@@ -125,6 +129,14 @@ int main(int argc, char** argv) {
         }
     }
 
+    if (*check) {
+        try {
+            return run_check();
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "qscope: check: %s\n", e.what());
+            return static_cast<int>(Exit::failure);
+        }
+    }
     if (!cfg.want_requests && !cfg.want_threads) {
         std::fprintf(stderr, "qscope: --no-requests and --no-threads together leave nothing to observe: drop one\n");
         return static_cast<int>(Exit::usage);

@@ -83,12 +83,24 @@ bool KernelTracepoints::has_tracefs(const std::string& category, const std::stri
     return stat((root + "/events/" + category + "/" + name + "/id").c_str(), &st) == 0;
 }
 
-int KernelTracepoints::btf_args(const std::string& name) {
+btf* KernelTracepoints::vmlinux() {
     if (!loaded_) {
         vmlinux_.reset(btf__load_vmlinux_btf());
         loaded_ = true;
     }
-    btf* b = vmlinux_.get();
+    return vmlinux_.get();
+}
+
+int KernelTracepoints::function_args(const std::string& name) {
+    btf* b = vmlinux();
+    const int id = b ? btf__find_by_name_kind(b, name.c_str(), BTF_KIND_FUNC) : -1;
+    if (id <= 0) return -1;
+    const btf_type* t = btf__type_by_id(b, btf__type_by_id(b, id)->type);  // func proto
+    return t && btf_is_func_proto(t) ? btf_vlen(t) : -1;
+}
+
+int KernelTracepoints::btf_args(const std::string& name) {
+    btf* b = vmlinux();
     if (!b) return -1;
     const int id = btf__find_by_name_kind(b, ("btf_trace_" + name).c_str(), BTF_KIND_TYPEDEF);
     if (id <= 0) return -1;

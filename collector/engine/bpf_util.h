@@ -68,11 +68,15 @@ public:
     // lacks it.
     int btf_args(const std::string& name);
     bool has_btf(const std::string& name) { return btf_args(name) >= 0; }
+    // A kernel function with BTF (a target for fentry/fexit): its argument count, -1 without.
+    int function_args(const std::string& name);
+    bool has_function(const std::string& name) { return function_args(name) >= 0; }
     // tracepoint/<category>/<name>, listed by tracefs (mounted if needed). The per-syscall
     // events (syscalls/sys_exit_accept4) have no BTF of their own.
     static bool has_tracefs(const std::string& category, const std::string& name);
 
 private:
+    btf* vmlinux();
     Owned<btf, btf__free> vmlinux_;
     bool loaded_ = false;
 };

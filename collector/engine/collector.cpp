@@ -10,6 +10,7 @@
 #include <exception>
 
 #include "engine/bpf_util.h"
+#include "engine/kernel_features.h"
 #include "model/verdict.h"
 #include "model/errors.h"
 
@@ -40,9 +41,20 @@ void Collector::start(const StartProgress& progress) {
                                       "CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE (docs/security.md)");
     }
     check_btf();
+    const std::string lockdown = lockdown_mode();
+    lockdown_note_ = lockdown_consequence(lockdown);
+    // Under confidentiality lockdown a BPF load fails with a bare EINVAL or EPERM: say why.
+    const auto name_lockdown = [&](const Error& err) {
+        if (lockdown != "confidentiality") throw err;
+        throw Error(err.code(), std::string(err.what()) + " (" + lockdown_note_ + ")");
+    };
     init_libbpf_logging(cfg_.verbose);
     // Before the sources: each loads with the tree's bitmap as its filter.
-    target_.follow(cfg_.follow_children);
+    try {
+        target_.follow(cfg_.follow_children);
+    } catch (const Error& err) {
+        name_lockdown(err);
+    }
     // Sources load and attach concurrently: each is its own BPF object, the verifier and
     // the seeding walks are CPU-bound but independent, and the first frame waits for the
     // slowest source instead of the sum (bench/top_startup.sh).
@@ -95,8 +107,14 @@ void Collector::start(const StartProgress& progress) {
     for (auto& t : starters) t.join();
     if (cfg_.verbose) std::fprintf(stderr, "qscope: start total %.0f ms\n", (monotonic_ns() - t0) / 1e6);
     // The first failure in source order, as a sequential start would have reported it.
-    for (auto& e : errors)
-        if (e) std::rethrow_exception(e);
+    for (auto& e : errors) {
+        if (!e) continue;
+        try {
+            std::rethrow_exception(e);
+        } catch (const Error& err) {
+            name_lockdown(err);
+        }
+    }
     attach_ns_ = window_start_ns_ = last_tick_ns_ = monotonic_ns();
     if (cfg_.jvm_dump) request(OnDemand::jvm_dump);
 }
@@ -142,6 +160,7 @@ std::shared_ptr<const Snapshot> Collector::tick() {
         snap->target.exit_note = "target PID " + std::to_string(target_.pid()) +
                                  " exited during the run; figures cover the time it was alive";
     }
+    if (!lockdown_note_.empty()) snap->warnings.push_back(lockdown_note_);
     snap->window_seconds = (t.now_ns - window_start_ns_) / 1e9;
     snap->attached_seconds = (t.now_ns - attach_ns_) / 1e9;
     snap->taken_at_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -60,6 +60,7 @@ private:
     std::shared_ptr<const Snapshot> latest_;
     mutable std::mutex latest_mu_;
     uint64_t attach_ns_ = 0, window_start_ns_ = 0, last_tick_ns_ = 0, tick_index_ = 0;
+    std::string lockdown_note_;  // kernel lockdown in force and what it leaves ("" for none)
     std::atomic<bool> reset_requested_{false};
     std::mutex requests_mu_;
     std::vector<OnDemand> requests_;  // made since the last tick

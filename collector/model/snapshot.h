@@ -27,6 +27,11 @@ enum class CarrierState { running, idle, runnable, stalled, blocked };
 // A probe family (the collector's sources). Declaration order is the JSON "probes" order.
 enum class ProbeFamily { sock, sched, jvm };
 
+// How a probe reached its kernel hook: the tracepoint itself, or on an older kernel that
+// lacks it the kernel function behind it (docs/kernel.md "Older kernels"; model/attach.cpp).
+enum class AttachType { tp_btf, tracepoint, fentry, fexit, kprobe, kretprobe, iterator, none };
+const char* contract_name(AttachType v);
+
 // The contract's string for each value: "accept_queue", "critical", "futex", "stalled", "sock".
 const char* contract_name(Stage v);
 const char* contract_name(Severity v);
@@ -53,6 +58,14 @@ public:
 private:
     static constexpr unsigned bit(ProbeFamily f) { return 1u << static_cast<unsigned>(f); }
     unsigned bits_ = 0;
+};
+
+// One hook of a probe family and how it was attached ("probe_attach" in the JSON).
+struct ProbeAttach {
+    ProbeFamily family{};
+    std::string hook;                   // the fact's tracepoint: "sock_recv_length"
+    AttachType attach = AttachType::none;
+    std::string via;                    // what it attached to: the tracepoint or a kernel function
 };
 
 // One process of the target's tree: nginx's master and workers, PostgreSQL's postmaster and
@@ -259,6 +272,7 @@ struct Snapshot {
     std::vector<std::string> partial;   // sections whose numbers are incomplete, and why
     std::vector<std::string> warnings;  // e.g. a probe that could not attach
     ProbeFamilies probes;               // which probe families ran
+    std::vector<ProbeAttach> probe_attach;  // how each hook whose attach type varies was reached
 };
 
 }  // namespace qscope

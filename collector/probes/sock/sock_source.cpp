@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -15,6 +17,8 @@
 #include <set>
 
 #include "engine/bpf_util.h"
+#include "engine/kernel_features.h"
+#include "probes/sock/attach_plan.h"
 #include "model/errors.h"
 #include "sys/proc_fds.h"
 #include "sock.skel.h"
@@ -214,6 +218,7 @@ public:
                                    " connections answer in TLS records (since attach): status unknown, and HTTP/2 "
                                    "inside would be counted per connection, not per stream");
         snap.warnings.insert(snap.warnings.end(), warnings_.begin(), warnings_.end());
+        snap.probe_attach.insert(snap.probe_attach.end(), attach_.begin(), attach_.end());
     }
 
 private:
@@ -226,17 +231,62 @@ private:
         bool available;
     };
 
-    // A hook the kernel lacks is switched off before load (autoload false) with a warning;
-    // without the core three the numbers would be wrong, so that is an error instead.
+    // The three hooks whose tracepoints are recent (reads, writes, arrivals) get an attach
+    // type each from plan_sock_attach(); the programs of the ways not taken are switched off.
+    // Any other hook the kernel lacks is switched off before load (autoload false) with a
+    // warning; without inet_sock_set_state the numbers would be wrong, so that is an error.
     void probe_features() {
         auto& p = skel_->progs;
         KernelTracepoints tps;
+        const char* at_most = std::getenv("QSCOPE_SOCK_ATTACH");
+        const KernelOffer offer = probe_sock_offer(tps, at_most ? at_most : "");
+        // tcp_recvmsg lost its `nonblock` argument in 5.19: the BPF side reads flags and the
+        // return value by position.
+        if (!offer.functions.empty())
+            skel_->rodata->tcp_recvmsg_nargs = static_cast<__u32>(tps.function_args("tcp_recvmsg"));
+        const SockAttachPlan plan = plan_sock_attach(offer);
+        if (!plan.error.empty()) throw Error(Exit::kernel, plan.error);
+        warnings_.insert(warnings_.end(), plan.warnings.begin(), plan.warnings.end());
+        // Entry points per hook: tp_btf, fentry/fexit, kprobe, kretprobe (nullptr: none).
+        const std::map<SockHook, std::array<bpf_program*, 4>> entries = {
+            {SockHook::recv, {p.qs_recv, p.qs_recv_fexit, p.qs_recv_kprobe, p.qs_recv_kretprobe}},
+            {SockHook::send, {p.qs_send, p.qs_send_fexit, p.qs_send_kprobe, p.qs_send_kretprobe}},
+            {SockHook::data_ready, {p.qs_data_ready, p.qs_data_ready_fentry, p.qs_data_ready_kprobe, nullptr}},
+        };
+        bool kprobe_pairs = false;
+        for (const auto& [hook, progs] : entries) {
+            const HookChoice& c = plan.of(hook);
+            for (bpf_program* prog : progs)
+                if (prog) bpf_program__set_autoload(prog, false);
+            switch (c.attach) {
+                case AttachType::tp_btf: bpf_program__set_autoload(progs[0], true); break;
+                case AttachType::fentry:
+                case AttachType::fexit: bpf_program__set_autoload(progs[1], true); break;
+                case AttachType::kprobe: bpf_program__set_autoload(progs[2], true); break;
+                case AttachType::kretprobe:
+                    // The entry keeps the socket for the return (io_args).
+                    bpf_program__set_autoload(progs[2], true);
+                    bpf_program__set_autoload(progs[3], true);
+                    kprobe_pairs = true;
+                    break;
+                default: break;
+            }
+            if (c.attach != AttachType::none) attach_.push_back({ProbeFamily::sock, c.tracepoint, c.attach, c.via});
+        }
+        // Unix reads and writes reach only the tracepoints, never tcp_recvmsg/tcp_sendmsg.
+        const bool unix_seen = plan.of(SockHook::recv).attach == AttachType::tp_btf &&
+                               plan.of(SockHook::send).attach == AttachType::tp_btf &&
+                               (plan.of(SockHook::data_ready).attach == AttachType::tp_btf ||
+                                plan.of(SockHook::data_ready).attach == AttachType::fentry);
+        skel_->rodata->follow_unix = unix_seen;
+        if (!unix_seen)
+            warnings_.push_back("sock: Unix-domain sockets are not followed: their reads and writes are seen only "
+                                "through the sock_recv_length/sock_send_length tracepoints (Linux 6.3+)");
+        // One slot per thread between a kprobe and its kretprobe; unused otherwise.
+        bpf_check(bpf_map__set_max_entries(skel_->maps.io_args, kprobe_pairs ? 16384 : 1), "sock: sizing map io_args");
+
         std::vector<Hook> hooks = {
             {p.qs_set_state, "tp_btf/inet_sock_set_state", true, tps.has_btf("inet_sock_set_state")},
-            {p.qs_recv, "tp_btf/sock_recv_length (Linux 6.3+)", true, tps.has_btf("sock_recv_length")},
-            {p.qs_send, "tp_btf/sock_send_length (Linux 6.3+)", true, tps.has_btf("sock_send_length")},
-            {p.qs_data_ready, "tp_btf/sk_data_ready (Linux 6.6+): no connector queue, no exact accept-queue peak",
-             false, tps.has_btf("sk_data_ready")},
             {p.qs_accept4_exit, "tracepoint syscalls/sys_exit_accept4: no accept wait", false,
              tps.has_tracefs("syscalls", "sys_exit_accept4")},
             {p.qs_accept_exit, "tracepoint syscalls/sys_exit_accept: no accept wait for accept()", false,
@@ -251,10 +301,15 @@ private:
              false, tps.has_tracefs("syscalls", "sys_enter_close")},
         };
         for (auto& h : hooks) {
-            if (h.available) continue;
+            if (h.available) {
+                const std::string sec = bpf_program__section_name(h.prog);
+                const bool classic = sec.rfind("tracepoint/", 0) == 0;
+                attach_.push_back({ProbeFamily::sock, sec.substr(sec.rfind('/') + 1),
+                                   classic ? AttachType::tracepoint : AttachType::tp_btf, sec.substr(sec.find('/') + 1)});
+                continue;
+            }
             if (h.required)
-                throw Error(Exit::kernel, "sock: the kernel lacks " + h.what +
-                                              ", needed to follow requests; qscope needs Linux 6.3 or later");
+                throw Error(Exit::kernel, "sock: the kernel lacks " + h.what + ", needed to follow requests");
             bpf_program__set_autoload(h.prog, false);
             warnings_.push_back("sock: hook unavailable: " + h.what);
         }
@@ -262,13 +317,20 @@ private:
 
     void attach_all() {
         auto& p = skel_->progs;
-        for (bpf_program* prog : {p.qs_set_state, p.qs_recv, p.qs_send, p.qs_data_ready, p.qs_accept4_exit,
-                                  p.qs_accept_exit, p.qs_kfree_skb, p.qs_rst_in, p.qs_rst_out, p.qs_close_enter}) {
+        // Required: without them the requests section would be wrong, not just thinner.
+        const std::set<bpf_program*> required = {p.qs_set_state,     p.qs_recv,          p.qs_send,
+                                                 p.qs_recv_fexit,    p.qs_send_fexit,    p.qs_recv_kprobe,
+                                                 p.qs_recv_kretprobe, p.qs_send_kprobe,  p.qs_send_kretprobe};
+        for (bpf_program* prog :
+             {p.qs_set_state, p.qs_recv, p.qs_recv_fexit, p.qs_recv_kprobe, p.qs_recv_kretprobe, p.qs_send,
+              p.qs_send_fexit, p.qs_send_kprobe, p.qs_send_kretprobe, p.qs_data_ready, p.qs_data_ready_fentry,
+              p.qs_data_ready_kprobe, p.qs_accept4_exit, p.qs_accept_exit, p.qs_kfree_skb, p.qs_rst_in,
+              p.qs_rst_out, p.qs_close_enter}) {
             if (!bpf_program__autoload(prog)) continue;
             Link l(bpf_program__attach(prog));
             if (!l) {
                 const int err = errno;
-                if (prog == p.qs_set_state || prog == p.qs_recv || prog == p.qs_send)
+                if (required.count(prog))
                     throw_bpf_error(std::string("sock: attaching ") + bpf_program__name(prog), err);
                 warnings_.push_back(std::string("sock: could not attach ") + bpf_program__name(prog) + ": " +
                                     errno_text(err));
@@ -631,6 +693,7 @@ private:
     Config cfg_;
     uint64_t last_completed_ = 0;
     std::vector<std::string> warnings_;
+    std::vector<ProbeAttach> attach_;  // how each hook was reached, for the snapshot
     std::string listen_error_;
     std::string unix_error_;
     std::map<uint64_t, UnixDiagSocket> unix_listen_diag_;  // the machine's Unix listeners, by inode

@@ -1,0 +1,189 @@
+// `qscope check`: what qscope can observe on this kernel, for an operator, before a run.
+// Each probe family's hooks with the attach type qscope would choose (or why none), the
+// privileges present, BTF, cgroup v2 and lockdown. The sock family's choice is the same pure
+// function a run uses (probes/sock/attach_plan.h), fed by the same probes.
+#include <sys/utsname.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/app.h"
+#include "engine/bpf_util.h"
+#include "engine/kernel_features.h"
+#include "model/errors.h"
+#include "probes/sock/attach_plan.h"
+
+namespace qscope {
+
+namespace {
+
+enum class Mark { ok, warn, no };
+
+struct Line {
+    Mark mark;
+    std::string text;
+};
+
+struct Section {
+    std::string title;
+    std::vector<Line> lines;
+    void add(Mark m, std::string t) { lines.push_back({m, std::move(t)}); }
+};
+
+const char* mark_text(Mark m) {
+    switch (m) {
+        case Mark::ok: return "ok  ";
+        case Mark::warn: return "warn";
+        case Mark::no: return "NO  ";
+    }
+    return "?";
+}
+
+bool exists(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+std::string describe(const HookChoice& c) {
+    if (c.attach == AttachType::none) return "unavailable: " + c.caveat;
+    std::string s = std::string("via ") + contract_name(c.attach) + " " + c.via;
+    if (c.attach != AttachType::tp_btf) s += " (no tracepoint " + c.tracepoint + "): " + c.caveat;
+    return s;
+}
+
+}  // namespace
+
+int run_check() {
+    constexpr int kSysAdmin = 21, kPerfmon = 38, kBpf = 39, kPtrace = 19, kDacReadSearch = 2;
+    std::vector<Section> sections;
+    utsname u{};
+    uname(&u);
+
+    // ---- privileges and the kernel's general features -------------------------------
+    Section priv{"Privileges"};
+    const bool admin = has_capability(kSysAdmin);
+    const bool may_bpf = admin || (has_capability(kBpf) && has_capability(kPerfmon));
+    priv.add(may_bpf ? Mark::ok : Mark::no,
+             may_bpf ? std::string(admin ? "CAP_SYS_ADMIN" : "CAP_BPF + CAP_PERFMON") + ": may load tracing programs"
+                     : "cannot load tracing programs: run as root, or grant CAP_BPF,CAP_PERFMON,CAP_DAC_READ_SEARCH,"
+                       "CAP_SYS_PTRACE (docs/security.md)");
+    const bool read_others = has_capability(kPtrace) && (admin || has_capability(kDacReadSearch) || geteuid() == 0);
+    priv.add(read_others ? Mark::ok : Mark::no,
+             read_others ? "CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH: may read another process's fds, maps and memory"
+                         : "cannot read another process's /proc/PID/fd and maps: add CAP_DAC_READ_SEARCH and "
+                           "CAP_SYS_PTRACE");
+    sections.push_back(priv);
+
+    Section kern{"Kernel"};
+    const bool btf = exists("/sys/kernel/btf/vmlinux");
+    kern.add(btf ? Mark::ok : Mark::no, btf ? "BTF: /sys/kernel/btf/vmlinux (CO-RE, typed tracepoints)"
+                                            : "no BTF (/sys/kernel/btf/vmlinux): qscope needs CONFIG_DEBUG_INFO_BTF=y");
+    const bool cg2 = cgroup2_mounted();
+    kern.add(cg2 ? Mark::ok : Mark::warn,
+             cg2 ? "cgroup v2: mounted" : "cgroup v2: not mounted (qscope does not need it today)");
+    const std::string lock = lockdown_mode();
+    const std::string lock_note = lockdown_consequence(lock);
+    if (lock.empty())
+        kern.add(Mark::ok, "lockdown: unknown (no /sys/kernel/security/lockdown: lockdown LSM absent or securityfs "
+                           "not mounted), so not enforced by it");
+    else if (lock == "none")
+        kern.add(Mark::ok, "lockdown: none");
+    else
+        kern.add(lock == "confidentiality" ? Mark::no : Mark::warn, lock_note);
+    KernelTracepoints tps;
+    // BTF is readable by anyone: the plan below is this kernel's even without privileges;
+    // only the fentry probe (a real load) needs them.
+    KernelOffer offer = probe_sock_offer(tps, "", true);
+    if (!may_bpf) {
+        offer.fentry = false;
+        offer.fentry_error = "not tried: no privilege to load BPF";
+    }
+    const std::string fentry_why = offer.fentry_error;
+    kern.add(offer.fentry ? Mark::ok : Mark::warn,
+             offer.fentry ? "fentry/fexit: load and attach" : "fentry/fexit: unavailable (" + fentry_why + ")");
+    kern.add(offer.kprobes ? Mark::ok : Mark::warn,
+             offer.kprobes ? "kprobes: available" : "kprobes: unavailable (CONFIG_KPROBES off)");
+    sections.push_back(kern);
+
+    // ---- the sock family: requests, connector, downstream ---------------------------
+    Section sock{"Requests (sock family: accept queue, connector, in flight, downstream)"};
+    const SockAttachPlan plan = plan_sock_attach(offer);
+    const bool set_state = tps.has_btf("inet_sock_set_state");
+    sock.add(set_state ? Mark::ok : Mark::no,
+             set_state ? "connections, handshakes, closes: via tp_btf inet_sock_set_state"
+                       : "connections: no tracepoint inet_sock_set_state (Linux 4.16+)");
+    const auto line = [&](const HookChoice& c, const char* what, bool required) {
+        const Mark m = c.attach == AttachType::tp_btf ? Mark::ok
+                       : c.attach != AttachType::none ? Mark::ok
+                       : required                     ? Mark::no
+                                                      : Mark::warn;
+        sock.add(m, std::string(what) + ": " + describe(c));
+    };
+    line(plan.of(SockHook::recv), "requests in flight and latency, downstream replies (the app's reads)", true);
+    line(plan.of(SockHook::send), "responses and their status, downstream calls (the app's writes)", true);
+    line(plan.of(SockHook::data_ready), "connector queue and exact accept-queue peak (arrivals)", false);
+    const bool acc = KernelTracepoints::has_tracefs("syscalls", "sys_exit_accept4");
+    sock.add(acc ? Mark::ok : Mark::warn, acc ? "accept wait: via tracepoint syscalls/sys_exit_accept4"
+                                              : "accept wait: unavailable (no syscalls/sys_exit_accept4 in tracefs, or tracefs not readable)");
+    const bool kfree4 = tps.btf_args("kfree_skb") >= 4;
+    sock.add(kfree4 ? Mark::ok : Mark::warn,
+             kfree4 ? "ACK-stage listen overflows: via tp_btf kfree_skb (with rx_sk)"
+                    : "ACK-stage listen overflows: kfree_skb has no rx_sk here: overflows counted from sk_drops, "
+                      "accept waits start at the handshake, not the first dropped ACK");
+    const bool rst = tps.has_btf("tcp_receive_reset") && tps.has_btf("tcp_send_reset");
+    sock.add(rst ? Mark::ok : Mark::warn, rst ? "downstream resets: via tp_btf tcp_receive_reset, tcp_send_reset"
+                                              : "downstream resets: not counted (no tcp_*_reset tracepoints)");
+    const bool sock_runs = may_bpf && btf && set_state && plan.error.empty() && lock != "confidentiality";
+    sections.push_back(sock);
+
+    // ---- the sched family and the process tree --------------------------------------
+    Section sched{"Threads (sched family: thread groups, waits, run queue)"};
+    const int sw_args = tps.btf_args("sched_switch");
+    const bool sw = sw_args >= 4;
+    sched.add(sw ? Mark::ok : Mark::no,
+              sw ? "waits and run queue: via tp_btf sched_switch (with prev_state), sched_wakeup, sched_wakeup_new"
+                 : sw_args >= 0 ? "waits: tp_btf sched_switch has no prev_state argument (Linux 5.18+)"
+                                : "waits: no tp_btf sched_switch");
+    const bool copy_task = tps.has_function("bpf_copy_from_user_task");
+    sched.add(copy_task ? Mark::ok : Mark::warn,
+              copy_task ? "thread states and stacks of long waits: via sleepable task iterator (iter.s/task)"
+                        : "sleepable task iterator with bpf_copy_from_user_task (Linux 5.18+) not found: no states");
+    const bool fork = tps.has_btf("sched_process_fork") && tps.has_btf("sched_process_exit");
+    sched.add(fork ? Mark::ok : Mark::warn,
+              fork ? "process trees (processes forked later): via tp_btf sched_process_fork, sched_process_exit"
+                   : "process trees: no fork/exit tracepoints: only the PID given is observed");
+    const bool sched_runs = may_bpf && btf && sw && lock != "confidentiality";
+    sections.push_back(sched);
+
+    Section jvm{"Carriers (jvm family)"};
+    const bool uprobe = exists("/sys/bus/event_source/devices/uprobe/type");
+    jvm.add(sw ? Mark::ok : Mark::no, sw ? "carrier stalls: via tp_btf sched_switch, sched_wakeup"
+                                         : "carrier stalls: no usable sched_switch");
+    jvm.add(uprobe ? Mark::ok : Mark::warn, uprobe ? "\"pinned park\" labels: via uprobe (JDK 24+)"
+                                                   : "\"pinned park\" labels: no uprobes");
+    sections.push_back(jvm);
+
+    // ---- print ---------------------------------------------------------------------
+    std::printf("qscope check: Linux %s (%s)\n", u.release, u.machine);
+    for (const auto& s : sections) {
+        std::printf("\n%s\n", s.title.c_str());
+        for (const auto& l : s.lines) std::printf("  %s  %s\n", mark_text(l.mark), l.text.c_str());
+    }
+    std::printf("\n");
+    if (!plan.error.empty()) std::printf("%s\n", plan.error.c_str());
+    if (sock_runs && sched_runs)
+        std::printf("Verdict: qscope can run here (requests and threads).\n");
+    else if (sock_runs)
+        std::printf("Verdict: qscope can run here with --no-threads (requests only).\n");
+    else if (sched_runs)
+        std::printf("Verdict: qscope can run here with --no-requests (threads only).\n");
+    else
+        std::printf("Verdict: qscope cannot run here (see NO above).\n");
+    if (sock_runs || sched_runs) return 0;
+    return static_cast<int>(may_bpf && read_others ? Exit::kernel : Exit::permission);
+}
+
+}  // namespace qscope

@@ -1,0 +1,152 @@
+#!/bin/sh
+# The kernel-matrix smoke subset, run by busybox sh inside the guest (vm.sh, guest-init.sh).
+# Each case starts the real test targets, runs the real qscope, and prints qscope's JSON and
+# the oracles between "KM-BEGIN <case>.<what>" and "KM-END" lines on the serial console:
+# the targets' own counters, /proc/net/tcp, /proc/PID/task/*/syscall. The host-side test
+# (kernel_matrix_test.cpp) parses the log and asserts, with the tolerances of the host's
+# integration tests (tests/integration/{requests,downstream,waits}_test.cpp).
+# Ports 28100-28299. Everything here must exit; the guest powers off after.
+PATH=/qscope:/bin:/sbin
+
+block() { # name file
+    echo "KM-BEGIN $1"
+    cat "$2" 2>/dev/null
+    echo
+    echo "KM-END $1"
+}
+
+# Waits for "READY" in a target's output file.
+ready() {
+    i=0
+    while ! grep -q READY "$1" 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 200 ] && { echo "KM note: $1 never READY"; return 1; }
+        sleep 0.1
+    done
+}
+
+# qscope has attached once it holds BPF links (then 0.5 s for its seeding walks).
+attached() {
+    i=0
+    while [ "$(ls -l /proc/$1/fd 2>/dev/null | grep -c bpf_link)" -lt 3 ]; do
+        i=$((i + 1)); [ $i -gt 600 ] && { echo "KM note: qscope $1 never attached"; return 1; }
+        kill -0 "$1" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    sleep 0.5
+}
+
+# Threads of a process: "comm syscall-number" per line (the /proc oracle for waits).
+tasks() {
+    for t in /proc/$1/task/*; do echo "$(cat $t/comm) $(cut -d' ' -f1 $t/syscall)"; done
+}
+
+stop() { for p in "$@"; do kill "$p" 2>/dev/null; done; for p in "$@"; do wait "$p" 2>/dev/null; done; }
+
+t0=$(cut -d' ' -f1 /proc/uptime)
+qscope check > /tmp/check.txt 2>&1
+echo "KM check-exit $?"
+block check /tmp/check.txt
+
+# ---- requests: in flight max, completed, latency vs qs_server's counters ------------------
+# (requests_test "in flight max, completions and latency"); run once per attach type asked.
+for mode in ${KM_MODES:-auto kprobe}; do
+    c=requests-$mode
+    env=""
+    [ "$mode" != auto ] && env="QSCOPE_SOCK_ATTACH=$mode"
+    rm -f /dev/shm/req.json
+    qs_server --port 28110 --workers 6 --service-ms 50 --counters-file /dev/shm/req.json > /tmp/srv.out 2>&1 &
+    srv=$!
+    ready /tmp/srv.out
+    env $env qscope snapshot --pid $srv --duration 7 --json --no-threads > /tmp/snap.json 2> /tmp/snap.err &
+    q=$!
+    attached $q
+    qs_load --host 127.0.0.1 --port 28110 --connections 10 --duration 3 > /tmp/load.json 2>&1
+    wait $q
+    echo "KM $c.qscope-exit $?"
+    stop $srv
+    block $c.snapshot /tmp/snap.json
+    block $c.stderr /tmp/snap.err
+    block $c.counters /dev/shm/req.json
+    block $c.load /tmp/load.json
+done
+
+# ---- connector queue: connections and unread requests vs /proc/net/tcp --------------------
+# 12 keep-alive clients, 4 workers that each keep one connection: 8 connections wait in the
+# server's own queue with their request unread. qscope attaches first, so the unread ones are
+# counted from arrivals (sk_data_ready or its fallback), not from the seeding walk.
+for mode in ${KM_MODES:-auto kprobe}; do
+    c=unread-$mode
+    env=""
+    [ "$mode" != auto ] && env="QSCOPE_SOCK_ATTACH=$mode"
+    rm -f /dev/shm/unread.json
+    qs_server --port 28130 --workers 4 --service-ms 300 --counters-file /dev/shm/unread.json > /tmp/srv.out 2>&1 &
+    srv=$!
+    ready /tmp/srv.out
+    env $env qscope snapshot --pid $srv --duration 4 --json --no-threads > /tmp/snap.json 2> /tmp/snap.err &
+    q=$!
+    attached $q
+    qs_load --host 127.0.0.1 --port 28130 --connections 12 --duration 8 > /tmp/load.json 2>&1 &
+    ld=$!
+    wait $q
+    echo "KM $c.qscope-exit $?"
+    cat /proc/net/tcp /proc/net/tcp6 > /tmp/tcp.txt 2>/dev/null
+    cp /dev/shm/unread.json /tmp/counters.json
+    stop $ld $srv
+    block $c.snapshot /tmp/snap.json
+    block $c.stderr /tmp/snap.err
+    block $c.proc-net-tcp /tmp/tcp.txt
+    block $c.counters /tmp/counters.json
+done
+
+# ---- downstream: busy vs the server's pool count, calls vs its completions ----------------
+# (downstream_test): 3 pooled connections to a peer that answers after 20 ms.
+c=downstream
+rm -f /dev/shm/ds.json
+qs_downstream --port 28210 --delay-ms 20 > /tmp/ds.out 2>&1 &
+ds=$!
+ready /tmp/ds.out
+qs_server --port 28211 --workers 6 --pool 3 --downstream 127.0.0.1:28210 --counters-file /dev/shm/ds.json \
+    > /tmp/srv.out 2>&1 &
+srv=$!
+ready /tmp/srv.out
+qscope snapshot --pid $srv --duration 7 --json --no-threads > /tmp/snap.json 2> /tmp/snap.err &
+q=$!
+attached $q
+qs_load --host 127.0.0.1 --port 28211 --connections 6 --duration 3 > /tmp/load.json 2>&1
+wait $q
+echo "KM $c.qscope-exit $?"
+stop $srv $ds
+block $c.snapshot /tmp/snap.json
+block $c.stderr /tmp/snap.err
+block $c.counters /dev/shm/ds.json
+
+# ---- waits: the pool gate's futex waiters vs the server's count and /proc -----------------
+# (waits_test "pool gate"): 8 workers, a pool of 3, 16 clients: 5 workers wait at the gate.
+c=waits
+rm -f /dev/shm/w.json
+qs_downstream --port 28220 --delay-ms 100 > /tmp/ds.out 2>&1 &
+ds=$!
+ready /tmp/ds.out
+qs_server --port 28221 --workers 8 --pool 3 --downstream 127.0.0.1:28220 --counters-file /dev/shm/w.json \
+    > /tmp/srv.out 2>&1 &
+srv=$!
+ready /tmp/srv.out
+qs_load --host 127.0.0.1 --port 28221 --connections 16 --duration 30 > /tmp/load.json 2>&1 &
+ld=$!
+sleep 2
+cp /dev/shm/w.json /tmp/c0.json
+tasks $srv > /tmp/tasks0.txt
+qscope snapshot --pid $srv --duration 3 --json > /tmp/snap.json 2> /tmp/snap.err
+echo "KM $c.qscope-exit $?"
+cp /dev/shm/w.json /tmp/c1.json
+tasks $srv > /tmp/tasks1.txt
+stop $ld $srv $ds
+block $c.snapshot /tmp/snap.json
+block $c.stderr /tmp/snap.err
+block $c.counters0 /tmp/c0.json
+block $c.counters1 /tmp/c1.json
+block $c.tasks0 /tmp/tasks0.txt
+block $c.tasks1 /tmp/tasks1.txt
+
+t1=$(cut -d' ' -f1 /proc/uptime)
+echo "KM smoke-seconds $t0 $t1"

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Boots a packaged Debian kernel under QEMU (TCG: no KVM needed) with an initramfs holding
+# busybox, qscope, the test targets and their libraries, runs one guest script as /init's
+# payload, and prints the guest's serial console. The host-side test parses that log.
+#
+#   vm.sh BUILD_DIR KERNEL GUEST_SCRIPT [TIMEOUT_S]
+#     KERNEL  a Debian package name pattern, e.g. 'linux-image-6.1.0-*-cloud-amd64-unsigned'
+#             (the newest matching name in the local apt lists is used)
+#
+# The .deb and its extracted kernel are cached under BUILD_DIR/kernel-matrix/cache: a re-run
+# downloads nothing. QSCOPE_KM_DIR moves that directory (cache, initramfs, console log).
+# Needs: qemu-system-x86, busybox-static, cpio (.ci/setup).
+set -euo pipefail
+build=$(cd "$1" && pwd)
+pattern=$2
+guest_script=$3
+timeout_s=${4:-300}
+here=$(cd "$(dirname "$0")" && pwd)
+km=${QSCOPE_KM_DIR:-$build/kernel-matrix}
+cache=$km/cache
+mkdir -p "$cache"
+
+die() { echo "vm.sh: $*" >&2; exit 1; }
+for tool in qemu-system-x86_64 cpio gzip; do command -v $tool >/dev/null || die "$tool missing (run .ci/setup)"; done
+[[ -x /bin/busybox ]] || die "/bin/busybox missing (busybox-static; run .ci/setup)"
+
+# ---- the kernel: newest package matching the pattern, downloaded once ------------------
+regex="^${pattern//\*/[^ ]*}\$"
+regex=${regex//./\\.}
+pkg=$(apt-cache search --names-only "$regex" 2>/dev/null | awk '{print $1}' | sort -V | tail -1)
+[[ -n $pkg ]] || die "no package matches $pattern in the apt lists (apt-get update?)"
+kdir=$cache/$pkg
+if [[ ! -f $kdir/vmlinuz ]]; then
+  echo "vm.sh: fetching $pkg (once; cached in $cache)" >&2
+  rm -rf "$kdir.tmp" && mkdir -p "$kdir.tmp"
+  (cd "$kdir.tmp" && apt-get download -q "$pkg" 2>&1 | grep -v unsandboxed >&2 || true; ls "$kdir.tmp"/*.deb >/dev/null) || die "apt-get download $pkg failed"
+  dpkg-deb -x "$kdir.tmp"/*.deb "$kdir.tmp/root"
+  cp "$kdir.tmp"/root/boot/vmlinuz-* "$kdir.tmp/vmlinuz"
+  cp "$kdir.tmp"/root/boot/config-* "$kdir.tmp/config"
+  basename "$kdir.tmp"/root/boot/vmlinuz-* | sed 's/^vmlinuz-//' > "$kdir.tmp/release"
+  # sock_diag for TCP (the listeners' queues) is a module in Debian's kernels: keep it.
+  mkdir -p "$kdir.tmp/modules"
+  for m in inet_diag tcp_diag; do
+    find "$kdir.tmp/root/lib/modules" -name "$m.ko*" -exec cp {} "$kdir.tmp/modules/" \;
+  done
+  rm -rf "$kdir.tmp/root" "$kdir.tmp"/*.deb
+  rm -rf "$kdir" && mv "$kdir.tmp" "$kdir"
+fi
+release=$(cat "$kdir/release")
+
+# ---- the initramfs: rebuilt every run (the binaries change), ~1 s ------------------------
+stage=$km/stage-$release
+rm -rf "$stage"
+mkdir -p "$stage"/{bin,sbin,proc,sys,dev,tmp,run,boot,etc,qscope}
+cp /bin/busybox "$stage/bin/busybox"
+bins=("$build/qscope")
+for t in qs_server qs_load qs_downstream; do bins+=("$build/targets/$t"); done
+for b in "${bins[@]}"; do
+  [[ -x $b ]] || die "$b not built"
+  cp "$b" "$stage/qscope/"
+  # Every library the binaries load, at the same path (the dynamic loader included).
+  ldd "$b" | grep -oE '/[^ ]+' | while read -r lib; do
+    [[ -e $stage$lib ]] && continue
+    mkdir -p "$stage$(dirname "$lib")"
+    cp -L "$lib" "$stage$lib"
+  done
+done
+# libbpf reads CONFIG_HZ (sock.bpf.c __kconfig) from /boot/config-$(uname -r).
+cp "$kdir/config" "$stage/boot/config-$release"
+mkdir -p "$stage/lib/qscope-modules"
+cp "$kdir"/modules/* "$stage/lib/qscope-modules/" 2>/dev/null || true
+cp "$here/guest-init.sh" "$stage/init"
+cp "$guest_script" "$stage/qscope/guest.sh"
+chmod +x "$stage/init" "$stage/qscope/guest.sh"
+initrd=$km/initrd-$release.gz
+(cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1) > "$initrd"
+rm -rf "$stage"
+
+# ---- boot --------------------------------------------------------------------------------
+log=$km/console-$release.log
+echo "vm.sh: booting $pkg ($release) under QEMU TCG, timeout ${timeout_s}s; console in $log" >&2
+start=$SECONDS
+rc=0
+timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 1024 -smp 2 \
+  -nographic -no-reboot -kernel "$kdir/vmlinuz" -initrd "$initrd" \
+  -append "console=ttyS0 panic=-1 quiet loglevel=3${QSCOPE_VM_LOCKDOWN:+ lockdown=$QSCOPE_VM_LOCKDOWN}" \
+  </dev/null >"$log" 2>&1 || rc=$?
+echo "vm.sh: guest ran $((SECONDS - start)) s (qemu exit $rc)" >&2
+tr -d '\r' <"$log"
+[[ $rc -eq 0 ]] || die "qemu exited $rc (124: timed out)"

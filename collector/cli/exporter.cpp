@@ -4,6 +4,8 @@
 // for the collector and the collector never waits for a scrape.
 #include "cli/exporter.h"
 
+#include <malloc.h>
+
 #include <cerrno>
 #include <clocale>
 #include <cstdio>
@@ -63,6 +65,12 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
     // Adopt the user's locale as `top --listen` does (ncurses needs it): the exposition
     // must come out byte-identical either way, and this keeps that property exercised.
     std::setlocale(LC_ALL, "");
+    // One malloc arena for the whole process, set before any thread starts. Each attach
+    // parses the kernel's BTF once per BPF object on concurrent threads; with glibc's
+    // per-thread arenas that left ~27 MiB of freed memory mapped after the first re-attach
+    // (measured: RSS 41 → 70 MiB, then flat); with one arena RSS stays flat from the first
+    // attach on. The cost, arena contention, is nil for a process that ticks once a second.
+    mallopt(M_ARENA_MAX, 1);
     std::vector<std::unique_ptr<Follower>> followers;
     for (const auto& t : opt.targets) followers.push_back(std::make_unique<Follower>(t, cfg));
     // Bind before attaching: a bad or busy address fails in milliseconds, not after the

@@ -1,5 +1,7 @@
 #include "cli/follower.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -75,6 +77,9 @@ bool Follower::try_attach(const Collector::StartProgress& progress) {
     for (auto& s : default_sources(c)) col->add_source(std::move(s));
     col->start(progress);
     auto snap = col->tick();
+    // The load's parse of the kernel's BTF (once per BPF object) is freed by now; glibc
+    // would keep up to its dynamic trim threshold (tens of MiB) of it mapped.
+    malloc_trim(0);
     {
         std::lock_guard<std::mutex> g(col_mu_);
         col_ = std::move(col);
@@ -151,6 +156,7 @@ void Follower::loop(OnTick on_tick) {
             std::lock_guard<std::mutex> g(col_mu_);
             col_.reset();  // every BPF program, link and map of that attach is closed here
         }
+        malloc_trim(0);  // what the Collector held goes back to the system now
         backoff = kFirstBackoff;
         wait_for(backoff);
     }

@@ -108,8 +108,7 @@ static NamedTarget one_target(const Config& cfg, const TargetFlags& tf, bool lis
         std::string all;
         for (const auto& f : flags) all += (all.empty() ? "" : ", ") + f;
         throw Error(Exit::usage, "one target per qscope (got " + all +
-                                     "): to watch several services, run `qscope export --target NAME=SELECTOR` "
-                                     "once per service");
+                                     "): for several services, give `qscope export` one --target NAME=SELECTOR each");
     }
     if (tf.pid_given()) return {"", Selector{SelectorKind::pid, std::to_string(cfg.pid)}};
     const Selector s = make_selector(tf.given[0].first, tf.given[0].second);

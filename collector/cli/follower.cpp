@@ -145,7 +145,8 @@ void Follower::loop(OnTick on_tick) {
             return;
         }
         auto gone = std::make_shared<Snapshot>(*snap);
-        gone->target.exit_note += "; waiting for the next process matching " + target_.selector.text();
+        gone->target.exit_note = "target PID " + std::to_string(snap->target.pid) +
+                                 " exited; waiting for the next process matching " + target_.selector.text();
         if (on_tick) on_tick(gone);
         say("target PID " + std::to_string(snap->target.pid) + " exited; waiting for the next process matching " +
             target_.selector.text());

@@ -46,7 +46,7 @@ static void add_target_flags(CLI::App* app, Config& cfg, TargetFlags& tf, bool f
         "the process named NAME exactly (/proc/PID/comm, as ps -o comm shows it); a master and the workers it "
         "forked are one target, their master");
     sel("--cmdline", SelectorKind::cmdline, "REGEX",
-        "the process whose command line REGEX finds (ECMAScript, e.g. 'java .*orders\\.jar')");
+        "the process whose command line REGEX finds (POSIX extended, as grep -E; e.g. 'java .*orders\\.jar')");
     sel("--port", SelectorKind::port, "N", "the process listening on TCP port N (in qscope's network namespace)");
     sel("--cgroup", SelectorKind::cgroup, "PATH",
         "the process in cgroup v2 PATH (e.g. /system.slice/nginx.service, a container's cgroup)");

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <map>
-#include <regex>
 #include <set>
 
 #include "sys/proc_stat.h"
@@ -135,13 +134,11 @@ std::string invalid_value(SelectorKind kind, const std::string& value) {
                 return "longer than the 15 characters the kernel keeps of a process name (/proc/PID/comm); "
                        "use --cmdline for longer names";
             break;
-        case SelectorKind::cmdline:
-            try {
-                std::regex re(value);
-            } catch (const std::regex_error& e) {
-                return std::string("not a regular expression (") + e.what() + ")";
-            }
+        case SelectorKind::cmdline: {
+            std::string error;
+            if (!CmdlineRegex(value, &error).valid()) return "not a regular expression (" + error + ")";
             break;
+        }
         case SelectorKind::pidfile:
         case SelectorKind::cgroup:
             break;
@@ -191,11 +188,29 @@ std::vector<int> match_comm(const std::vector<ProcEntry>& table, const std::stri
     return out;
 }
 
+CmdlineRegex::CmdlineRegex(const std::string& pattern, std::string* error) {
+    const int rc = regcomp(&re_, pattern.c_str(), REG_EXTENDED | REG_NOSUB);
+    valid_ = rc == 0;
+    if (!valid_ && error) {
+        char buf[256];
+        regerror(rc, &re_, buf, sizeof buf);
+        *error = buf;
+    }
+}
+
+CmdlineRegex::~CmdlineRegex() {
+    if (valid_) regfree(&re_);
+}
+
+bool CmdlineRegex::search(const std::string& text) const {
+    return valid_ && regexec(&re_, text.c_str(), 0, nullptr, 0) == 0;
+}
+
 std::vector<int> match_cmdline(const std::vector<ProcEntry>& table, const std::string& pattern) {
-    const std::regex re(pattern);
+    const CmdlineRegex re(pattern);
     std::vector<int> out;
     for (const auto& e : table)
-        if (!e.cmdline.empty() && std::regex_search(e.cmdline, re)) out.push_back(e.pid);
+        if (!e.cmdline.empty() && re.search(e.cmdline)) out.push_back(e.pid);
     return out;
 }
 

@@ -4,6 +4,8 @@
 // their tree's root when they form one tree (nginx's master and workers all hold the
 // listener); several unrelated processes are an error that lists them, never a guess.
 #pragma once
+#include <regex.h>
+
 #include <string>
 #include <vector>
 
@@ -50,7 +52,25 @@ struct Resolution {
 // for the messages ("processes named nginx").
 Resolution choose_target(const std::vector<ProcEntry>& table, const std::vector<int>& matches,
                          const std::vector<int>& excluded, const std::string& what);
-// The PIDs of `table` whose comm is `name` / whose cmdline `pattern` (ECMAScript) finds.
+// A --cmdline pattern: POSIX extended (grep -E). Not std::regex: libstdc++ matches `.*`
+// by recursion, one frame per character, and a JVM's command line (a classpath of tens of
+// KiB) overflowed the stack (measured: a crash at 50,000 characters); glibc's matcher is not
+// recursive.
+class CmdlineRegex {
+public:
+    explicit CmdlineRegex(const std::string& pattern, std::string* error = nullptr);
+    ~CmdlineRegex();
+    CmdlineRegex(const CmdlineRegex&) = delete;
+    CmdlineRegex& operator=(const CmdlineRegex&) = delete;
+    bool valid() const { return valid_; }
+    bool search(const std::string& text) const;  // anywhere in text
+
+private:
+    regex_t re_{};
+    bool valid_ = false;
+};
+
+// The PIDs of `table` whose comm is `name` / whose cmdline `pattern` finds.
 std::vector<int> match_comm(const std::vector<ProcEntry>& table, const std::string& name);
 std::vector<int> match_cmdline(const std::vector<ProcEntry>& table, const std::string& pattern);
 // The PIDs of `table` in cgroup `path` or below it, given each process's cgroup v2 path.

@@ -99,7 +99,12 @@ TEST_CASE("--comm is exact, --cmdline a regex search", "[selector]") {
     CHECK(match_comm(t, "postgre").empty());
     CHECK(match_comm(t, "qs_server") == std::vector<int>{500});
     CHECK(match_cmdline(t, "^nginx: worker") == std::vector<int>{101, 102, 201});
-    CHECK(match_cmdline(t, R"(--port 2900\d$)") == std::vector<int>{500});
+    CHECK(match_cmdline(t, "--port 2900[0-9]$") == std::vector<int>{500});
+    // A JVM's command line with a classpath of hundreds of KiB: std::regex would recurse once
+    // per character here and overflow the stack.
+    std::vector<ProcEntry> jvm = {proc(600, 1, "java", "java -cp " + std::string(300000, 'x') + " -jar orders.jar")};
+    CHECK(match_cmdline(jvm, "java .*orders\\.jar") == std::vector<int>{600});
+    CHECK(match_cmdline(jvm, "stock\\.jar").empty());
 }
 
 TEST_CASE("cgroup paths: relative to the cgroup2 mount, subtrees included, siblings not", "[selector]") {

@@ -188,7 +188,58 @@ std::vector<int> match_comm(const std::vector<ProcEntry>& table, const std::stri
     return out;
 }
 
+namespace {
+
+// glibc compiles `x+` as `xx*` and `x{n,m}` as m copies of x, so nesting multiplies: 30
+// nested `(...)+` took 5 GB in regcomp (measured; the fuzzer found `.++++...`). Patterns
+// that could cost that are refused; a command line never needs them.
+std::string too_costly(const std::string& p) {
+    constexpr size_t kMaxLength = 1024;
+    constexpr int kMaxPlus = 8;
+    if (p.size() > kMaxLength) return "longer than " + std::to_string(kMaxLength) + " characters";
+    int plus = 0;
+    bool after_quantifier = false;
+    for (size_t i = 0; i < p.size(); ++i) {
+        const char c = p[i];
+        if (c == '\\') {
+            ++i;  // an escaped character is a literal
+            after_quantifier = false;
+            continue;
+        }
+        if (c == '[') {
+            // A bracket expression is one character: skip to its ']' (a leading ']' or "^]" is a
+            // member; "[:alpha:]" and the like hold no ']').
+            size_t j = i + 1;
+            if (j < p.size() && p[j] == '^') ++j;
+            if (j < p.size() && p[j] == ']') ++j;
+            while (j < p.size() && p[j] != ']') {
+                if (p[j] == '[' && j + 1 < p.size() && (p[j + 1] == ':' || p[j + 1] == '.' || p[j + 1] == '=')) {
+                    const auto close = p.find(std::string(1, p[j + 1]) + "]", j + 2);
+                    j = close == std::string::npos ? p.size() : close + 2;
+                } else {
+                    ++j;
+                }
+            }
+            i = j;
+            after_quantifier = false;
+            continue;
+        }
+        if (c == '{') return "repetition bounds {n,m} are not supported (use *, + or ?)";
+        const bool quantifier = c == '*' || c == '+' || c == '?';
+        if (quantifier && after_quantifier) return "a quantifier right after another (e.g. \"a+*\")";
+        if (c == '+' && ++plus > kMaxPlus) return "more than " + std::to_string(kMaxPlus) + " '+' (use *)";
+        after_quantifier = quantifier;
+    }
+    return "";
+}
+
+}  // namespace
+
 CmdlineRegex::CmdlineRegex(const std::string& pattern, std::string* error) {
+    if (const std::string why = too_costly(pattern); !why.empty()) {
+        if (error) *error = why;
+        return;
+    }
     const int rc = regcomp(&re_, pattern.c_str(), REG_EXTENDED | REG_NOSUB);
     valid_ = rc == 0;
     if (!valid_ && error) {

@@ -171,6 +171,12 @@ TEST_CASE("selectors: KIND:VALUE, checked before anything runs", "[selector]") {
     usage("comm:", "empty value");
     usage("comm:a-name-longer-than-15", "15 characters");
     usage("cmdline:(unclosed", "not a regular expression");
+    // Patterns whose compiled form grows exponentially in glibc are refused up front.
+    usage("cmdline:java.++", "a quantifier right after another");
+    usage("cmdline:a{1,100}", "repetition bounds");
+    usage("cmdline:((((((((((a)+)+)+)+)+)+)+)+)+)+", "more than 8 '+'");
+    usage("cmdline:" + std::string(1100, 'a'), "longer than 1024 characters");
+    CHECK(parse_selector("cmdline:[+{]x+ \\{1\\}").value == "[+{]x+ \\{1\\}");  // literals, one +
     CHECK_THROWS_AS(make_selector(SelectorKind::port, "0"), Error);
 }
 

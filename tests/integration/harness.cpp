@@ -400,6 +400,26 @@ std::map<std::string, double> parse_metrics(const std::string& text) {
     return out;
 }
 
+static void collect_exprs(const nlohmann::json& j, std::vector<std::string>& out) {
+    if (j.is_object()) {
+        for (auto it = j.begin(); it != j.end(); ++it) {
+            if (it.key() == "expr" && it.value().is_string())
+                out.push_back(it.value().get<std::string>());
+            else
+                collect_exprs(it.value(), out);
+        }
+    } else if (j.is_array()) {
+        for (const auto& e : j) collect_exprs(e, out);
+    }
+}
+
+std::vector<std::string> dashboard_exprs() {
+    std::vector<std::string> out;
+    std::ifstream f(source_dir() + "/dashboards/qscope.json");
+    collect_exprs(nlohmann::json::parse(f), out);
+    return out;
+}
+
 bool have_prometheus() {
     int rc = 0;
     sh("command -v prometheus >/dev/null", &rc);

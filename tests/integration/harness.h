@@ -134,6 +134,8 @@ std::map<std::string, double> parse_metrics(const std::string& text);
 bool have_prometheus();
 // A real Prometheus on 127.0.0.1:port scraping `targets` (ADDR:PORT) every second as job
 // "qscope"; stopped, and its scratch directory removed, when destroyed.
+// Every PromQL expression of dashboards/qscope.json, as written (with $variables).
+std::vector<std::string> dashboard_exprs();
 class Prometheus {
 public:
     Prometheus(uint16_t port, const std::vector<std::string>& targets);

@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <set>
 
 #include "harness.h"
@@ -231,7 +232,7 @@ TEST_CASE("export --port follows its target across three restarts", "[reattach]"
 
 TEST_CASE("two services in one exporter equal two single-target exporters", "[reattach]") {
     if (!require_root()) return;
-    constexpr uint16_t kA = 29200, kB = 29201, kBoth = 29264, kOnlyA = 29265, kOnlyB = 29266;
+    constexpr uint16_t kA = 29200, kB = 29201, kBoth = 29264, kOnlyA = 29265, kOnlyB = 29266, kProm = 29290;
     const double t0 = now_s();
     const std::string ca = "/dev/shm/qs-reattach-a-" + std::to_string(getpid()) + ".json";
     const std::string cb = "/dev/shm/qs-reattach-b-" + std::to_string(getpid()) + ".json";
@@ -253,6 +254,10 @@ TEST_CASE("two services in one exporter equal two single-target exporters", "[re
     REQUIRE(wait_sample(kBoth, "qscope_up{service=\"stock\"}", 1, 30) >= 0);
     REQUIRE(wait_sample(kOnlyA, "qscope_up{service=\"port:" + std::to_string(kA) + "\"}", 1, 30) >= 0);
     REQUIRE(wait_sample(kOnlyB, "qscope_up", 1, 30) >= 0);  // a lone --pid: no service label
+
+    // The dashboard on one of the two services: Prometheus scrapes the shared exporter.
+    std::unique_ptr<Prometheus> prom;
+    if (have_prometheus()) prom = std::make_unique<Prometheus>(kProm, std::vector<std::string>{"127.0.0.1:" + std::to_string(kBoth)});
 
     Proc la = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", std::to_string(kA), "--connections", "6",
                      "--duration", "4"});
@@ -300,6 +305,35 @@ TEST_CASE("two services in one exporter equal two single-target exporters", "[re
     std::printf("reattach_test: B mid-load unread: one exporter %.0f, alone %.0f\n", unread_both, unread_alone);
     CHECK(std::abs(unread_both - 4) <= 1);
     CHECK(std::abs(unread_alone - 4) <= 1);
+
+    // The dashboard's service variable lists both; every panel's query runs with one chosen.
+    if (prom) {
+        const std::string instance = "127.0.0.1:" + std::to_string(kBoth);
+        const json services = prom->get("label/service/values", {{"match[]", "qscope_up{instance=\"" + instance + "\"}"}});
+        INFO("prometheus: " << prom->err());
+        REQUIRE(services.is_object());
+        CHECK(services["data"] == json::array({"shop", "stock"}));
+        int with_data = 0, exprs = 0;
+        for (std::string e : dashboard_exprs()) {
+            for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+                     {"$instance", instance}, {"$service", "stock"}, {"$__rate_interval", "5s"}, {"$__interval", "2s"}}) {
+                for (size_t p; (p = e.find(k)) != std::string::npos;) e.replace(p, k.size(), v);
+            }
+            const json r = prom->get("query", {{"query", e}});
+            INFO(e << " → " << r.dump());
+            CHECK(r.value("status", "") == "success");
+            ++exprs;
+            if (r.is_object() && !r["data"]["result"].empty()) ++with_data;
+        }
+        std::printf("reattach_test: %d dashboard expressions on service stock, %d with data\n", exprs, with_data);
+        CHECK(with_data >= exprs / 2);
+        // One service's panels see that service only: stock's in-flight sum is its own.
+        const json stock_threads = prom->query("sum(qscope_target_threads{instance=\"" + instance + "\",service=~\"stock\"})");
+        REQUIRE(stock_threads.size() == 1);
+        CHECK(std::stod(stock_threads[0]["value"][1].get<std::string>()) == get(mb, "qscope_target_threads"));
+    } else {
+        skip("prometheus not installed: the dashboard's service variable not exercised");
+    }
 
     for (Proc* p : {&both, &only_a, &only_b}) {
         p->signal(SIGTERM);

@@ -257,7 +257,14 @@ TEST_CASE("two services in one exporter equal two single-target exporters", "[re
 
     // The dashboard on one of the two services: Prometheus scrapes the shared exporter.
     std::unique_ptr<Prometheus> prom;
-    if (have_prometheus()) prom = std::make_unique<Prometheus>(kProm, std::vector<std::string>{"127.0.0.1:" + std::to_string(kBoth)});
+    if (have_prometheus()) {
+        prom = std::make_unique<Prometheus>(kProm, std::vector<std::string>{"127.0.0.1:" + std::to_string(kBoth)});
+        // Its first scrapes come before the load, so the load's rates have samples.
+        const double end = now_s() + 30;
+        while (now_s() < end && prom->query("count(qscope_up == 1) == 2").empty()) sleep_s(0.3);
+        INFO(prom->err());
+        REQUIRE_FALSE(prom->query("count(qscope_up == 1) == 2").empty());
+    }
 
     Proc la = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", std::to_string(kA), "--connections", "6",
                      "--duration", "4"});

@@ -61,6 +61,13 @@ MetricsServer::~MetricsServer() = default;
 
 std::string MetricsServer::url() const { return exposer_->url(); }
 
+// "PID 1234" (a lone --pid), "port:8080", "web (port:8080)": for the start-up line.
+static std::string describe(const NamedTarget& t) {
+    if (t.service.empty()) return "PID " + t.selector.value;
+    if (t.service == t.selector.text()) return t.service;
+    return t.service + " (" + t.selector.text() + ")";
+}
+
 int run_export(const Config& cfg, const ExportOptions& opt) {
     // Adopt the user's locale as `top --listen` does (ncurses needs it): the exposition
     // must come out byte-identical either way, and this keeps that property exercised.
@@ -87,14 +94,7 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
     for (auto& f : followers) f->start();
     for (auto& f : followers) f->run_in_background();
     std::string what;
-    for (const auto& f : followers) {
-        const auto& t = f->target();
-        what += (what.empty() ? "" : ", ") +
-                (t.selector.kind == SelectorKind::pid && t.service.empty() ? "PID " + t.selector.value
-                                                                              : t.service == t.selector.text()
-                                                                                    ? t.service
-                                                                                    : t.service + " (" + t.selector.text() + ")");
-    }
+    for (const auto& f : followers) what += (what.empty() ? "" : ", ") + describe(f->target());
     std::fprintf(stderr, "qscope: serving %s for %s\n", server.url().c_str(), what.c_str());
 
     // Only --pid targets end; the others are followed until a stop signal.

@@ -50,6 +50,11 @@ make_seeds() {
   printf 'pool_borrow()+0x3e (qs_server)' > "$c/fuzz_frames/frame"
   printf '(anonymous namespace)::serve_connection(int) const+0x10 (libfoo.so.1)' > "$c/fuzz_frames/cxx"
   printf 'http-nio-8080-exec-17' > "$c/fuzz_frames/comm"
+  mkdir -p "$c"/fuzz_selectors
+  printf '# targets\nshop   port:8080\nstock cmdline:java .*stock\\.jar\ndb pidfile:/run/pg.pid\n' > "$c/fuzz_selectors/config"
+  cat /proc/self/cgroup > "$c/fuzz_selectors/cgroup"
+  cat /proc/mounts > "$c/fuzz_selectors/mounts"
+  printf '1234\n' > "$c/fuzz_selectors/pidfile"
   # A sock_diag seed: a 16-byte NLMSG_DONE header (len 20, type 3) plus a 4-byte payload.
   printf '\x14\x00\x00\x00\x03\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' \
     > "$c/fuzz_sock_diag/done"

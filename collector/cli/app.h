@@ -2,22 +2,27 @@
 #pragma once
 #include <atomic>
 #include <string>
+#include <vector>
 
+#include "cli/targets.h"
 #include "model/config.h"
 
 namespace qscope {
 
 struct SnapshotOptions {
+    Selector target;             // resolved once: a snapshot has one window on one process
     double duration_seconds = 5;
     bool json = false;
 };
 
 struct ExportOptions {
+    std::vector<NamedTarget> targets;  // at least one; a lone --pid has no service name
     std::string listen = "127.0.0.1:9464";
     bool allow_remote = false;   // a non-loopback bind must be asked for explicitly
 };
 
 struct TopOptions {
+    NamedTarget target;          // --pid or a selector: a selector is followed across restarts
     std::string listen;          // empty: no /metrics
     bool allow_remote = false;
     int iterations = 0;          // 0: until 'q'; N: draw N frames and exit (CI, scripts)
@@ -30,6 +35,13 @@ int run_top(const Config& cfg, const TopOptions& opt);            // cli/top.cpp
 // What qscope can observe on this kernel, printed for an operator; 0 when a run would be
 // useful (cli/check.cpp).
 int run_check();
+
+// The PID a selector names now (--pid: that PID, checked at attach). Throws Error when
+// nothing or several unrelated processes match, or the selector cannot be answered.
+int resolve_once(const Selector& sel);
+// Like resolve_once, but waits (saying so once on stderr) while nothing matches; 0 when a
+// stop signal ends the wait.
+int wait_for_match(const Selector& sel);
 
 // SIGINT/SIGTERM/SIGHUP set this; long-running loops poll it.
 extern std::atomic<bool> g_stop_requested;

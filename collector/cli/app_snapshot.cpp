@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -10,6 +11,7 @@
 
 #include "cli/app.h"
 #include "engine/collector.h"
+#include "engine/selector.h"
 #include "probes/probes.h"
 #include "model/errors.h"
 #include "output/json_writer.h"
@@ -57,7 +59,41 @@ void install_stop_signals() {
     signal(SIGPIPE, SIG_IGN);
 }
 
-int run_snapshot(const Config& cfg, const SnapshotOptions& opt) {
+int resolve_once(const Selector& sel) {
+    if (sel.kind == SelectorKind::pid) return std::atoi(sel.value.c_str());  // Target::open checks it
+    const Resolution r = resolve(sel);
+    switch (r.outcome) {
+        case Resolution::Outcome::found: return r.pid;
+        case Resolution::Outcome::none: throw Error(Exit::no_target, sel.text() + ": " + r.reason);
+        case Resolution::Outcome::ambiguous: throw Error(Exit::no_target, sel.text() + ": " + r.reason);
+        case Resolution::Outcome::error: throw Error(r.code, r.reason);
+    }
+    return 0;
+}
+
+int wait_for_match(const Selector& sel) {
+    if (sel.kind == SelectorKind::pid) return std::atoi(sel.value.c_str());
+    std::string said;
+    double backoff = 0.1;
+    while (!g_stop_requested) {
+        const Resolution r = resolve(sel);
+        switch (r.outcome) {
+            case Resolution::Outcome::found: return r.pid;
+            case Resolution::Outcome::ambiguous: throw Error(Exit::no_target, sel.text() + ": " + r.reason);
+            case Resolution::Outcome::error: throw Error(r.code, r.reason);
+            case Resolution::Outcome::none: break;
+        }
+        if (r.reason != said) std::fprintf(stderr, "qscope: waiting for the target: %s\n", r.reason.c_str());
+        said = r.reason;
+        sleep_unless_stopped(backoff);
+        backoff = std::min(backoff * 2, 1.0);
+    }
+    return 0;
+}
+
+int run_snapshot(const Config& given, const SnapshotOptions& opt) {
+    Config cfg = given;
+    cfg.pid = resolve_once(opt.target);
     Collector col(cfg);
     for (auto& s : default_sources(cfg)) col.add_source(std::move(s));
     col.start();

@@ -6,11 +6,13 @@
 #include <memory>
 #include <string>
 
+#include "metrics/services.h"
 #include "model/snapshot.h"
 
 namespace qscope {
 
 namespace prom {
+class Collectable;
 class Exposer;
 }
 
@@ -21,10 +23,14 @@ public:
     // Throws Error(usage) for a bad --listen or a non-loopback address without allow_remote,
     // and Error(failure) when the address cannot be bound (naming it and the errno).
     MetricsServer(Latest latest, uint32_t label_cap, const std::string& listen, bool allow_remote);
+    // Several targets, each with its `service` label (metrics/services.h).
+    using LatestServices = std::function<std::vector<ServiceSnapshot>()>;
+    MetricsServer(LatestServices latest, uint32_t label_cap, const std::string& listen, bool allow_remote);
     ~MetricsServer();
     std::string url() const;  // http://ADDR:PORT/metrics
 
 private:
+    MetricsServer(std::shared_ptr<const prom::Collectable> c, const std::string& listen, bool allow_remote);
     std::unique_ptr<prom::Exposer> exposer_;
 };
 

@@ -2,20 +2,57 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include "cli/app.h"
+#include "cli/targets.h"
+#include "engine/selector.h"
 #include "model/errors.h"
+#include "sys/proc_stat.h"
 
 using namespace qscope;
 
-static void add_common(CLI::App* app, Config& cfg) {
-    app->add_option("-p,--pid", cfg.pid,
+// The target flags as given; at most one per subcommand (export: or --target/--config).
+struct TargetFlags {
+    std::vector<std::pair<SelectorKind, std::string>> given;
+    std::vector<CLI::Option*> pid_options;  // one per subcommand; only the parsed one counts
+    bool pid_given() const {
+        for (auto* o : pid_options)
+            if (o->count()) return true;
+        return false;
+    }
+};
+
+static void add_target_flags(CLI::App* app, Config& cfg, TargetFlags& tf, bool follows) {
+    const std::string g = "Target (one of)";
+    auto* pid = app->add_option("-p,--pid", cfg.pid,
                     "PID of the server to observe, with every process it forks (nginx's master, "
-                    "PostgreSQL's postmaster, gunicorn's arbiter, a JVM)")
-        ->required();
+                    "PostgreSQL's postmaster, gunicorn's arbiter, a JVM)" +
+                        std::string(follows ? "; when it exits, so does qscope (status 6)" : ""));
+    pid->group(g);
+    tf.pid_options.push_back(pid);
+    const std::string again = follows ? "; found again after the service restarts" : "";
+    auto sel = [&](const char* flag, SelectorKind kind, const char* meta, const std::string& help) {
+        app->add_option_function<std::string>(
+               flag, [&tf, kind](const std::string& v) { tf.given.emplace_back(kind, v); }, help + again)
+            ->type_name(meta)
+            ->group(g);
+    };
+    sel("--pidfile", SelectorKind::pidfile, "FILE", "the PID written in FILE (e.g. /run/nginx.pid)");
+    sel("--comm", SelectorKind::comm, "NAME",
+        "the process named NAME exactly (/proc/PID/comm, as ps -o comm shows it); a master and the workers it "
+        "forked are one target, their master");
+    sel("--cmdline", SelectorKind::cmdline, "REGEX",
+        "the process whose command line REGEX finds (POSIX extended, as grep -E; e.g. 'java .*orders\\.jar')");
+    sel("--port", SelectorKind::port, "N", "the process listening on TCP port N (in qscope's network namespace)");
+    sel("--cgroup", SelectorKind::cgroup, "PATH",
+        "the process in cgroup v2 PATH (e.g. /system.slice/nginx.service, a container's cgroup)");
+}
+
+static void add_common(CLI::App* app, Config& cfg) {
     app->add_flag("--no-children", [&](int64_t) { cfg.follow_children = false; },
                   "observe the PID alone, not the processes it forks");
     app->add_option("-i,--interval", cfg.interval_seconds, "seconds between refreshes")
@@ -51,6 +88,49 @@ static void add_common(CLI::App* app, Config& cfg) {
         ->group("Advanced");
 }
 
+// The one target of the flags: --pid (no service name: its series keep the labels they
+// always had) or a selector (service = the selector, e.g. "port:8080"). `listed`: export's
+// --target/--config name the targets instead.
+static NamedTarget one_target(const Config& cfg, const TargetFlags& tf, bool listed) {
+    std::vector<std::string> flags;
+    if (tf.pid_given()) flags.push_back("--pid");
+    for (const auto& [kind, v] : tf.given) flags.push_back(std::string("--") + contract_name(kind));
+    if (listed) {
+        if (!flags.empty())
+            throw Error(Exit::usage, flags[0] + " with --target/--config: name every target there instead (e.g. "
+                                     "--target web=port:8080)");
+        return {};
+    }
+    if (flags.empty())
+        throw Error(Exit::usage, "which process? give --pid PID, or a selector that finds it again after a restart: "
+                                 "--pidfile FILE, --comm NAME, --cmdline REGEX, --port N or --cgroup PATH");
+    if (flags.size() > 1) {
+        std::string all;
+        for (const auto& f : flags) all += (all.empty() ? "" : ", ") + f;
+        throw Error(Exit::usage, "one target per qscope (got " + all +
+                                     "): for several services, give `qscope export` one --target NAME=SELECTOR each");
+    }
+    if (tf.pid_given()) return {"", Selector{SelectorKind::pid, std::to_string(cfg.pid)}};
+    const Selector s = make_selector(tf.given[0].first, tf.given[0].second);
+    return {s.text(), s};
+}
+
+static std::vector<NamedTarget> export_targets(const NamedTarget& single, const std::vector<std::string>& args,
+                                               const std::string& config_file) {
+    std::vector<NamedTarget> out;
+    for (const auto& a : args) out.push_back(parse_target_arg(a));
+    if (!config_file.empty()) {
+        std::string text;
+        errno = 0;
+        if (!read_file(config_file, text))
+            throw Error(Exit::usage, "--config " + config_file + ": " + errno_text(errno ? errno : EIO));
+        for (auto& t : parse_targets_file(text, config_file)) out.push_back(std::move(t));
+    }
+    if (out.empty()) out.push_back(single);
+    check_unique_services(out);
+    return out;
+}
+
 // CLI11 has an exit code per parse error kind; ours is one: 2, bad usage. --help and
 // --version stay 0.
 static int usage_exit(CLI::App& app, const CLI::ParseError& e) {
@@ -77,17 +157,28 @@ int main(int argc, char** argv) {
         "Needs root (or CAP_BPF+CAP_PERFMON). Nothing in the target changes.\n\n"
         "  qscope top --pid 1234                       live dashboard (default on a terminal)\n"
         "  qscope snapshot --pid 1234 --duration 10 --json   observe 10 s, print one JSON object\n"
-        "  qscope export --pid 1234 --listen 127.0.0.1:9464  serve Prometheus /metrics\n",
+        "  qscope export --pid 1234 --listen 127.0.0.1:9464  serve Prometheus /metrics\n\n"
+        "A PID names one process for its life. To follow a service across restarts, select it by\n"
+        "something that outlives its PIDs: --pidfile FILE, --comm NAME, --cmdline REGEX, --port N,\n"
+        "--cgroup PATH. `top` and `export` then wait for it, and re-attach when it comes back:\n"
+        "  qscope export --port 8080                    whoever listens on 8080, restarts included\n"
+        "  qscope export --target web=port:8080 --target db=comm:postgres   two services, one\n"
+        "                                               /metrics, series labelled service=web|db\n"
+        "  qscope export --config /etc/qscope/targets   the same, one `NAME KIND:VALUE` per line\n",
         "qscope"};
     app.set_version_flag("--version", "qscope " QSCOPE_VERSION);
     app.require_subcommand(0, 1);
 
     Config cfg;
+    TargetFlags tflags;
+    std::vector<std::string> target_args;
+    std::string config_file;
     SnapshotOptions sopt;
     ExportOptions eopt;
     TopOptions topt;
 
     auto* top = app.add_subcommand("top", "live terminal dashboard; keys: q quit, p pause, ? help");
+    add_target_flags(top, cfg, tflags, true);
     add_common(top, cfg);
     top->add_option("--listen", topt.listen, "also serve Prometheus /metrics on ADDR:PORT (e.g. 127.0.0.1:9464)");
     top->add_flag("--allow-remote", topt.allow_remote, "permit a non-loopback --listen address");
@@ -95,6 +186,7 @@ int main(int argc, char** argv) {
     top->add_flag("--no-color", topt.no_color, "monochrome (also honoured: NO_COLOR=1)");
 
     auto* snap = app.add_subcommand("snapshot", "observe for --duration seconds, then print one report (or JSON) and exit");
+    add_target_flags(snap, cfg, tflags, false);
     add_common(snap, cfg);
     snap->add_option("-d,--duration", sopt.duration_seconds, "seconds to observe")
         ->check(CLI::Range(0.1, 86400.0))
@@ -102,6 +194,16 @@ int main(int argc, char** argv) {
     snap->add_flag("--json", sopt.json, "print the JSON contract (docs/json.md) instead of a report");
 
     auto* exp = app.add_subcommand("export", "serve Prometheus /metrics until interrupted");
+    add_target_flags(exp, cfg, tflags, true);
+    exp->add_option("--target", target_args,
+                    "NAME=KIND:VALUE, repeatable: several services on one /metrics, each series labelled "
+                    "service=NAME (KIND: pid, pidfile, comm, cmdline, port, cgroup; e.g. web=port:8080)")
+        ->type_name("NAME=SELECTOR")
+        ->group("Target (one of)");
+    exp->add_option("--config", config_file,
+                    "FILE listing targets, one per line: NAME KIND:VALUE (e.g. `web port:8080`); '#' comments")
+        ->type_name("FILE")
+        ->group("Target (one of)");
     add_common(exp, cfg);
     exp->add_option("--listen", eopt.listen, "ADDR:PORT to serve /metrics on")->capture_default_str();
     exp->add_flag("--allow-remote", eopt.allow_remote, "permit a non-loopback --listen address (prints a warning)");
@@ -142,12 +244,18 @@ int main(int argc, char** argv) {
         return static_cast<int>(Exit::usage);
     }
     install_stop_signals();
-    try {
-        if (*snap) return run_snapshot(cfg, sopt);
-        if (*exp) return run_export(cfg, eopt);
-        if (*top) return run_top(cfg, topt);
+    if (!*snap && !*exp && !*top) {
         std::cout << app.help();
         return static_cast<int>(Exit::usage);
+    }
+    try {
+        const NamedTarget target = one_target(cfg, tflags, !target_args.empty() || !config_file.empty());
+        if (*exp) eopt.targets = export_targets(target, target_args, config_file);
+        topt.target = target;
+        sopt.target = target.selector;
+        if (*snap) return run_snapshot(cfg, sopt);
+        if (*exp) return run_export(cfg, eopt);
+        return run_top(cfg, topt);
     } catch (const Error& e) {
         std::fprintf(stderr, "qscope: %s\n", e.what());
         return e.exit_code();

@@ -9,6 +9,7 @@
 
 #include "cli/app.h"
 #include "cli/exporter.h"
+#include "cli/follower.h"
 #include "engine/collector.h"
 #include "model/errors.h"
 #include "probes/probes.h"
@@ -50,27 +51,38 @@ int run_headless(const Config& cfg, const TopOptions& opt) {
 
 }  // namespace
 
-int run_top(const Config& cfg, const TopOptions& opt) {
+int run_top(const Config& given, const TopOptions& opt) {
     install_stop_signals();
+    Config cfg = given;
     if (!isatty(STDOUT_FILENO)) {
-        if (opt.iterations > 0) return run_headless(cfg, opt);
+        if (opt.iterations > 0) {
+            cfg.pid = resolve_once(opt.target.selector);
+            return run_headless(cfg, opt);
+        }
         throw Error(Exit::usage,
                     "top: stdout is not a terminal; use `qscope snapshot` or `qscope top --iterations N` for text");
     }
+    // A selector may match nothing yet: wait here, on the terminal we have not taken over.
+    cfg.pid = wait_for_match(opt.target.selector);
+    if (g_stop_requested) return 0;  // interrupted while waiting
     // Before the collector: "attaching…" shows while the probes load, and the dashboard
     // (which queues the snapshots) outlives the collector thread on every way out.
     tui::Dashboard dash(cfg.pid, cfg.interval_seconds, !opt.no_color);
-    Collector col(cfg);
-    for (auto& s : default_sources(cfg)) col.add_source(std::move(s));
-    col.start([&](const auto& progress) { dash.attaching(progress); });
-    auto server = maybe_listen(col, opt);
-    col.run_in_background([&](const std::shared_ptr<const Snapshot>& s) { dash.post(s); });
-    const auto newest = dash.run({.reset_window = [&] { col.reset_window(); },
-                                  .request_jvm_dump = [&] { col.request(OnDemand::jvm_dump); },
-                                  .stop_requested = [] { return g_stop_requested.load(); }},
-                                 opt.iterations);
-    col.stop();
-    return exit_status(newest);
+    Follower follower(opt.target, cfg, /*say=*/false);  // the dashboard owns the terminal
+    follower.start(false, [&](const auto& progress) { dash.attaching(progress); });
+    std::unique_ptr<MetricsServer> server;
+    if (!opt.listen.empty())
+        server = std::make_unique<MetricsServer>([&follower] { return follower.latest(); }, cfg.label_cap, opt.listen,
+                                                 opt.allow_remote);
+    follower.run_in_background([&](const std::shared_ptr<const Snapshot>& s) { dash.post(s); });
+    const auto newest =
+        dash.run({.reset_window = [&] { follower.with_collector([](Collector& c) { c.reset_window(); }); },
+                  .request_jvm_dump = [&] { follower.with_collector([](Collector& c) { c.request(OnDemand::jvm_dump); }); },
+                  .stop_requested = [] { return g_stop_requested.load(); }},
+                 opt.iterations);
+    follower.stop();
+    // A followed service outlives its processes: leaving while it is down is not an error.
+    return opt.target.selector.follows_restarts() ? 0 : exit_status(newest);
 }
 
 }  // namespace qscope

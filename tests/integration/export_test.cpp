@@ -127,9 +127,12 @@ void collect_exprs(const json& j, std::vector<std::string>& out) {
     }
 }
 
+// `service`: this exporter has a lone --pid, so no service label; the variable's All (.*)
+// is what Grafana sends then.
 std::string substitute(std::string e, const std::string& instance) {
     const std::vector<std::pair<std::string, std::string>> vars = {
         {"${instance}", instance},       {"[[instance]]", instance},     {"$instance", instance},
+        {"${service}", ".*"},            {"$service", ".*"},
         {"${__rate_interval}", kRateInterval}, {"$__rate_interval", kRateInterval},
         {"${__interval}", "2s"},         {"$__interval", "2s"},         {"${__range}", "1m"},
         {"$__range", "1m"}};
@@ -383,12 +386,15 @@ TEST_CASE("export: promtool, a real Prometheus runs every dashboard query, value
     const json dash = json::parse(df);
     // The datasource is a template variable, never an __inputs placeholder.
     CHECK_FALSE(dash.contains("__inputs"));
-    bool has_ds_var = false, has_instance_var = false;
+    bool has_ds_var = false, has_instance_var = false, has_service_var = false;
     for (const auto& v : dash["templating"]["list"]) {
         has_ds_var = has_ds_var || (v["name"] == "datasource" && v["type"] == "datasource" && v["query"] == "prometheus");
         has_instance_var = has_instance_var || (v["name"] == "instance" &&
                                                 v["definition"] == "label_values(qscope_target_info, instance)");
+        has_service_var = has_service_var || (v["name"] == "service" && v["allValue"] == ".*" &&
+                                              v["includeAll"] == true);
     }
+    CHECK(has_service_var);
     CHECK(has_ds_var);
     CHECK(has_instance_var);
     std::vector<std::string> exprs;

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <httplib.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -412,6 +414,82 @@ std::string PgCluster::psql(const std::string& sql) const {
 int PgCluster::count(const std::string& where) const {
     return std::atoi(psql("select count(*) from pg_stat_activity where backend_type = 'client backend' and "
                           "pid <> pg_backend_pid() and " + where).c_str());
+}
+
+std::map<std::string, double> parse_metrics(const std::string& text) {
+    std::map<std::string, double> out;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        const auto sp = line.rfind(' ');
+        if (sp == std::string::npos) continue;
+        out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+    }
+    return out;
+}
+
+static void collect_exprs(const nlohmann::json& j, std::vector<std::string>& out) {
+    if (j.is_object()) {
+        for (auto it = j.begin(); it != j.end(); ++it) {
+            if (it.key() == "expr" && it.value().is_string())
+                out.push_back(it.value().get<std::string>());
+            else
+                collect_exprs(it.value(), out);
+        }
+    } else if (j.is_array()) {
+        for (const auto& e : j) collect_exprs(e, out);
+    }
+}
+
+std::vector<std::string> dashboard_exprs() {
+    std::vector<std::string> out;
+    std::ifstream f(source_dir() + "/dashboards/qscope.json");
+    collect_exprs(nlohmann::json::parse(f), out);
+    return out;
+}
+
+bool have_prometheus() {
+    int rc = 0;
+    sh("command -v prometheus >/dev/null", &rc);
+    return rc == 0;
+}
+
+Prometheus::Prometheus(uint16_t port, const std::vector<std::string>& targets) : dir_(temp_dir("qs-prometheus")), port_(port) {
+    {
+        std::ofstream cfg(dir_ + "/prometheus.yml");
+        cfg << "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n"
+               "scrape_configs:\n  - job_name: qscope\n    static_configs:\n      - targets: [";
+        for (size_t i = 0; i < targets.size(); ++i) cfg << (i ? ", '" : "'") << targets[i] << "'";
+        cfg << "]\n";
+    }
+    proc_ = spawn({"prometheus", "--config.file=" + dir_ + "/prometheus.yml", "--storage.tsdb.path=" + dir_ + "/data",
+                   "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"});
+}
+
+Prometheus::~Prometheus() {
+    proc_.kill_and_wait();
+    sh("rm -rf " + dir_);
+}
+
+nlohmann::json Prometheus::get(const std::string& path, const std::map<std::string, std::string>& params) {
+    httplib::Client cli("127.0.0.1", port_);
+    cli.set_connection_timeout(2, 0);
+    cli.set_read_timeout(10, 0);
+    httplib::Params p(params.begin(), params.end());
+    auto res = cli.Get(("/api/v1/" + path).c_str(), p, httplib::Headers{});
+    if (!res || res->status != 200) return nullptr;
+    try {
+        return nlohmann::json::parse(res->body);
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+nlohmann::json Prometheus::query(const std::string& expr) {
+    const auto j = get("query", {{"query", expr}});
+    if (j.is_null() || !j.contains("data")) return nlohmann::json::array();
+    return j["data"]["result"];
 }
 
 }  // namespace qs_test

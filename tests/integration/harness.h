@@ -150,4 +150,28 @@ struct PgCluster {
     int count(const std::string& where) const;
 };
 
+// ---- Prometheus (Debian's prometheus package), for the exporter's tests --------------------
+// /metrics text → "name{labels}" → value (comments skipped).
+std::map<std::string, double> parse_metrics(const std::string& text);
+bool have_prometheus();
+// A real Prometheus on 127.0.0.1:port scraping `targets` (ADDR:PORT) every second as job
+// "qscope"; stopped, and its scratch directory removed, when destroyed.
+// Every PromQL expression of dashboards/qscope.json, as written (with $variables).
+std::vector<std::string> dashboard_exprs();
+class Prometheus {
+public:
+    Prometheus(uint16_t port, const std::vector<std::string>& targets);
+    ~Prometheus();
+    Prometheus(const Prometheus&) = delete;
+    // GET /api/v1/...; null on failure. query(): the instant query's data.result array.
+    nlohmann::json get(const std::string& path, const std::map<std::string, std::string>& params);
+    nlohmann::json query(const std::string& expr);
+    std::string err() const { return proc_.err(); }
+
+private:
+    std::string dir_;
+    uint16_t port_;
+    Proc proc_;
+};
+
 }  // namespace qs_test

@@ -389,3 +389,41 @@ TEST_CASE("qscope top --iterations with stdout not a terminal prints the last fr
     CHECK(bad.rc == 2);
     CHECK(has(bad.err, "not a terminal"));
 }
+
+TEST_CASE("qscope top --port follows the server across a restart", "[top][integration]") {
+    if (!require_root()) return;
+    if (sh("command -v tmux >/dev/null && echo yes") != "yes\n") {
+        skip("tmux not installed (the terminal oracle for this test)");
+        return;
+    }
+    constexpr uint16_t kPort = 29400;  // the exporter selectors' range (reattach_test.cpp)
+    Server srv = start_target("qs_server", {"--port", std::to_string(kPort), "--workers", "2"});
+    Tmux t(120, 40);
+    REQUIRE(t.ok());
+    t.type(qscope_bin() + " top --port " + std::to_string(kPort) + " --interval 0.5; echo EXIT=$?");
+    t.keys("Enter");
+    const std::string first = "qscope pid " + std::to_string(srv.proc.pid()) + " qs_server";
+    REQUIRE(t.wait_for([&](const std::string& s) { return has(s, first); }, 20));
+
+    const pid_t old_pid = srv.proc.pid();
+    srv.proc.signal(SIGTERM);
+    REQUIRE(srv.proc.wait(10) == 0);
+    {
+        const bool waiting = t.wait_for(
+            [&](const std::string& s) { return has(s, "waiting for the next process matching port:" + std::to_string(kPort)); },
+            10);
+        INFO(t.screen());
+        CHECK(waiting);
+        CHECK(has(t.screen(), "EXITED"));
+    }
+    srv = start_target("qs_server", {"--port", std::to_string(kPort), "--workers", "2"});
+    REQUIRE(srv.proc.pid() != old_pid);
+    const std::string second = "qscope pid " + std::to_string(srv.proc.pid()) + " qs_server";
+    const double t0 = now_s();
+    const bool back = t.wait_for([&](const std::string& s) { return has(s, second) && !has(s, "EXITED"); }, 10);
+    INFO(t.screen());
+    CHECK(back);
+    std::printf("top_test: re-attached %.1f s after the restart\n", now_s() - t0);
+    t.keys("q");
+    CHECK(t.wait_for([](const std::string& s) { return has(s, "EXIT=0"); }, 10));
+}

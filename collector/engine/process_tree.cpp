@@ -123,10 +123,9 @@ struct ProcessTree::Bpf {
     uint64_t* bits = nullptr;  // the bitmap, mmapped
     uint32_t words = 0;
     size_t mapped = 0;
-    qs_tree_range* range = nullptr;  // mmapped too
+    qs_tree_range* range = nullptr;  // the skeleton's mmapped .data.tree section
     ~Bpf() {
         if (bits) munmap(bits, mapped);
-        if (range) munmap(range, 4096);
     }
 };
 
@@ -155,9 +154,8 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
     void* m = mmap(nullptr, b.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_tree), 0);
     if (m == MAP_FAILED) throw_bpf_error("tree: mmap of map qs_tree", errno);
     b.bits = static_cast<uint64_t*>(m);
-    m = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_tree_range), 0);
-    if (m == MAP_FAILED) throw_bpf_error("tree: mmap of map qs_tree_range", errno);
-    b.range = static_cast<qs_tree_range*>(m);
+    if (!b.skel->data_tree) throw_bpf_error("tree: section .data.tree is not mmapped", EINVAL);
+    b.range = &b.skel->data_tree->qs_tree_range;
     // Empty until the root is marked: min > max rejects everything.
     b.range->min = UINT64_MAX;
     b.range->max = 0;
@@ -174,7 +172,7 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
 
 int ProcessTree::map_fd() const { return bpf_map__fd(bpf_->skel->maps.qs_tree); }
 
-int ProcessTree::range_map_fd() const { return bpf_map__fd(bpf_->skel->maps.qs_tree_range); }
+int ProcessTree::range_map_fd() const { return bpf_map__fd(bpf_->skel->maps.data_tree); }
 
 uint64_t ProcessTree::lost_events() const {
     return __atomic_load_n(&bpf_->skel->bss->lost_events, __ATOMIC_RELAXED);

@@ -38,7 +38,7 @@ public:
 
     // The bitmap every BPF object shares: pass to bpf_map__reuse_fd() before loading.
     int map_fd() const;
-    int range_map_fd() const;  // qs_tree_range, shared the same way
+    int range_map_fd() const;  // the .data.tree section (qs_tree_range), shared the same way
     // Applies the forks and exits since the last call; rescans /proc if events were lost.
     void refresh();
     // Current members, root first then by PID.

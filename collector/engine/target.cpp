@@ -104,7 +104,7 @@ std::vector<int> Target::tids() const {
 
 void share_tree_maps(bpf_object* obj, const Target& target, const char* family) {
     const std::pair<const char*, int> maps[] = {{"qs_tree", target.tree_map_fd()},
-                                                {"qs_tree_range", target.tree_range_map_fd()}};
+                                                {".data.tree", target.tree_range_map_fd()}};
     for (const auto& [name, fd] : maps) {
         bpf_map* m = bpf_object__find_map_by_name(obj, name);
         if (!m) throw Error(Exit::failure, std::string(family) + ": BPF object has no map " + name);

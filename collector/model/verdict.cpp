@@ -67,6 +67,16 @@ struct Inside {
 
 // --- at the door ---------------------------------------------------------------------------
 
+// A listener several workers of a process tree accept from (prefork: nginx, gunicorn,
+// Apache): requests queue there when every worker is busy, so say how many share it and
+// whether the requests in flight account for all of them.
+std::string shared_accept_queue(const Snapshot& s, const Listener& l, uint64_t accept_q) {
+    const uint64_t workers = l.workers;
+    return "requests queue in the accept queue of :" + std::to_string(l.port) + " shared by " + fmt_count(workers) +
+           " workers" + (s.requests.in_flight >= workers ? ", all " + fmt_count(workers) + " busy" : std::string()) +
+           ": " + fmt_count(accept_q) + " connections waiting (backlog " + std::to_string(l.backlog) + ")";
+}
+
 void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
     uint64_t accept_q = 0;
     const Listener* top = nullptr;
@@ -74,7 +84,10 @@ void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
         accept_q += l.accept_queue;
         if (!top || l.accept_queue > top->accept_queue) top = &l;
     }
-    if (accept_q)
+    if (accept_q && top->workers >= 2)
+        stages.push_back({Stage::accept_queue, ":" + std::to_string(top->port), shared_accept_queue(s, *top, accept_q),
+                          accept_q});
+    else if (accept_q)
         stages.push_back({Stage::accept_queue, ":" + std::to_string(top->port),
                           fmt_count(accept_q) + " connections in the accept queue of :" + std::to_string(top->port) +
                               " (backlog " + std::to_string(top->backlog) + ")",

@@ -44,7 +44,9 @@ static json listeners_json(const std::vector<Listener>& listeners) {
                       {"accept_queue_max", l.accept_queue_max},
                       {"accepted", l.accepted},
                       {"accept_wait_seconds", q_json(l.accept_wait, false)},
-                      {"overflows", l.overflows}});
+                      {"overflows", l.overflows},
+                      {"processes", l.processes},
+                      {"workers", l.workers}});
     }
     return ls;
 }

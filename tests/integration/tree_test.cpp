@@ -20,38 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string find_nginx() {
-    for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"})
-        if (access(p, X_OK) == 0) return p;
-    return "";
-}
-
-// stub_status: "Active connections: N \n server accepts handled requests\n A H R \n
-// Reading: r Writing: w Waiting: x".
-struct StubStatus {
-    long requests = -1, writing = -1;
-};
-StubStatus stub_status(uint16_t port) {
-    StubStatus st;
-    const std::string body = http_get("127.0.0.1", port, "/nginx_status", 5);
-    std::smatch m;
-    static const std::regex counts(R"(\n\s*(\d+)\s+(\d+)\s+(\d+)\s*\n)");
-    static const std::regex writing("Writing: (\\d+)");
-    if (std::regex_search(body, m, counts)) st.requests = std::stol(m[3]);
-    if (std::regex_search(body, m, writing)) st.writing = std::stol(m[1]);
-    return st;
-}
-
-// Direct children of `pid` (every thread's children file).
-std::set<int> children(pid_t pid) {
-    std::set<int> out;
-    const std::string s = sh("cat /proc/" + std::to_string(pid) + "/task/*/children 2>/dev/null");
-    std::istringstream in(s);
-    int c;
-    while (in >> c) out.insert(c);
-    return out;
-}
-
 std::set<int> json_pids(const json& snap) {
     std::set<int> out;
     for (const auto& p : snap["target"]["processes"]["members"]) out.insert(p["pid"].get<int>());
@@ -144,6 +112,9 @@ TEST_CASE("nginx master PID: requests of every worker, against stub_status", "[t
         // One listener, shared by both workers, counted once.
         REQUIRE(s["listeners"].size() == 1);
         CHECK(s["listeners"][0]["port"].get<int>() == 18410);
+        // Held by the master and both workers (their fd tables are the oracle: /proc).
+        CHECK(s["listeners"][0]["processes"].get<int>() == 3);
+        CHECK(s["listeners"][0]["workers"].get<int>() == 2);
         // stub_status counts its own request.
         const double oracle_rate = (after - before - 1) / (t1 - t0);
         const double rate = s["requests"]["completed"].get<double>() / s["window_seconds"].get<double>();
@@ -363,13 +334,21 @@ TEST_CASE("gunicorn sync workers: in flight is the busy workers, then the accept
     const json& s = r.json;
     INFO(s["requests"].dump() << "\n" << s["verdict"].dump() << "\nss Recv-Q " << recvq);
     CHECK(s["target"]["processes"]["count"].get<int>() == 4);
+    // In flight is the busy workers: each sync worker serves one request at a time, and all
+    // three are busy (10 clients).
     CHECK(s["requests"]["in_flight_max"].get<int>() == 3);
     CHECK(s["requests"]["in_flight"].get<int>() >= 2);
     CHECK(s["requests"]["in_flight"].get<int>() <= 3);
-    REQUIRE(s["listeners"].size() == 1);
+    REQUIRE(s["listeners"].size() == 1);  // one socket, held by the arbiter and 3 workers
+    CHECK(s["listeners"][0]["processes"].get<int>() == 4);
+    CHECK(s["listeners"][0]["workers"].get<int>() == 3);
     CHECK(s["listeners"][0]["accept_queue_max"].get<int>() >= 5);
     CHECK(recvq >= 5);
     CHECK(s["verdict"]["stage"] == "accept_queue");
+    CHECK(s["verdict"]["where"] == ":18440");
+    const std::string summary = s["verdict"]["summary"].get<std::string>();
+    CHECK(summary.rfind("requests queue in the accept queue of :18440 shared by 3 workers", 0) == 0);
+    if (s["requests"]["in_flight"].get<int>() == 3) CHECK(summary.find("all 3 busy") != std::string::npos);
 
     // SIGTTIN: the arbiter forks a fourth worker while qscope watches.
     Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(master.pid()), "--duration", "3", "--json",
@@ -386,6 +365,8 @@ TEST_CASE("gunicorn sync workers: in flight is the busy workers, then the accept
     INFO(s2["target"].dump() << "\n" << s2["requests"].dump());
     CHECK(json_pids(s2).count(*fresh.begin()) == 1);
     CHECK(s2["requests"]["in_flight_max"].get<int>() == 4);
+    REQUIRE(s2["listeners"].size() == 1);
+    CHECK(s2["listeners"][0]["workers"].get<int>() == 4);  // the new worker holds it too
     load.wait(20);
     master.signal(SIGTERM);
     master.wait(10);

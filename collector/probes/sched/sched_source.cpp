@@ -192,7 +192,16 @@ private:
     MapReader<qs_wait_key, qs_wait_val> waits_reader_;
     MapReader<qs_group_key, qs_hist, 64> rq_reader_;  // few keys, 5 KiB values
     // Per process: addresses and fds mean something only within their process.
-    std::map<int, std::unique_ptr<Symbolizer>> syms_;
+    // Made on a process's first stack and capped (least recently used goes first): a tree of
+    // hundreds of backends, each blocked with a stack, would otherwise hold hundreds of
+    // copies of the same libraries' symbol tables. An evicted one is made again when needed.
+    static constexpr size_t kMaxSymbolizers = 32;
+    struct SymEntry {
+        std::unique_ptr<Symbolizer> sym;
+        uint64_t used = 0;
+    };
+    std::map<int, SymEntry> syms_;
+    uint64_t sym_clock_ = 0;
     std::set<int> sym_refreshed_;  // processes whose libraries were re-read this tick
     // Kernel frames are named from the second tick on: the first load of /proc/kallsyms
     // (~120k symbols, 100-150 ms of CPU) is not worth delaying the first frame for.
@@ -330,15 +339,22 @@ Symbolizer* SchedSource::symbolizer_of(int tgid) {
     if (!cfg_.want_stacks) return nullptr;
     auto it = syms_.find(tgid);
     if (it == syms_.end()) {
+        if (syms_.size() >= kMaxSymbolizers) {
+            auto lru = syms_.end();
+            for (auto j = syms_.begin(); j != syms_.end(); ++j)
+                if (j->first != pid_ && (lru == syms_.end() || j->second.used < lru->second.used)) lru = j;
+            if (lru != syms_.end()) syms_.erase(lru);
+        }
         std::unique_ptr<Symbolizer> s;
         try {
             s = std::make_unique<Symbolizer>(tgid);
         } catch (const std::exception& e) {
             if (stack_warning_.empty()) stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
         }
-        it = syms_.emplace(tgid, std::move(s)).first;
+        it = syms_.emplace(tgid, SymEntry{std::move(s), 0}).first;
     }
-    return it->second.get();
+    it->second.used = ++sym_clock_;
+    return it->second.sym.get();
 }
 
 int SchedSource::ringbuf_cb(void* ctx, void* data, size_t size) {

@@ -198,9 +198,19 @@ void ProcessTree::mark(int pid, bool on) {
     }
 }
 
+// Threads: in /proc/PID/status counts the zombie leader until the last thread is released.
+bool process_exited(int pid, char leader_state) {
+    if (leader_state == 'X') return true;
+    if (leader_state != 'Z') return false;
+    std::string status;
+    if (!read_file("/proc/" + std::to_string(pid) + "/status", status)) return true;
+    const auto p = status.find("\nThreads:");
+    return p == std::string::npos || std::atoi(status.c_str() + p + 9) <= 1;
+}
+
 void ProcessTree::add(int pid, int ppid) {
     ProcStat st;
-    if (!read_stat(pid, st) || st.state == 'Z' || st.state == 'X') return;
+    if (!read_stat(pid, st) || process_exited(pid, st.state)) return;
     ProcessMember m;
     m.pid = pid;
     m.ppid = ppid;
@@ -243,7 +253,8 @@ int ProcessTree::on_event(void* ctx, void* data, size_t size) {
 void ProcessTree::rescan() {
     for (auto it = members_.begin(); it != members_.end();) {
         ProcStat st;
-        if (!read_stat(it->first, st) || st.start_time != it->second.start_time_ticks || st.state == 'Z') {
+        if (!read_stat(it->first, st) || st.start_time != it->second.start_time_ticks ||
+            process_exited(it->first, st.state)) {
             // Gone, or its PID reused by a stranger: the bit goes too.
             if (it->first != root_) mark(it->first, false);
             it = members_.erase(it);

@@ -28,6 +28,7 @@
 #include "engine/bpf_util.h"
 #include "model/errors.h"
 #include "sys/proc_tasks.h"
+#include "tree.h"  // struct qs_tree_range: the skeleton maps its .data.tree section
 #include "sched.skel.h"
 #include "engine/source.h"
 #include "symbols/symbolizer.h"

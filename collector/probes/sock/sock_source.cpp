@@ -18,6 +18,7 @@
 #include "engine/bpf_util.h"
 #include "model/errors.h"
 #include "sys/proc_fds.h"
+#include "tree.h"  // struct qs_tree_range: the skeleton maps its .data.tree section
 #include "sock.skel.h"
 #include "sys/sock_diag.h"
 #include "engine/source.h"

@@ -12,6 +12,7 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -193,14 +194,18 @@ private:
     MapReader<qs_wait_key, qs_wait_val> waits_reader_;
     MapReader<qs_group_key, qs_hist, 64> rq_reader_;  // few keys, 5 KiB values
     // Per process: addresses and fds mean something only within their process.
-    // Made on a process's first stack and capped (least recently used goes first): a tree of
-    // hundreds of backends, each blocked with a stack, would otherwise hold hundreds of
-    // copies of the same libraries' symbol tables. An evicted one is made again when needed.
-    static constexpr size_t kMaxSymbolizers = 32;
+    // Made on a process's first stack. Processes that map the same code at the same
+    // addresses (workers forked without exec) share one (Symbolizer::modules_signature), and
+    // distinct ones are capped, least recently used first: a tree of hundreds of backends
+    // would otherwise hold hundreds of copies of the same libraries' symbol tables (~2 MiB
+    // each). An evicted one is made again when needed.
+    static constexpr size_t kMaxSymbolizers = 16;
     struct SymEntry {
-        std::unique_ptr<Symbolizer> sym;
+        std::shared_ptr<Symbolizer> sym;
         uint64_t used = 0;
     };
+    std::shared_ptr<Symbolizer> shared_symbolizer(int tgid) const;
+    void evict_symbolizers();
     std::map<int, SymEntry> syms_;
     uint64_t sym_clock_ = 0;
     std::set<int> sym_refreshed_;  // processes whose libraries were re-read this tick
@@ -318,8 +323,39 @@ void SchedSource::refresh_processes() {
     std::set<int> live;
     for (const auto& p : procs) live.insert(p.pid);
     for (auto it = fds_.begin(); it != fds_.end();) it = live.count(it->first) ? std::next(it) : fds_.erase(it);
-    for (auto it = syms_.begin(); it != syms_.end();)
-        it = live.count(it->first) || it->first == pid_ ? std::next(it) : syms_.erase(it);
+    // A shared symbolizer reads its owner's /proc: when the owner goes, so do its sharers.
+    for (auto it = syms_.begin(); it != syms_.end();) {
+        const bool owner_live = !it->second.sym || live.count(it->second.sym->pid()) || it->second.sym->pid() == pid_;
+        it = (live.count(it->first) || it->first == pid_) && owner_live ? std::next(it) : syms_.erase(it);
+    }
+}
+
+// One of a live process with the same code at the same addresses, if any.
+std::shared_ptr<Symbolizer> SchedSource::shared_symbolizer(int tgid) const {
+    const std::string sig = Symbolizer::modules_signature(tgid);
+    if (sig.empty()) return nullptr;
+    struct stat st;
+    if (::stat(("/proc/" + std::to_string(tgid) + "/root/tmp/perf-" + std::to_string(tgid) + ".map").c_str(), &st) == 0)
+        return nullptr;  // JIT code of its own
+    for (const auto& [pid, e] : syms_)
+        if (e.sym && !e.sym->has_perf_map() && e.sym->signature() == sig) return e.sym;
+    return nullptr;
+}
+
+// Frees the least recently used distinct symbolizer (never the root's) when at the cap.
+void SchedSource::evict_symbolizers() {
+    std::map<const Symbolizer*, uint64_t> last_use;
+    for (const auto& [pid, e] : syms_)
+        if (e.sym) last_use[e.sym.get()] = std::max(last_use[e.sym.get()], e.used);
+    if (last_use.size() < kMaxSymbolizers) return;
+    const Symbolizer* lru = nullptr;
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [sym, used] : last_use)
+        if (sym->pid() != pid_ && used < oldest) {
+            oldest = used;
+            lru = sym;
+        }
+    for (auto it = syms_.begin(); it != syms_.end();) it = it->second.sym.get() == lru ? syms_.erase(it) : std::next(it);
 }
 
 std::string SchedSource::tree_group(uint32_t tgid, const char group[QS_COMM_LEN]) const {
@@ -340,17 +376,14 @@ Symbolizer* SchedSource::symbolizer_of(int tgid) {
     if (!cfg_.want_stacks) return nullptr;
     auto it = syms_.find(tgid);
     if (it == syms_.end()) {
-        if (syms_.size() >= kMaxSymbolizers) {
-            auto lru = syms_.end();
-            for (auto j = syms_.begin(); j != syms_.end(); ++j)
-                if (j->first != pid_ && (lru == syms_.end() || j->second.used < lru->second.used)) lru = j;
-            if (lru != syms_.end()) syms_.erase(lru);
-        }
-        std::unique_ptr<Symbolizer> s;
-        try {
-            s = std::make_unique<Symbolizer>(tgid);
-        } catch (const std::exception& e) {
-            if (stack_warning_.empty()) stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
+        std::shared_ptr<Symbolizer> s = shared_symbolizer(tgid);
+        if (!s) {
+            evict_symbolizers();
+            try {
+                s = std::make_shared<Symbolizer>(tgid);
+            } catch (const std::exception& e) {
+                if (stack_warning_.empty()) stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
+            }
         }
         it = syms_.emplace(tgid, SymEntry{std::move(s), 0}).first;
     }
@@ -375,7 +408,14 @@ void SchedSource::on_stack(const qs_stack_event& e) {
     k.syscall = e.syscall;
     k.res = e.res;
     StackInfo st;
-    if (Symbolizer* sym = symbolizer_of(static_cast<int>(e.tgid))) {
+    Symbolizer* sym = symbolizer_of(static_cast<int>(e.tgid));
+    if (sym && sym->pid() != static_cast<int>(e.tgid) && sym_refreshed_.insert(static_cast<int>(e.tgid)).second &&
+        Symbolizer::modules_signature(static_cast<int>(e.tgid)) != sym->signature()) {
+        // A sharer that loaded a library of its own since: it gets its own symbolizer.
+        syms_.erase(static_cast<int>(e.tgid));
+        sym = symbolizer_of(static_cast<int>(e.tgid));
+    }
+    if (sym) {
         try {
             if (sym_refreshed_.insert(static_cast<int>(e.tgid)).second)  // libraries loaded since the last tick
                 sym->refresh();

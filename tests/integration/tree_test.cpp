@@ -451,6 +451,6 @@ TEST_CASE("a process per connection: 300 processes followed, counted as /proc co
     REQUIRE(s["listeners"].size() == 1);
     CHECK(s["listeners"][0]["processes"].get<int>() == 1);
     CHECK(rss_max > 0);
-    CHECK(rss_max < 128 * 1024);
+    CHECK(rss_max < 80 * 1024);  // 60 MiB measured; 103 MiB before symbolizers were shared
     load.kill_and_wait();
 }

@@ -217,7 +217,8 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
     for (const auto& l : s.listeners)
         o << "  :" << l.port << " " << l.addr << "  queue " << l.accept_queue << " (max " << l.accept_queue_max
           << ") of backlog " << l.backlog << ", accepted " << l.accepted << ", wait p50 "
-          << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows << "\n";
+          << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows
+          << (l.processes > 1 ? ", held by " + std::to_string(l.processes) + " processes" : std::string()) << "\n";
 
     const auto& r = s.requests;
     o << "\nREQUESTS\n  in flight " << r.in_flight << " (max " << r.in_flight_max << "), unread in connector "

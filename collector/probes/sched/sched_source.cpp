@@ -227,6 +227,13 @@ private:
     // Window baselines, per kernel key: cumulative (completed + ongoing) at window start.
     CumMap base_waits_;
     std::map<std::string, Histogram> base_rq_;
+    // Run-queue histograms of processes that left the tree, folded by label and their keys
+    // deleted from rq_hist: a tree with a process per connection would otherwise fill the map
+    // with the keys of exited processes within seconds. Labels are taken with the roles of
+    // the tick before (a departed process has no role this tick).
+    std::map<std::string, Histogram> departed_rq_;
+    std::set<int> live_;                               // the tree's members this tick
+    std::map<uint32_t, std::string> last_role_of_;     // role_of_ of the tick before
     // Stacks by kernel wait key (group, syscall, res): the latest capture for that key.
     std::map<qs_wait_key, StackInfo, WaitKeyLess> stacks_;
     // Exported counters are kept monotonic across the (rare) tick where a wait completes
@@ -313,6 +320,7 @@ void SchedSource::refresh_processes() {
     const auto procs = target_->processes();
     processes_ = std::max<size_t>(procs.size(), 1);
     std::set<std::string> roles;
+    last_role_of_ = std::move(role_of_);
     role_of_.clear();
     for (const auto& p : procs) {
         role_of_[static_cast<uint32_t>(p.pid)] = p.role;
@@ -322,6 +330,7 @@ void SchedSource::refresh_processes() {
     // Exited processes' fd tables and symbols go with them.
     std::set<int> live;
     for (const auto& p : procs) live.insert(p.pid);
+    live_ = live;
     for (auto it = fds_.begin(); it != fds_.end();) it = live.count(it->first) ? std::next(it) : fds_.erase(it);
     // A shared symbolizer reads its owner's /proc: when the owner goes, so do its sharers.
     for (auto it = syms_.begin(); it != syms_.end();) {
@@ -443,16 +452,27 @@ WaitMap SchedSource::read_waits() {
 }
 
 std::map<std::string, Histogram> SchedSource::read_runqueue() {
-    std::map<std::string, Histogram> out;
-    rq_reader_.for_each(bpf_map__fd(skel_->maps.rq_hist), [&](const qs_group_key& k, const qs_hist& h) {
+    std::map<std::string, Histogram> out = departed_rq_;
+    std::vector<qs_group_key> gone;
+    const int fd = bpf_map__fd(skel_->maps.rq_hist);
+    rq_reader_.for_each(fd, [&](const qs_group_key& k, const qs_hist& h) {
         Histogram hist = Histogram::from_kernel(h);
-        const std::string g = tree_group(k.tgid, k.group);
-        auto it = out.find(g);
-        if (it == out.end())
-            out.emplace(g, std::move(hist));
-        else
-            it->second.merge(hist);
+        const bool departed = k.tgid != 0 && static_cast<int>(k.tgid) != pid_ && !live_.count(static_cast<int>(k.tgid));
+        std::string g;
+        if (departed) {
+            auto r = last_role_of_.find(k.tgid);
+            g = group_of(k.group);
+            if (!g.empty() && r != last_role_of_.end()) g += ": " + r->second;
+            departed_rq_[g].merge(hist);
+            gone.push_back(k);
+        } else {
+            g = tree_group(k.tgid, k.group);
+        }
+        out[g].merge(hist);
     });
+    // The process is gone: its key gets no more updates (a PID reused within the tick by a
+    // new member loses that tick's samples).
+    for (const auto& k : gone) bpf_map_delete_elem(fd, &k);
     return out;
 }
 

@@ -5,14 +5,21 @@
 # (kernel.bpf_stats_enabled), each program's ns per run for the two builds with the spread
 # over rounds, and wrk's throughput under each. Needs root; loopback only; bounded.
 #
-#   sudo bench/compare_builds.sh OLD/qscope NEW/qscope [--rounds N=5] [--seconds S=4]
+#   sudo bench/compare_builds.sh OLD/qscope NEW/qscope [--rounds N=5] [--seconds S=4] [--spanning]
 #
 # qs_server comes from the new build's tree (NEW/../targets).
+# --spanning: the idle target is a small process tree (a shell and two children) whose PIDs
+# lie on both sides of nginx's, so nginx's events pass the new build's member-range check and
+# are rejected by the bitmap: the process-tree filter's slower path. Without it the idle
+# target's range holds no other process (the reject-by-range path).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 [[ $# -ge 2 ]] || { echo "usage: $0 OLD_QSCOPE NEW_QSCOPE [--rounds N] [--seconds S]" >&2; exit 2; }
 OLD=$(realpath "$1") NEW=$(realpath "$2"); shift 2
+SPANNING=0 rest=()
+for a in "$@"; do [[ $a == --spanning ]] && SPANNING=1 || rest+=("$a"); done
+set -- "${rest[@]+"${rest[@]}"}"
 . bench/lib.sh
 bench_args compare_builds "$@"
 [[ " $* " == *" --seconds "* ]] || SECS=4
@@ -29,9 +36,22 @@ cleanup() {
 trap cleanup EXIT
 old_stats=$(sysctl -n kernel.bpf_stats_enabled)
 
-bench_nginx "$work" 25180
-$T/qs_server --port 0 --workers 2 >"$work/idle.log" 2>&1 & pids+=($!); idle_pid=$!
-for _ in $(seq 200); do grep -q 'READY' "$work/idle.log" && break; sleep 0.05; done
+if [[ $SPANNING == 1 ]]; then
+  # A shell forks one child before nginx starts and one after (on a line in the fifo).
+  mkfifo "$work/fork"
+  bash -c "sleep 3600 & read -r _ <'$work/fork'; sleep 3600 & wait" & pids+=($!); idle_pid=$!
+  sleep 0.3
+  bench_nginx "$work" 25180
+  sleep 0.3
+  echo go >"$work/fork"
+  sleep 0.3
+  kids=$(cat /proc/$idle_pid/task/*/children); for k in $kids; do pids+=("$k"); done
+  echo "idle tree: $idle_pid $kids; nginx: $(cat "$work/nginx.pid") $(pgrep -P "$(cat "$work/nginx.pid")")" >&2
+else
+  bench_nginx "$work" 25180
+  $T/qs_server --port 0 --workers 2 >"$work/idle.log" 2>&1 & pids+=($!); idle_pid=$!
+  for _ in $(seq 200); do grep -q 'READY' "$work/idle.log" && break; sleep 0.05; done
+fi
 
 : >"$work/runs.tsv"
 sysctl -qw kernel.bpf_stats_enabled=1
@@ -56,16 +76,21 @@ sysctl -qw kernel.bpf_stats_enabled="$old_stats"
 python3 - "$work/runs.tsv" <<'PY'
 import sys, statistics as st
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-data = {}
+data, by_round = {}, {}
 for which, r, name, v in rows:
     data.setdefault(name, {}).setdefault(which, []).append(float(v))
+    by_round.setdefault(name, {}).setdefault(r, {})[which] = float(v)
 def cell(vs):
     return "%.1f (%.1f..%.1f)" % (st.median(vs), min(vs), max(vs)) if vs else "-"
-print("| program (filtered out: attached to an idle process) | old: median (range) | new: median (range) | new/old |")
+# Paired: both builds ran in the same round, minutes apart at most, so a round's ratio
+# cancels what the machine was doing then; the spread of those ratios is the noise.
+def paired(name):
+    rs = [v["new"] / v["old"] for v in by_round[name].values() if v.get("old") and v.get("new")]
+    return "%.2f (%.2f..%.2f, n=%d)" % (st.median(rs), min(rs), max(rs), len(rs)) if rs else "-"
+print("| program (filtered out: attached to an idle process) | old: median (range) | new: median (range) | new/old, paired rounds: median (range) |")
 print("|---|---|---|---|")
 for name in sorted(data, key=lambda n: (n == "wrk_rps", n)):
     o, n = data[name].get("old", []), data[name].get("new", [])
-    ratio = "%.2f" % (st.median(n) / st.median(o)) if o and n and st.median(o) else "-"
     label = "wrk → nginx, requests/s" if name == "wrk_rps" else name + ", ns/run"
-    print("| %s | %s | %s | %s |" % (label, cell(o), cell(n), ratio))
+    print("| %s | %s | %s | %s |" % (label, cell(o), cell(n), paired(name)))
 PY

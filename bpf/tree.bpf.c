@@ -42,12 +42,9 @@ static __always_inline void emit(__u32 kind, __u32 tgid, __u32 ptgid)
  * fork elsewhere in the tree may lose this update; both are retried a few times. */
 static __always_inline void widen_range(__u32 tgid)
 {
-	__u32 zero = 0;
-	struct qs_tree_range *r = bpf_map_lookup_elem(&qs_tree_range, &zero);
+	struct qs_tree_range *r = &qs_tree_range;
 	int i;
 
-	if (!r)
-		return;
 	for (i = 0; i < 4; i++) {
 		__u64 cur = r->max;
 		if (tgid <= cur || __sync_val_compare_and_swap(&r->max, cur, tgid) == cur)

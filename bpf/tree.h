@@ -6,7 +6,9 @@
  * look-up, so the test an unrelated event pays is a bounds check, a load, a shift and a mask:
  * about what the single-tgid compare it replaces cost, and no hashing. A bitmap is exact (no
  * collisions) and small: pid_max/8 bytes, 4 KiB at the default 32,768, 512 KiB at 2^22. A
- * range check on one hot cache line comes first (qs_tree_range).
+ * range check on one hot cache line comes first (qs_tree_range): an event of a process
+ * outside [smallest, largest member] never touches the bitmap, and a tree of one process
+ * (--no-children, or a root that has not forked) is exactly the single-tgid compare.
  */
 #ifndef QSCOPE_TREE_H
 #define QSCOPE_TREE_H
@@ -39,13 +41,13 @@ struct {
 	__type(value, __u64);
 } qs_tree SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct qs_tree_range);
-} qs_tree_range SEC(".maps");
+/* The range is a global in a data section of its own, not a map looked up: an unrelated event
+ * is rejected by two plain loads at a fixed address and two compares, what the single-tgid
+ * compare against rodata cost (no key on the stack, no inlined look-up, no NULL check). The
+ * section is an internal array map of one value; user space replaces every object's copy with
+ * tree.bpf.c's (share_tree_maps, by the name ".data.tree") before load, so all see one range.
+ * Nothing else may live in this section: every object's copy must have the same size. */
+struct qs_tree_range qs_tree_range SEC(".data.tree") = { .min = ~0ULL, .max = 0 };
 
 static __always_inline __u64 *qs_tree_word(__u32 tgid)
 {
@@ -55,11 +57,10 @@ static __always_inline __u64 *qs_tree_word(__u32 tgid)
 
 static __always_inline int qs_in_tree(__u32 tgid)
 {
-	__u32 zero = 0;
-	struct qs_tree_range *r = bpf_map_lookup_elem(&qs_tree_range, &zero);
 	__u64 *bits;
 
-	if (!r || tgid < r->min || tgid > r->max)
+	/* The reject path: nothing but these two compares. */
+	if (tgid < qs_tree_range.min || tgid > qs_tree_range.max)
 		return 0;
 	bits = qs_tree_word(tgid);
 	return bits && ((*bits >> (tgid & 63)) & 1);

@@ -123,10 +123,9 @@ struct ProcessTree::Bpf {
     uint64_t* bits = nullptr;  // the bitmap, mmapped
     uint32_t words = 0;
     size_t mapped = 0;
-    qs_tree_range* range = nullptr;  // mmapped too
+    qs_tree_range* range = nullptr;  // the skeleton's mmapped .data.tree section
     ~Bpf() {
         if (bits) munmap(bits, mapped);
-        if (range) munmap(range, 4096);
     }
 };
 
@@ -155,9 +154,8 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
     void* m = mmap(nullptr, b.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_tree), 0);
     if (m == MAP_FAILED) throw_bpf_error("tree: mmap of map qs_tree", errno);
     b.bits = static_cast<uint64_t*>(m);
-    m = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_tree_range), 0);
-    if (m == MAP_FAILED) throw_bpf_error("tree: mmap of map qs_tree_range", errno);
-    b.range = static_cast<qs_tree_range*>(m);
+    if (!b.skel->data_tree) throw_bpf_error("tree: section .data.tree is not mmapped", EINVAL);
+    b.range = &b.skel->data_tree->qs_tree_range;
     // Empty until the root is marked: min > max rejects everything.
     b.range->min = UINT64_MAX;
     b.range->max = 0;
@@ -174,7 +172,7 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
 
 int ProcessTree::map_fd() const { return bpf_map__fd(bpf_->skel->maps.qs_tree); }
 
-int ProcessTree::range_map_fd() const { return bpf_map__fd(bpf_->skel->maps.qs_tree_range); }
+int ProcessTree::range_map_fd() const { return bpf_map__fd(bpf_->skel->maps.data_tree); }
 
 uint64_t ProcessTree::lost_events() const {
     return __atomic_load_n(&bpf_->skel->bss->lost_events, __ATOMIC_RELAXED);
@@ -200,9 +198,19 @@ void ProcessTree::mark(int pid, bool on) {
     }
 }
 
+// Threads: in /proc/PID/status counts the zombie leader until the last thread is released.
+bool process_exited(int pid, char leader_state) {
+    if (leader_state == 'X') return true;
+    if (leader_state != 'Z') return false;
+    std::string status;
+    if (!read_file("/proc/" + std::to_string(pid) + "/status", status)) return true;
+    const auto p = status.find("\nThreads:");
+    return p == std::string::npos || std::atoi(status.c_str() + p + 9) <= 1;
+}
+
 void ProcessTree::add(int pid, int ppid) {
     ProcStat st;
-    if (!read_stat(pid, st) || st.state == 'Z' || st.state == 'X') return;
+    if (!read_stat(pid, st) || process_exited(pid, st.state)) return;
     ProcessMember m;
     m.pid = pid;
     m.ppid = ppid;
@@ -245,7 +253,8 @@ int ProcessTree::on_event(void* ctx, void* data, size_t size) {
 void ProcessTree::rescan() {
     for (auto it = members_.begin(); it != members_.end();) {
         ProcStat st;
-        if (!read_stat(it->first, st) || st.start_time != it->second.start_time_ticks || st.state == 'Z') {
+        if (!read_stat(it->first, st) || st.start_time != it->second.start_time_ticks ||
+            process_exited(it->first, st.state)) {
             // Gone, or its PID reused by a stranger: the bit goes too.
             if (it->first != root_) mark(it->first, false);
             it = members_.erase(it);

@@ -27,6 +27,11 @@ struct ProcessMember {
 // root) or "child". Pure: unit-tested.
 std::string process_role(const std::string& comm, const std::string& cmdline, bool is_root);
 
+// Has the process exited, given its leader's state from /proc/PID/stat? A zombie leader is
+// not enough: a main thread that called pthread_exit leaves a zombie leader while the other
+// threads serve on (ps shows "Zl"); the process is gone when no thread is left.
+bool process_exited(int pid, char leader_state);
+
 class ProcessTree {
 public:
     // Loads bpf/tree.bpf.c and marks `root` (and, with `children`, its descendants, and from
@@ -38,7 +43,7 @@ public:
 
     // The bitmap every BPF object shares: pass to bpf_map__reuse_fd() before loading.
     int map_fd() const;
-    int range_map_fd() const;  // qs_tree_range, shared the same way
+    int range_map_fd() const;  // the .data.tree section (qs_tree_range), shared the same way
     // Applies the forks and exits since the last call; rescans /proc if events were lost.
     void refresh();
     // Current members, root first then by PID.

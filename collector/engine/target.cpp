@@ -38,7 +38,7 @@ Target Target::open(int pid) {
         throw Error(Exit::no_target, "cannot parse /proc/" + std::to_string(pid) + "/stat");
     if (st.flags & PF_KTHREAD_FLAG)
         throw Error(Exit::no_target, "PID " + std::to_string(pid) + " (" + st.comm + ") is a kernel thread: qscope observes user-space server processes");
-    if (st.state == 'Z')
+    if (process_exited(pid, st.state))
         throw Error(Exit::no_target, "PID " + std::to_string(pid) + " (" + st.comm + ") is a zombie: it has exited");
     // A thread id is not a process: /proc/TID exists but names the thread's group.
     std::string status;
@@ -73,13 +73,7 @@ bool Target::alive() const {
         return false;
     ProcStat st;
     if (!parse_proc_stat(text, st)) return false;
-    if (st.start_time != start_ticks_ || st.state == 'X') return false;
-    if (st.state != 'Z') return true;
-    // A zombie leader whose other threads still run is alive: Threads counts them.
-    std::string status;
-    if (!read_file("/proc/" + pid + "/status", status)) return false;
-    auto p = status.find("\nThreads:");
-    return p != std::string::npos && std::atoi(status.c_str() + p + 9) > 1;
+    return st.start_time == start_ticks_ && !process_exited(pid_, st.state);
 }
 
 // Threads: in /proc/PID/status is the kernel's counter; listing /proc/PID/task would
@@ -104,7 +98,7 @@ std::vector<int> Target::tids() const {
 
 void share_tree_maps(bpf_object* obj, const Target& target, const char* family) {
     const std::pair<const char*, int> maps[] = {{"qs_tree", target.tree_map_fd()},
-                                                {"qs_tree_range", target.tree_range_map_fd()}};
+                                                {".data.tree", target.tree_range_map_fd()}};
     for (const auto& [name, fd] : maps) {
         bpf_map* m = bpf_object__find_map_by_name(obj, name);
         if (!m) throw Error(Exit::failure, std::string(family) + ": BPF object has no map " + name);

@@ -110,6 +110,8 @@ struct Listener {
     uint64_t accepted = 0;            // in the window
     Quantiles accept_wait;            // window
     uint64_t overflows = 0;           // in the window
+    uint32_t processes = 0;           // processes of the target holding the port's listening socket(s)
+    uint32_t workers = 0;             // of them, other than the tree's root (a prefork server's supervisor)
     // cumulative since attach (exporter)
     uint64_t accepted_total = 0;
     uint64_t overflows_total = 0;

@@ -67,6 +67,16 @@ struct Inside {
 
 // --- at the door ---------------------------------------------------------------------------
 
+// A listener several workers of a process tree accept from (prefork: nginx, gunicorn,
+// Apache): requests queue there when every worker is busy, so say how many share it and
+// whether the requests in flight account for all of them.
+std::string shared_accept_queue(const Snapshot& s, const Listener& l, const std::string& at, uint64_t accept_q) {
+    const uint64_t workers = l.workers;
+    return "requests queue in the accept queue of " + at + " shared by " + fmt_count(workers) +
+           " workers" + (s.requests.in_flight >= workers ? ", all " + fmt_count(workers) + " busy" : std::string()) +
+           ": " + fmt_count(accept_q) + " connections waiting (backlog " + std::to_string(l.backlog) + ")";
+}
+
 void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
     uint64_t accept_q = 0;
     const Listener* top = nullptr;
@@ -76,10 +86,13 @@ void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
     }
     if (accept_q) {
         const std::string at = top->unix_path.empty() ? ":" + std::to_string(top->port) : "unix:" + top->unix_path;
-        stages.push_back({Stage::accept_queue, at,
-                          fmt_count(accept_q) + " connections in the accept queue of " + at +
-                              " (backlog " + std::to_string(top->backlog) + ")",
-                          accept_q});
+        if (top->workers >= 2)
+            stages.push_back({Stage::accept_queue, at, shared_accept_queue(s, *top, at, accept_q), accept_q});
+        else
+            stages.push_back({Stage::accept_queue, at,
+                              fmt_count(accept_q) + " connections in the accept queue of " + at +
+                                  " (backlog " + std::to_string(top->backlog) + ")",
+                              accept_q});
     }
     const uint64_t unread = s.requests.waiting_unread;
     if (unread) {

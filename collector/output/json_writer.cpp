@@ -44,7 +44,9 @@ static json listeners_json(const std::vector<Listener>& listeners) {
                       {"accept_queue_max", l.accept_queue_max},
                       {"accepted", l.accepted},
                       {"accept_wait_seconds", q_json(l.accept_wait, false)},
-                      {"overflows", l.overflows}});
+                      {"overflows", l.overflows},
+                      {"processes", l.processes},
+                      {"workers", l.workers}});
         if (!l.unix_path.empty()) ls.back()["unix_path"] = l.unix_path;
     }
     return ls;
@@ -221,7 +223,8 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
     for (const auto& l : s.listeners)
         o << "  " << (l.unix_path.empty() ? ":" + std::to_string(l.port) + " " + l.addr : "unix:" + l.unix_path) << "  queue " << l.accept_queue << " (max " << l.accept_queue_max
           << ") of backlog " << l.backlog << ", accepted " << l.accepted << ", wait p50 "
-          << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows << "\n";
+          << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows
+          << (l.processes > 1 ? ", held by " + std::to_string(l.processes) + " processes" : std::string()) << "\n";
 
     const auto& r = s.requests;
     o << "\nREQUESTS\n  in flight " << r.in_flight << " (max " << r.in_flight_max << "), unread in connector "

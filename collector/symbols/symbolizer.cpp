@@ -429,18 +429,21 @@ struct Symbolizer::Impl {
         refresh();
     }
 
+    static std::string signature_of(const std::vector<MapEntry>& maps) {
+        std::string sig;
+        for (const auto& m : maps)
+            if (m.executable() && (m.file_backed() || m.path == "[vdso]"))
+                sig += hex(m.start) + ' ' + hex(m.offset) + ' ' + std::to_string(m.inode) + ' ' + m.path + '\n';
+        return sig;
+    }
+
     void refresh() {
         last_refresh = std::chrono::steady_clock::now();
         auto maps = parse_proc_maps(read_file(proc + "/maps"));
-        std::string sig;
+        std::string sig = signature_of(maps);
         exec_maps.clear();
-        for (const auto& m : maps) {
-            if (!m.executable()) continue;
-            exec_maps.push_back(m);
-            if (m.file_backed() || m.path == "[vdso]") {
-                sig += hex(m.start) + ' ' + hex(m.offset) + ' ' + std::to_string(m.inode) + ' ' + m.path + '\n';
-            }
-        }
+        for (const auto& m : maps)
+            if (m.executable()) exec_maps.push_back(m);
         if (sig != modules_sig || !dwfl) {
             modules_sig = std::move(sig);
             rebuild(maps);
@@ -517,6 +520,16 @@ Symbolizer::Symbolizer(int pid) : impl_(std::make_unique<Impl>(pid)) {
 }
 
 Symbolizer::~Symbolizer() = default;
+
+std::string Symbolizer::modules_signature(int pid) {
+    return Impl::signature_of(parse_proc_maps(read_file("/proc/" + std::to_string(pid) + "/maps")));
+}
+
+const std::string& Symbolizer::signature() const { return impl_->modules_sig; }
+
+int Symbolizer::pid() const { return impl_->pid; }
+
+bool Symbolizer::has_perf_map() const { return impl_->perf_size >= 0; }
 
 void Symbolizer::refresh() { impl_->refresh(); }
 

@@ -38,6 +38,15 @@ public:
     // Re-read /proc/PID/maps (new libraries, JIT map updates). Cheap to call per tick.
     void refresh();
 
+    // The identity of a process's executable file mappings (address, offset, inode, path;
+    // "" when unreadable). Processes with equal signatures map the same code at the same
+    // addresses (a prefork server's workers, forked without exec): one symbolizer serves
+    // them all, unless one has a perf map of JIT code of its own.
+    static std::string modules_signature(int pid);
+    const std::string& signature() const;
+    int pid() const;
+    bool has_perf_map() const;
+
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;

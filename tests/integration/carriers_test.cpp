@@ -309,6 +309,44 @@ TEST_CASE("detection: carriers are the scheduler's workers, not the delaySchedul
     for (const auto& s : c["stalls"]) CHECK(carrier_tids.count(s["tid"].get<int>()) == 1);
 }
 
+TEST_CASE("a JVM started by a wrapper shell: --pid of the wrapper watches the JVM's carriers", "[carriers][tree]") {
+    if (!have_jdk()) return;
+    // The PID an operator may have is a start script's: the JVM is its child.
+    Workload w;
+    w.dir = temp_dir("qscope-carriers");
+    w.trigger = w.dir + "/go";
+    const std::string java = jdk().home + "/bin/java --enable-native-access=ALL-UNNAMED -Xmx256m -cp " +
+                             jdk().classes + " Carriers usleep 6 4000 " + w.trigger;
+    w.jvm = spawn({"/bin/bash", "-c", java + " & wait"});
+    REQUIRE_FALSE(w.jvm.wait_for_output("READY", 60).empty());
+    const std::set<int> kids = children(w.jvm.pid());  // the oracle: /proc
+    REQUIRE(kids.size() == 1);
+    const int jvm = *kids.begin();
+    struct KillJvm {
+        int pid;
+        ~KillJvm() { ::kill(pid, SIGKILL); }
+    } kill_jvm{jvm};
+    std::ofstream(w.trigger) << "go\n";
+    sleep_s(1.0);
+    Proc q = start_qscope(w.jvm.pid());
+    sleep_s(1.5);
+    const std::string tp = jcmd(jvm, {"Thread.print"});
+    json snap = finish_qscope(q);
+    const auto& c = snap["carriers"];
+    INFO(c.dump(1).substr(0, 2000) << "\n" << snap["warnings"].dump());
+    static const std::regex head(R"re("(ForkJoinPool-\d+-worker-\d+)" #\d+ \[(\d+)\])re");
+    int carriers = 0;
+    for (std::sregex_iterator it(tp.begin(), tp.end(), head), e; it != e; ++it) carriers++;
+    REQUIRE(carriers >= 1);
+    CHECK(c["detected"] == true);
+    CHECK(c["threads"].get<int>() == carriers);
+    bool named = false;
+    for (const auto& x : snap["warnings"])
+        if (x.get<std::string>().find("watching the JVM in its tree, PID " + std::to_string(jvm)) != std::string::npos)
+            named = true;
+    CHECK(named);
+}
+
 TEST_CASE("--jvm-dump: parked virtual threads grouped by where they wait", "[carriers]") {
     if (!have_jdk()) return;
     const int tasks = 30;

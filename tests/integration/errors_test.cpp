@@ -127,6 +127,30 @@ TEST_CASE("a zombie: exit 3, says it has exited", "[errors]") {
     CHECK(contains(r.err, "zombie"));
 }
 
+TEST_CASE("a main thread that exited while its threads run on: observed, not called a zombie", "[errors][tree]") {
+    if (!require_root()) return;
+    // pthread_exit from the main thread: /proc/PID/stat says Z (ps: "Zl"), the process serves on.
+    Proc p = spawn({"python3", "-c",
+                    "import threading, time, ctypes\n"
+                    "threading.Thread(target=lambda: time.sleep(60), name='survivor').start()\n"
+                    "ctypes.CDLL(None).pthread_exit(None)\n"});
+    bool zombie_leader = false;
+    for (int i = 0; i < 200 && !zombie_leader; ++i) {
+        zombie_leader = read_text("/proc/" + std::to_string(p.pid()) + "/stat").find(") Z") != std::string::npos;
+        if (!zombie_leader) sleep_s(0.02);
+    }
+    REQUIRE(zombie_leader);
+    REQUIRE(proc_tasks(p.pid()).size() == 2);  // the oracle: the leader (Z) and the survivor
+    auto r = run_qscope({"snapshot", "--pid", std::to_string(p.pid()), "--duration", "1", "--json"}, 30);
+    INFO(r.err << r.out.substr(0, 2000));
+    REQUIRE(r.rc == 0);
+    CHECK(r.json["target"]["exited"] == false);
+    CHECK(r.json["target"]["processes"]["count"].get<int>() == 1);
+    int threads = 0;
+    for (const auto& g : r.json["thread_groups"]) threads += g["threads"].get<int>();
+    CHECK(threads >= 1);
+}
+
 TEST_CASE("bad flags: exit 2 with a message naming the flag", "[errors]") {
     auto srv = start_target("qs_server", {"--port", "0", "--workers", "1"});
     const std::string pid = std::to_string(srv.proc.pid());

@@ -28,18 +28,6 @@ namespace {
 constexpr uint16_t kFront = 18510, kBackend = 18511;
 constexpr int kStreams = 100;  // h2load -c 2 -m 50
 
-// The single worker of an nginx master: /proc/PID/task/PID/children.
-pid_t nginx_worker(pid_t master, double timeout) {
-    const double end = now_s() + timeout;
-    while (now_s() < end) {
-        std::ifstream f("/proc/" + std::to_string(master) + "/task/" + std::to_string(master) + "/children");
-        pid_t child = 0;
-        if (f >> child && child > 0) return child;
-        sleep_s(0.05);
-    }
-    return 0;
-}
-
 std::string find_in(std::initializer_list<const char*> paths) {
     for (const char* p : paths)
         if (access(p, X_OK) == 0) return p;
@@ -95,7 +83,7 @@ int64_t backend_in_flight(const std::string& counters) {
 TEST_CASE("nginx h2c front, keepalive upstream, attached mid-load: downstream busy is the backend's in flight",
           "[sock][integration][nginx][h2]") {
     if (!require_root()) return;
-    const std::string nginx = find_in({"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"});
+    const std::string nginx = find_nginx();
     const std::string h2load = find_in({"/usr/bin/h2load", "/usr/local/bin/h2load"});
     if (nginx.empty() || h2load.empty()) {
         skip(nginx.empty() ? "nginx not installed (.ci/setup installs it)"

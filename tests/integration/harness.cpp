@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -387,6 +388,15 @@ std::string http_get(const std::string& host, uint16_t port, const std::string& 
     return p == std::string::npos ? "" : resp.substr(p + 4);
 }
 
+std::set<int> children(pid_t pid) {
+    std::set<int> out;
+    const std::string s = sh("cat /proc/" + std::to_string(pid) + "/task/*/children 2>/dev/null");
+    std::istringstream in(s);
+    int c;
+    while (in >> c) out.insert(c);
+    return out;
+}
+
 std::string find_nginx() {
     for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"})
         if (access(p, X_OK) == 0) return p;
@@ -490,6 +500,28 @@ nlohmann::json Prometheus::query(const std::string& expr) {
     const auto j = get("query", {{"query", expr}});
     if (j.is_null() || !j.contains("data")) return nlohmann::json::array();
     return j["data"]["result"];
+}
+
+pid_t nginx_worker(pid_t master, double timeout) {
+    const double end = now_s() + timeout;
+    while (now_s() < end) {
+        std::ifstream f("/proc/" + std::to_string(master) + "/task/" + std::to_string(master) + "/children");
+        pid_t child = 0;
+        if (f >> child && child > 0) return child;
+        sleep_s(0.05);
+    }
+    return 0;
+}
+
+StubStatus stub_status(uint16_t port, const std::string& path) {
+    StubStatus st;
+    const std::string body = http_get("127.0.0.1", port, path, 5);
+    std::smatch m;
+    static const std::regex counts(R"(\n\s*(\d+)\s+(\d+)\s+(\d+)\s*\n)");
+    static const std::regex writing("Writing: (\\d+)");
+    if (std::regex_search(body, m, counts)) st.requests = std::stol(m[3]);
+    if (std::regex_search(body, m, writing)) st.writing = std::stol(m[1]);
+    return st;
 }
 
 }  // namespace qs_test

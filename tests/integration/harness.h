@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -129,9 +130,6 @@ std::string temp_dir(const std::string& prefix);  // fresh directory under /tmp
 std::string http_get(const std::string& host, uint16_t port, const std::string& path, double timeout_seconds = 5);
 
 // ---- real servers ------------------------------------------------------------------------
-// nginx's binary, "" when not installed.
-std::string find_nginx();
-
 // A private PostgreSQL cluster (tests/apps/pg.sh): loopback TCP on `port` and its Unix socket
 // in socket_dir() (.s.PGSQL.<port>). Stopped when this goes out of scope.
 struct PgCluster {
@@ -173,5 +171,20 @@ private:
     uint16_t port_;
     Proc proc_;
 };
+
+// Direct children of `pid` (every thread's /proc/PID/task/TID/children).
+std::set<int> children(pid_t pid);
+
+// nginx, the oracle of several tests: its binary ("" when not installed), the first worker
+// of a master (0 after `timeout_seconds`), and its stub_status page ("Active connections: N
+// \n server accepts handled requests\n A H R \n Reading: r Writing: w Waiting: x"), -1
+// for what could not be read.
+std::string find_nginx();
+pid_t nginx_worker(pid_t master, double timeout_seconds);
+struct StubStatus {
+    long requests = -1;  // handled since start
+    long writing = -1;   // requests whose response is being produced or written
+};
+StubStatus stub_status(uint16_t port, const std::string& path = "/nginx_status");
 
 }  // namespace qs_test

@@ -10,7 +10,6 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
-#include <regex>
 
 #include "harness.h"
 
@@ -20,25 +19,7 @@ using nlohmann::json;
 namespace {
 
 // stub_status "Writing" (requests whose response is being produced or written).
-int stub_writing(uint16_t port) {
-    const std::string body = http_get("127.0.0.1", port, "/nginx_status", 5);
-    std::smatch m;
-    static const std::regex re("Writing: (\\d+)");
-    if (!std::regex_search(body, m, re)) return -1;
-    return std::stoi(m[1]);
-}
-
-// The single worker of an nginx master: /proc/PID/task/PID/children.
-pid_t nginx_worker(pid_t master, double timeout) {
-    const double end = now_s() + timeout;
-    while (now_s() < end) {
-        std::ifstream f("/proc/" + std::to_string(master) + "/task/" + std::to_string(master) + "/children");
-        pid_t child = 0;
-        if (f >> child && child > 0) return child;
-        sleep_s(0.05);
-    }
-    return 0;
-}
+int stub_writing(uint16_t port) { return static_cast<int>(stub_status(port).writing); }
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -51,6 +52,7 @@ struct Options {
     int status = 200;
     std::string counters_file;
     bool keepalive = true;
+    bool fork_per_connection = false;  // a process per connection (inetd, Apache prefork-like)
 };
 
 Options g_opt;
@@ -71,7 +73,7 @@ void usage() {
                  "         [--workers N] [--service-ms S] [--cpu-ms C] [--accept-delay-ms D]\n"
                  "         [--accept-pause-file F] [--downstream HOST:PORT [--pool K]]\n"
                  "         [--downstream-per-request] [--status CODE] [--counters-file F]\n"
-                 "         [--keepalive=0|1]\n");
+                 "         [--keepalive=0|1] [--fork-per-connection]\n");
     std::exit(2);
 }
 
@@ -108,6 +110,8 @@ void parse_args(int argc, char** argv) {
             g_opt.counters_file = args.value();
         } else if (args.is("--keepalive")) {
             g_opt.keepalive = args.has_inline_value() ? args.num(0, 1) != 0 : true;
+        } else if (args.is("--fork-per-connection")) {
+            g_opt.fork_per_connection = true;
         } else if (args.is("--help") || args.is("-h")) {
             usage();
         } else {
@@ -115,6 +119,8 @@ void parse_args(int argc, char** argv) {
         }
     }
     if (!have_port) die("--port is required");
+    if (g_opt.fork_per_connection && (!g_opt.counters_file.empty() || !g_opt.downstream.empty()))
+        die("--fork-per-connection takes neither --counters-file nor --downstream (per-process state)");
     if (g_opt.pool > 0 && g_opt.downstream.empty()) die("--pool needs --downstream");
     if (g_opt.downstream_per_request && g_opt.downstream.empty())
         die("--downstream-per-request needs --downstream");
@@ -447,6 +453,27 @@ void* worker_main(void* arg) {
 
 int g_listen_fd = -1;
 
+// --fork-per-connection: the acceptor forks a child per connection that serves it and exits
+// (a process tree that grows with the clients). The child dies with the server
+// (PR_SET_PDEATHSIG) and takes SIGTERM; the server ignores SIGCHLD, so children reap
+// themselves.
+void fork_connection(int fd) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1) _exit(0);  // the server died between fork and prctl
+        sigset_t none;
+        sigemptyset(&none);
+        pthread_sigmask(SIG_SETMASK, &none, nullptr);
+        pthread_setname_np(pthread_self(), "qs-conn");
+        ::close(g_listen_fd);
+        serve_connection(fd);
+        _exit(0);
+    }
+    ::close(fd);
+    if (child < 0) sleep_ms(10);  // out of processes: back off, the client sees a reset
+}
+
 void* acceptor_main(void*) {
     pthread_setname_np(pthread_self(), "qs-acceptor");
     for (;;) {
@@ -462,7 +489,10 @@ void* acceptor_main(void*) {
             continue;
         }
         g_ctr.accepted.fetch_add(1);
-        queue_push(fd);
+        if (g_opt.fork_per_connection)
+            fork_connection(fd);
+        else
+            queue_push(fd);
     }
     return nullptr;
 }
@@ -557,7 +587,10 @@ int main(int argc, char** argv) {
     }
 
     g_listen_fd = open_listener();
-    for (long i = 0; i < g_opt.workers; ++i) start_thread(worker_main, reinterpret_cast<void*>(i));
+    if (g_opt.fork_per_connection)
+        signal(SIGCHLD, SIG_IGN);
+    else
+        for (long i = 0; i < g_opt.workers; ++i) start_thread(worker_main, reinterpret_cast<void*>(i));
     start_thread(acceptor_main, nullptr);
 
     write_counters();

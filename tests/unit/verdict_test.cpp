@@ -104,6 +104,28 @@ TEST_CASE("slow acceptor: the accept queue is the limit and overflows are named"
     CHECK(s.verdict.severity == Severity::critical);
 }
 
+TEST_CASE("prefork workers all busy: the accept queue they share is the limit, counted once", "[verdict]") {
+    Snapshot s;
+    Listener l = listener(80, 12, 511);
+    l.processes = 5;  // the master holds it too, and accepts nothing
+    l.workers = 4;
+    s.listeners.push_back(l);
+    s.requests.in_flight = 4;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::accept_queue);
+    CHECK(s.verdict.where == ":80");
+    CHECK(s.verdict.waiting == 12);
+    CHECK(s.verdict.summary ==
+          "requests queue in the accept queue of :80 shared by 4 workers, all 4 busy: 12 connections waiting "
+          "(backlog 511)");
+
+    // Fewer in flight than workers: no claim that all are busy.
+    s.requests.in_flight = 2;
+    compute_verdict(s);
+    CHECK(s.verdict.summary ==
+          "requests queue in the accept queue of :80 shared by 4 workers: 12 connections waiting (backlog 511)");
+}
+
 TEST_CASE("too few workers: requests unread in the connector", "[verdict]") {
     Snapshot s;
     s.listeners.push_back(listener(8080, 0, 128));

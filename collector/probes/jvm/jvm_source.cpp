@@ -83,6 +83,7 @@ public:
         cfg_ = cfg;
         pid_ = target.pid();
         jvm_ = jvm::find_jvm(pid_);
+        if (!jvm_) pick_jvm_in_tree(target);
         if (jvm_) {
             jvm::load_vmstructs(pid_, *jvm_);
             mem_ = std::make_unique<jvm::ProcessMemory>(pid_);
@@ -259,6 +260,34 @@ public:
     }
 
 private:
+    // The carrier family watches one JVM, not the tree: its model is one VM's internals
+    // (VMStructs offsets, JavaThread addresses read from its memory, its libjvm for the
+    // pinned-park uprobe) and carrier_bpf's `carriers` map holds that VM's thread IDs, so its
+    // BPF filter stays the single-tgid compare of that JVM (targ_tgid) instead of the tree's
+    // bitmap. A JVM does not fork JVMs of its own (Runtime.exec/ProcessBuilder spawn and exec
+    // other programs), so a tree rooted at a JVM has its carriers in the root. When the root
+    // is a wrapper (a shell script, a supervisor) the one JVM among its descendants is
+    // watched; several JVMs are named, and none is guessed.
+    void pick_jvm_in_tree(const Target& target) {
+        const auto members = target.processes();
+        if (members.size() < 2) return;
+        constexpr size_t kMaxRead = 256;  // /proc/PID/maps of each: bounded at start
+        std::vector<std::pair<int, jvm::JvmProcess>> found;
+        for (size_t i = 1; i < members.size() && i <= kMaxRead; ++i)
+            if (auto j = jvm::find_jvm(members[i].pid)) found.emplace_back(members[i].pid, std::move(*j));
+        if (found.size() == 1) {
+            notes_.push_back("carriers: PID " + std::to_string(pid_) + " is not a JVM; watching the JVM in its tree, PID " +
+                             std::to_string(found[0].first));
+            pid_ = found[0].first;
+            jvm_ = std::move(found[0].second);
+        } else if (found.size() > 1) {
+            std::string pids;
+            for (const auto& [pid, j] : found) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
+            notes_.push_back("carriers: " + std::to_string(found.size()) + " JVMs in the tree (PIDs " + pids +
+                             "); carriers are read from one JVM's internals: give that JVM's PID with --pid");
+        }
+    }
+
     struct CarrierInfo {
         uint64_t jt = 0;
         std::string name;

@@ -12,6 +12,7 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "engine/bpf_util.h"
 #include "model/errors.h"
 #include "sys/proc_tasks.h"
+#include "tree.h"  // struct qs_tree_range: the skeleton maps its .data.tree section
 #include "sched.skel.h"
 #include "engine/source.h"
 #include "symbols/symbolizer.h"
@@ -192,7 +194,20 @@ private:
     MapReader<qs_wait_key, qs_wait_val> waits_reader_;
     MapReader<qs_group_key, qs_hist, 64> rq_reader_;  // few keys, 5 KiB values
     // Per process: addresses and fds mean something only within their process.
-    std::map<int, std::unique_ptr<Symbolizer>> syms_;
+    // Made on a process's first stack. Processes that map the same code at the same
+    // addresses (workers forked without exec) share one (Symbolizer::modules_signature), and
+    // distinct ones are capped, least recently used first: a tree of hundreds of backends
+    // would otherwise hold hundreds of copies of the same libraries' symbol tables (~2 MiB
+    // each). An evicted one is made again when needed.
+    static constexpr size_t kMaxSymbolizers = 16;
+    struct SymEntry {
+        std::shared_ptr<Symbolizer> sym;
+        uint64_t used = 0;
+    };
+    std::shared_ptr<Symbolizer> shared_symbolizer(int tgid) const;
+    void evict_symbolizers();
+    std::map<int, SymEntry> syms_;
+    uint64_t sym_clock_ = 0;
     std::set<int> sym_refreshed_;  // processes whose libraries were re-read this tick
     // Kernel frames are named from the second tick on: the first load of /proc/kallsyms
     // (~120k symbols, 100-150 ms of CPU) is not worth delaying the first frame for.
@@ -212,6 +227,13 @@ private:
     // Window baselines, per kernel key: cumulative (completed + ongoing) at window start.
     CumMap base_waits_;
     std::map<std::string, Histogram> base_rq_;
+    // Run-queue histograms of processes that left the tree, folded by label and their keys
+    // deleted from rq_hist: a tree with a process per connection would otherwise fill the map
+    // with the keys of exited processes within seconds. Labels are taken with the roles of
+    // the tick before (a departed process has no role this tick).
+    std::map<std::string, Histogram> departed_rq_;
+    std::set<int> live_;                               // the tree's members this tick
+    std::map<uint32_t, std::string> last_role_of_;     // role_of_ of the tick before
     // Stacks by kernel wait key (group, syscall, res): the latest capture for that key.
     std::map<qs_wait_key, StackInfo, WaitKeyLess> stacks_;
     // Exported counters are kept monotonic across the (rare) tick where a wait completes
@@ -298,6 +320,7 @@ void SchedSource::refresh_processes() {
     const auto procs = target_->processes();
     processes_ = std::max<size_t>(procs.size(), 1);
     std::set<std::string> roles;
+    last_role_of_ = std::move(role_of_);
     role_of_.clear();
     for (const auto& p : procs) {
         role_of_[static_cast<uint32_t>(p.pid)] = p.role;
@@ -307,9 +330,41 @@ void SchedSource::refresh_processes() {
     // Exited processes' fd tables and symbols go with them.
     std::set<int> live;
     for (const auto& p : procs) live.insert(p.pid);
+    live_ = live;
     for (auto it = fds_.begin(); it != fds_.end();) it = live.count(it->first) ? std::next(it) : fds_.erase(it);
-    for (auto it = syms_.begin(); it != syms_.end();)
-        it = live.count(it->first) || it->first == pid_ ? std::next(it) : syms_.erase(it);
+    // A shared symbolizer reads its owner's /proc: when the owner goes, so do its sharers.
+    for (auto it = syms_.begin(); it != syms_.end();) {
+        const bool owner_live = !it->second.sym || live.count(it->second.sym->pid()) || it->second.sym->pid() == pid_;
+        it = (live.count(it->first) || it->first == pid_) && owner_live ? std::next(it) : syms_.erase(it);
+    }
+}
+
+// One of a live process with the same code at the same addresses, if any.
+std::shared_ptr<Symbolizer> SchedSource::shared_symbolizer(int tgid) const {
+    const std::string sig = Symbolizer::modules_signature(tgid);
+    if (sig.empty()) return nullptr;
+    struct stat st;
+    if (::stat(("/proc/" + std::to_string(tgid) + "/root/tmp/perf-" + std::to_string(tgid) + ".map").c_str(), &st) == 0)
+        return nullptr;  // JIT code of its own
+    for (const auto& [pid, e] : syms_)
+        if (e.sym && !e.sym->has_perf_map() && e.sym->signature() == sig) return e.sym;
+    return nullptr;
+}
+
+// Frees the least recently used distinct symbolizer (never the root's) when at the cap.
+void SchedSource::evict_symbolizers() {
+    std::map<const Symbolizer*, uint64_t> last_use;
+    for (const auto& [pid, e] : syms_)
+        if (e.sym) last_use[e.sym.get()] = std::max(last_use[e.sym.get()], e.used);
+    if (last_use.size() < kMaxSymbolizers) return;
+    const Symbolizer* lru = nullptr;
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [sym, used] : last_use)
+        if (sym->pid() != pid_ && used < oldest) {
+            oldest = used;
+            lru = sym;
+        }
+    for (auto it = syms_.begin(); it != syms_.end();) it = it->second.sym.get() == lru ? syms_.erase(it) : std::next(it);
 }
 
 std::string SchedSource::tree_group(uint32_t tgid, const char group[QS_COMM_LEN]) const {
@@ -330,15 +385,19 @@ Symbolizer* SchedSource::symbolizer_of(int tgid) {
     if (!cfg_.want_stacks) return nullptr;
     auto it = syms_.find(tgid);
     if (it == syms_.end()) {
-        std::unique_ptr<Symbolizer> s;
-        try {
-            s = std::make_unique<Symbolizer>(tgid);
-        } catch (const std::exception& e) {
-            if (stack_warning_.empty()) stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
+        std::shared_ptr<Symbolizer> s = shared_symbolizer(tgid);
+        if (!s) {
+            evict_symbolizers();
+            try {
+                s = std::make_shared<Symbolizer>(tgid);
+            } catch (const std::exception& e) {
+                if (stack_warning_.empty()) stack_warning_ = std::string("sched: stacks not symbolized: ") + e.what();
+            }
         }
-        it = syms_.emplace(tgid, std::move(s)).first;
+        it = syms_.emplace(tgid, SymEntry{std::move(s), 0}).first;
     }
-    return it->second.get();
+    it->second.used = ++sym_clock_;
+    return it->second.sym.get();
 }
 
 int SchedSource::ringbuf_cb(void* ctx, void* data, size_t size) {
@@ -358,7 +417,14 @@ void SchedSource::on_stack(const qs_stack_event& e) {
     k.syscall = e.syscall;
     k.res = e.res;
     StackInfo st;
-    if (Symbolizer* sym = symbolizer_of(static_cast<int>(e.tgid))) {
+    Symbolizer* sym = symbolizer_of(static_cast<int>(e.tgid));
+    if (sym && sym->pid() != static_cast<int>(e.tgid) && sym_refreshed_.insert(static_cast<int>(e.tgid)).second &&
+        Symbolizer::modules_signature(static_cast<int>(e.tgid)) != sym->signature()) {
+        // A sharer that loaded a library of its own since: it gets its own symbolizer.
+        syms_.erase(static_cast<int>(e.tgid));
+        sym = symbolizer_of(static_cast<int>(e.tgid));
+    }
+    if (sym) {
         try {
             if (sym_refreshed_.insert(static_cast<int>(e.tgid)).second)  // libraries loaded since the last tick
                 sym->refresh();
@@ -386,16 +452,27 @@ WaitMap SchedSource::read_waits() {
 }
 
 std::map<std::string, Histogram> SchedSource::read_runqueue() {
-    std::map<std::string, Histogram> out;
-    rq_reader_.for_each(bpf_map__fd(skel_->maps.rq_hist), [&](const qs_group_key& k, const qs_hist& h) {
+    std::map<std::string, Histogram> out = departed_rq_;
+    std::vector<qs_group_key> gone;
+    const int fd = bpf_map__fd(skel_->maps.rq_hist);
+    rq_reader_.for_each(fd, [&](const qs_group_key& k, const qs_hist& h) {
         Histogram hist = Histogram::from_kernel(h);
-        const std::string g = tree_group(k.tgid, k.group);
-        auto it = out.find(g);
-        if (it == out.end())
-            out.emplace(g, std::move(hist));
-        else
-            it->second.merge(hist);
+        const bool departed = k.tgid != 0 && static_cast<int>(k.tgid) != pid_ && !live_.count(static_cast<int>(k.tgid));
+        std::string g;
+        if (departed) {
+            auto r = last_role_of_.find(k.tgid);
+            g = group_of(k.group);
+            if (!g.empty() && r != last_role_of_.end()) g += ": " + r->second;
+            departed_rq_[g].merge(hist);
+            gone.push_back(k);
+        } else {
+            g = tree_group(k.tgid, k.group);
+        }
+        out[g].merge(hist);
     });
+    // The process is gone: its key gets no more updates (a PID reused within the tick by a
+    // new member loses that tick's samples).
+    for (const auto& k : gone) bpf_map_delete_elem(fd, &k);
     return out;
 }
 

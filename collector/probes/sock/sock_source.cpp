@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdlib>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "probes/sock/attach_plan.h"
 #include "model/errors.h"
 #include "sys/proc_fds.h"
+#include "tree.h"  // struct qs_tree_range: the skeleton maps its .data.tree section
 #include "sock.skel.h"
 #include "sys/sock_diag.h"
 #include "sys/unix_diag.h"
@@ -181,7 +183,10 @@ public:
             l.accept_wait_total = cum.hists[QS_PH_ACCEPT_WAIT];
             l.accept_wait = cum.hists[QS_PH_ACCEPT_WAIT].delta(base.hists[QS_PH_ACCEPT_WAIT]).quantiles();
         }
-        for (auto& [port, l] : by_port) snap.listeners.push_back(std::move(l));
+        for (auto& [port, l] : by_port) {
+            count_holders(port, l);
+            snap.listeners.push_back(std::move(l));
+        }
         for (auto& l : unix_listeners) snap.listeners.push_back(std::move(l));
         if (!unix_listeners.empty())
             snap.partial.push_back("sock: Unix listeners: a connect refused because the backlog is full (EAGAIN) "
@@ -465,11 +470,22 @@ private:
         bool unknown = false;
         for (const auto& d : all)
             if (!listen_sockets_.count(d.inode) && !not_ours_.count(d.inode)) unknown = true;
-        if (unknown) {
+        const std::vector<ProcessMember> procs = target_->processes();
+        if (unknown || holders_stale(procs)) {
+            std::set<uint64_t> listening;
+            for (const auto& d : all) listening.insert(d.inode);
             std::set<uint64_t> inodes;
-            for (const auto& p : target_->processes()) inodes.merge(socket_inodes(p.pid));
+            holders_.clear();
+            for (const auto& p : procs)
+                for (uint64_t ino : socket_inodes(p.pid)) {
+                    inodes.insert(ino);
+                    if (listening.count(ino)) holders_[ino].insert(p.pid);
+                }
             for (const auto& d : all)
                 if (!inodes.count(d.inode)) not_ours_.insert(d.inode);
+            holder_members_.clear();
+            for (const auto& p : procs) holder_members_.push_back(p.pid);
+            holders_read_ = std::chrono::steady_clock::now();
         }
         listen_diag_.clear();
         std::set<uint64_t> live;
@@ -496,6 +512,32 @@ private:
         // Listeners closed since: forget them (their requests stay in the port's figures).
         for (auto it = listen_sockets_.begin(); it != listen_sockets_.end();)
             it = it->second.present ? std::next(it) : listen_sockets_.erase(it);
+    }
+
+    // Which processes hold a listener changes only when the tree does (a fork inherits the
+    // parent's sockets, an exit drops them): the fd tables are read again then, at most once
+    // a second, so a tree whose members churn (a process per connection) has its fd tables
+    // read at most once a second, not at every change.
+    bool holders_stale(const std::vector<ProcessMember>& procs) const {
+        if (procs.size() == holder_members_.size()) {
+            bool same = true;
+            for (size_t i = 0; i < procs.size() && same; ++i) same = procs[i].pid == holder_members_[i];
+            if (same) return false;
+        }
+        return std::chrono::steady_clock::now() - holders_read_ >= std::chrono::seconds(1);
+    }
+
+    // Processes of the tree holding a listening socket of `port` (several sockets with
+    // SO_REUSEPORT), and of them the ones other than the tree's root.
+    void count_holders(uint16_t port, Listener& l) const {
+        std::set<int> pids;
+        for (const auto& d : listen_diag_) {
+            if (d.sport != port) continue;
+            auto it = holders_.find(d.inode);
+            if (it != holders_.end()) pids.insert(it->second.begin(), it->second.end());
+        }
+        l.processes = static_cast<uint32_t>(pids.size());
+        l.workers = static_cast<uint32_t>(pids.size() - pids.count(pid_));
     }
 
     void register_port(uint16_t port) {
@@ -700,6 +742,9 @@ private:
     std::vector<DiagSocket> listen_diag_;
     std::map<uint64_t, ListenSocket> listen_sockets_;  // the target's, by inode
     std::set<uint64_t> not_ours_;                      // other processes' listeners
+    std::map<uint64_t, std::set<int>> holders_;        // the target's listeners: inode → member PIDs holding it
+    std::vector<int> holder_members_;                  // the members when holders_ was read
+    std::chrono::steady_clock::time_point holders_read_{};
     std::map<uint16_t, uint32_t> port_index_;
     std::map<uint16_t, uint64_t> overflow_floor_;
     std::map<uint32_t, PortWindow> port_base_;

@@ -639,43 +639,35 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
 	}
 }
 
-#define LOOP_POLL_FD(name)                                                              \
+/* A non-blocking poll that found nothing (timeout 0, no event: libuv checks once before it
+ * blocks, to measure its idle time) does not start a turn: the loop never left its poll. The
+ * timeout is the 4th argument of epoll_wait/epoll_pwait (r10), the 3rd of poll (dx); ppoll
+ * and select pass it by pointer and are taken as blocking. */
+#define LOOP_POLL(name, has_set, timeout_expr)                                          \
 	SEC("tracepoint/syscalls/sys_enter_" #name)                                      \
 	int qs_loop_enter_##name(struct trace_event_raw_sys_enter *ctx)                  \
 	{                                                                                \
-		loop_poll_enter((__u32)ctx->args[0], QS_NR_##name);                       \
+		loop_poll_enter(has_set ? (__u32)ctx->args[0] : QS_LOOP_FD_NONE, QS_NR_##name); \
 		return 0;                                                                \
 	}                                                                                \
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                       \
 	int qs_loop_exit_##name(struct trace_event_raw_sys_exit *ctx)                    \
 	{                                                                                \
-		struct task_struct *t = bpf_get_current_task_btf();                       \
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);             \
-		loop_poll_exit((__u32)regs->di, QS_NR_##name);                            \
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf()); \
+		long long timeout = (timeout_expr);                                       \
+		if (ctx->ret == 0 && timeout == 0)                                        \
+			return 0;                                                        \
+		loop_poll_exit(has_set ? (__u32)regs->di : QS_LOOP_FD_NONE, QS_NR_##name); \
 		return 0;                                                                \
 	}
 
-#define LOOP_POLL_NOFD(name)                                                            \
-	SEC("tracepoint/syscalls/sys_enter_" #name)                                      \
-	int qs_loop_enter_##name(struct trace_event_raw_sys_enter *ctx)                  \
-	{                                                                                \
-		loop_poll_enter(QS_LOOP_FD_NONE, QS_NR_##name);                           \
-		return 0;                                                                \
-	}                                                                                \
-	SEC("tracepoint/syscalls/sys_exit_" #name)                                       \
-	int qs_loop_exit_##name(struct trace_event_raw_sys_exit *ctx)                    \
-	{                                                                                \
-		loop_poll_exit(QS_LOOP_FD_NONE, QS_NR_##name);                            \
-		return 0;                                                                \
-	}
-
-LOOP_POLL_FD(epoll_wait)
-LOOP_POLL_FD(epoll_pwait)
-LOOP_POLL_FD(epoll_pwait2)
-LOOP_POLL_NOFD(poll)
-LOOP_POLL_NOFD(ppoll)
-LOOP_POLL_NOFD(select)
-LOOP_POLL_NOFD(pselect6)
+LOOP_POLL(epoll_wait, 1, (int)regs->r10)
+LOOP_POLL(epoll_pwait, 1, (int)regs->r10)
+LOOP_POLL(epoll_pwait2, 1, -1)
+LOOP_POLL(poll, 0, (int)regs->dx)
+LOOP_POLL(ppoll, 0, -1)
+LOOP_POLL(select, 0, -1)
+LOOP_POLL(pselect6, 0, -1)
 
 /* cpu-clock sampling (one perf event per CPU, ~199 Hz): the first sample that lands in a
  * turn already loop_sample_min_ns long copies the user stack, once per turn. Everything else

@@ -57,12 +57,19 @@ std::string ms_text(double seconds) {
     return b;
 }
 
+// The first frame of a stall's stack that is neither the runtime nor the loop's own machinery.
+std::string stall_frame(const std::vector<std::string>& stack) {
+    for (const auto& f : stack)
+        if (!is_runtime_frame(f) && !is_event_loop_frame(f)) return frame_function(f);
+    return "";
+}
+
 // Where the longest recent stall spent its time: "in pbkdf2" (on a CPU) or "blocked in
 // wait4 at spawnSync".
 std::string stall_where(const EventLoop& l) {
     if (l.recent_stalls.empty()) return "";
     const LoopStall& st = l.recent_stalls.front();
-    const std::string frame = first_app_frame(st.stack);
+    const std::string frame = stall_frame(st.stack);
     if (st.blocked_seconds > st.on_cpu_seconds && !st.syscall.empty())
         return " blocked in " + st.syscall + (frame.empty() ? "" : " at " + frame);
     return frame.empty() ? " on a CPU" : " in " + frame;

@@ -139,7 +139,7 @@ TEST_CASE("verdict: a stalled loop names where the turn blocked", "[loops][verdi
     st.blocked_seconds = 1.0;
     st.on_cpu_seconds = 0.02;
     st.syscall = "epoll_pwait";
-    st.stack = {"epoll_pwait+0x1 (libc.so.6)", "uv_run+0x1 (libuv.so.1)", "node::SyncProcessRunner::Run+0x3 (libnode.so.108)"};
+    st.stack = {"epoll_pwait+0x1 (libc.so.6)", "uv_run+0x1 (node)", "node::SyncProcessRunner::Run+0x3 (libnode.so.108)"};
     l.recent_stalls.push_back(st);
     compute_verdict(s);
     CHECK(s.verdict.stage == Stage::carriers);

@@ -344,17 +344,12 @@ std::vector<TaskState> proc_tasks(pid_t pid) {
     return out;
 }
 
-double thread_cpu_seconds(pid_t pid, pid_t tid) {
-    const std::string stat =
-        read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
-    const auto c = stat.rfind(')');
-    if (c == std::string::npos) return -1;
-    std::istringstream rest(stat.substr(c + 2));  // from field 3 (state) on
-    std::string field;
-    double ticks = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i)
-        if (i == 14 || i == 15) ticks += std::atof(field.c_str());
-    return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+std::pair<double, double> thread_schedstat(pid_t pid, pid_t tid) {
+    std::istringstream in(
+        read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat"));
+    double run = 0, wait = 0;
+    if (!(in >> run >> wait)) return {-1, -1};
+    return {run / 1e9, wait / 1e9};
 }
 
 uint64_t proc_rss_kib(pid_t pid) {

@@ -87,11 +87,12 @@ private:
 };
 
 // Attaches `qscope snapshot` to pid for `duration`, starts the load once attached, and
-// returns the snapshot with the loop thread's CPU and runqueue time over the same window.
+// returns the snapshot with the CPU and runqueue time of thread loop_tid (of process
+// loop_pid: an nginx worker is the master's child) over the same window.
 template <typename Start>
-Observed observe(pid_t pid, pid_t loop_tid, double duration, Start&& start_load) {
+Observed observe(pid_t pid, pid_t loop_pid, pid_t loop_tid, double duration, Start&& start_load) {
     Observed o;
-    SchedSampler sampler(pid, loop_tid);
+    SchedSampler sampler(loop_pid, loop_tid);
     Proc snap = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(pid), "--duration",
                        std::to_string(duration), "--json"});
     REQUIRE(wait_attached(snap.pid(), 30));
@@ -154,7 +155,7 @@ NodeRun run_node(const std::string& mode, int ms, int clients, uint16_t port) {
     REQUIRE(!node.wait_for_output("READY", 15).empty());
     r.pid = node.pid();
     Proc wrk;
-    r.o = observe(node.pid(), node.pid(), 6, [&] {
+    r.o = observe(node.pid(), node.pid(), node.pid(), 6, [&] {
         REQUIRE(http_get("127.0.0.1", static_cast<uint16_t>(port + 1), "/reset", 5) == "reset\n");
         wrk = spawn({"/usr/bin/wrk", "-t1", "-c" + std::to_string(clients), "-d14s", "--timeout", "20s",
                      "http://127.0.0.1:" + std::to_string(port) + "/"});
@@ -281,7 +282,7 @@ TEST_CASE("nginx worker saturated on gzip: the worker's loop is the limit", "[lo
     const pid_t worker = first_child(master.pid(), 5);
     REQUIRE(worker > 0);
     Proc wrk;
-    const Observed o = observe(master.pid(), worker, 6, [&] {
+    const Observed o = observe(master.pid(), worker, worker, 6, [&] {
         wrk = spawn({"/usr/bin/wrk", "-t1", "-c40", "-d14s", "--timeout", "20s", "-H", "Accept-Encoding: gzip",
                      "http://127.0.0.1:26021/big.txt"});
         sleep_s(0.5);
@@ -321,7 +322,7 @@ TEST_CASE("redis: a slow Lua script holds the loop, as SLOWLOG says", "[loops][i
     // ~30-80 ms of Lua per call on this machine.
     const std::string script = "\"local i=0 while i<4000000 do i=i+1 end return i\"";
     Proc slow, pings;
-    const Observed o = observe(redis.pid(), redis.pid(), 6, [&] {
+    const Observed o = observe(redis.pid(), redis.pid(), redis.pid(), 6, [&] {
         REQUIRE(cli("SLOWLOG RESET").find("OK") != std::string::npos);
         REQUIRE(cli("CONFIG RESETSTAT").find("OK") != std::string::npos);
         slow = spawn({"/bin/sh", "-c", "/usr/bin/redis-cli -p " + port + " -r 1000 EVAL " + script + " 0 >/dev/null"});

@@ -75,6 +75,8 @@ struct qs_conn {
 	__u8 state;      /* QS_ST_* */
 	__u8 flags;      /* QS_F_* */
 	__u8 pad[3];
+	__u32 server_tid; /* inbound: the thread that last read or wrote it (event-loop detection) */
+	__u32 pad2;
 };
 
 struct qs_effects {

@@ -179,6 +179,8 @@ enum qs_sched_lost {
 	QS_LOST_GROUPS_FULL,	/* runqueue map full: histogram went to the overflow group */
 	QS_LOST_RINGBUF,	/* stack record dropped: ring buffer full */
 	QS_LOST_STORAGE,	/* per-thread state unavailable (allocation failed) */
+	QS_LOST_LOOPS_FULL,	/* loops map full: a polling thread's turns not counted */
+	QS_LOST_LOOP_RING,	/* loop stall or sample record dropped: ring buffer full */
 	QS_LOST_MAX
 };
 

@@ -16,6 +16,7 @@
 
 #include "hist.h"
 #include "qs_sched.h"
+#include "qs_loop.h"
 #include "tree.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -24,6 +25,13 @@ char LICENSE[] SEC("license") = "GPL";
 const volatile __u8 want_stacks = 1;
 const volatile __u64 stack_min_ns = 1000000;
 const volatile __u32 max_stacks_per_iter = 64;
+/* Event-loop turns (qs_loop.h): a turn this long is a stall; one on-CPU stack is sampled
+ * per turn once it has run this long. */
+const volatile __u64 loop_stall_ns = 20000000;
+const volatile __u64 loop_sample_min_ns = 10000000;
+
+/* Bumped by user space at a window reset: each loop's window maximum restarts. */
+__u64 loop_epoch = 0;
 
 /* Reset by user space before each iterator run: stack captures done in this run. */
 __u32 iter_captures = 0;
@@ -42,6 +50,17 @@ struct tstate {
 	__u32 flags;
 	__u32 futex_op;
 	__u32 pad;
+	/* The event-loop turn going on now (0: in its poll, or never polled) and where its
+	 * time goes, for the stall record (qs_loop.h). */
+	__u64 turn_start;
+	__u64 turn_blocked;
+	__u64 turn_rq;
+	__u64 turn_top_block;
+	__u64 turn_top_res;
+	__s32 turn_top_sys;
+	__u32 turn_fd;
+	__u32 turn_sampled;
+	__u32 pad2;
 };
 
 struct {
@@ -91,6 +110,41 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } lost SEC(".maps");
+
+/* Per polling thread (qs_loop.h), keyed by tid. User space removes the entries of threads
+ * that exited. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct qs_loop_val);
+} loops SEC(".maps");
+
+/* Per-loop window maximum, apart from loops so the epoch check is one word: key tid,
+ * value {epoch, max}. */
+struct loop_wmax {
+	__u64 epoch;
+	__u64 max_ns;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct loop_wmax);
+} loop_wmax SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qs_loop_val);
+} loop_scratch SEC(".maps");
+
+/* Stalls and on-CPU samples: discrete, at most a few dozen a second per loop. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} loop_events SEC(".maps");
 
 static __always_inline void count_lost(__u32 what)
 {
@@ -202,12 +256,25 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 		return;
 	read_group(next, group);	/* once for both records */
 	if (s->flags & TS_BLOCKED) {
-		record_wait(next->tgid, group, s, s->wake_ns ? s->wake_ns : now);
+		__u64 end = s->wake_ns ? s->wake_ns : now;
+		record_wait(next->tgid, group, s, end);
+		if (s->turn_start && end > s->block_start) {
+			__u64 d = end - s->block_start;
+			s->turn_blocked += d;
+			if (d > s->turn_top_block) {
+				s->turn_top_block = d;
+				s->turn_top_sys = s->syscall;
+				s->turn_top_res = s->res;
+			}
+		}
 		s->flags = 0;
 	}
 	if (s->runnable_since) {
-		if (now > s->runnable_since)
+		if (now > s->runnable_since) {
 			record_runqueue(next->tgid, group, now - s->runnable_since);
+			if (s->turn_start)
+				s->turn_rq += now - s->runnable_since;
+		}
 		s->runnable_since = 0;
 	}
 }
@@ -419,5 +486,263 @@ int qs_task_iter(struct bpf_iter__task *ctx)
 			capture_stack(task, regs, rec.tid, s, rec.group, now);
 	}
 	bpf_seq_write(seq, &rec, sizeof(rec));
+	return 0;
+}
+
+/* ---- event-loop turns (qs_loop.h) ----------------------------------------------------------
+ *
+ * Classic per-syscall tracepoints on the poll syscalls only: the kernel dispatches
+ * syscalls/sys_{enter,exit}_<name> for that syscall number alone, and the per-syscall
+ * tracepoint path is already on for every task (sock.bpf.c's accept exits), so a syscall that
+ * is not a poll pays nothing more. A poll of another process pays the tree check. */
+
+static __always_inline struct qs_loop_val *loop_entry(struct task_struct *t, __u32 tid, __u32 fd, __s32 nr)
+{
+	struct qs_loop_val *v = bpf_map_lookup_elem(&loops, &tid);
+	struct qs_loop_val *z;
+	__u32 zero = 0;
+
+	if (v)
+		return v;
+	/* A zeroed value from a per-CPU scratch slot: qs_loop_val is too big for the stack. */
+	z = bpf_map_lookup_elem(&loop_scratch, &zero);
+	if (!z)
+		return NULL;
+	__builtin_memset(z, 0, sizeof(*z));
+	z->tid = tid;
+	z->tgid = t->tgid;
+	z->fd = fd;
+	z->poll_syscall = nr;
+	bpf_probe_read_kernel(z->comm, sizeof(z->comm), t->comm);
+	if (bpf_map_update_elem(&loops, &tid, z, BPF_NOEXIST) && !bpf_map_lookup_elem(&loops, &tid)) {
+		count_lost(QS_LOST_LOOPS_FULL);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&loops, &tid);
+}
+
+static __always_inline void loop_max(__u64 *max, __u64 v)
+{
+	int i;
+	for (i = 0; i < 4; i++) {
+		__u64 cur = *max;
+		if (v <= cur || __sync_bool_compare_and_swap(max, cur, v))
+			return;
+	}
+}
+
+static __always_inline void loop_stall_record(struct task_struct *t, __u32 tid, struct tstate *s, __u64 turn,
+					      __u64 now)
+{
+	struct qs_loop_stall *e = bpf_ringbuf_reserve(&loop_events, sizeof(*e), 0);
+	if (!e) {
+		count_lost(QS_LOST_LOOP_RING);
+		return;
+	}
+	e->kind = QS_EV_LOOP_STALL;
+	e->tid = tid;
+	e->tgid = t->tgid;
+	e->top_syscall = s->turn_top_block ? s->turn_top_sys : -1;
+	e->turn_ns = turn;
+	e->blocked_ns = s->turn_blocked;
+	e->runqueue_ns = s->turn_rq;
+	e->top_block_ns = s->turn_top_block;
+	e->top_res = s->turn_top_res;
+	e->end_ns = now;
+	read_group(t, e->group);
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* Entering a poll ends the turn that began when the same poll set last returned. A poll of
+ * another set inside a turn is a nested loop: it neither ends nor starts the turn. */
+static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
+{
+	struct task_struct *t;
+	struct tstate *s;
+	struct qs_loop_val *v;
+	struct loop_wmax *w, nw = {};
+	__u64 now, turn, slot;
+	__u32 tid;
+
+	if (!qs_current_in_tree())
+		return;
+	t = bpf_get_current_task_btf();
+	s = bpf_task_storage_get(&tstates, t, 0, 0);
+	if (!s || !s->turn_start || s->turn_fd != fd)
+		return;
+	now = bpf_ktime_get_ns();
+	turn = now > s->turn_start ? now - s->turn_start : 0;
+	tid = t->pid;
+	v = loop_entry(t, tid, fd, nr);
+	if (v) {
+		__sync_fetch_and_add(&v->turns, 1);
+		__sync_fetch_and_add(&v->busy_ns, turn);
+		__sync_fetch_and_add(&v->polls, 1);
+		loop_max(&v->max_ns, turn);
+		slot = qs_whist_slot(turn);
+		asm volatile("" : "+r"(slot));	/* see record_wait */
+		if (slot < QS_WHIST_SLOTS)
+			__sync_fetch_and_add(&v->slots[slot], 1);
+		if (turn >= loop_stall_ns)
+			__sync_fetch_and_add(&v->stalls, 1);
+		v->turn_start = 0;
+	}
+	w = bpf_map_lookup_elem(&loop_wmax, &tid);
+	if (!w) {
+		nw.epoch = loop_epoch;
+		bpf_map_update_elem(&loop_wmax, &tid, &nw, BPF_NOEXIST);
+		w = bpf_map_lookup_elem(&loop_wmax, &tid);
+	}
+	if (w) {
+		if (w->epoch != loop_epoch) {
+			w->epoch = loop_epoch;
+			w->max_ns = 0;
+		}
+		loop_max(&w->max_ns, turn);
+	}
+	if (turn >= loop_stall_ns)
+		loop_stall_record(t, tid, s, turn, now);
+	s->turn_start = 0;
+}
+
+/* Leaving a poll starts a turn, unless one is going on (a nested loop's poll returned). */
+static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
+{
+	struct task_struct *t;
+	struct tstate *s;
+	struct qs_loop_val *v;
+	__u64 now;
+
+	if (!qs_current_in_tree())
+		return;
+	t = bpf_get_current_task_btf();
+	s = bpf_task_storage_get(&tstates, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!s) {
+		count_lost(QS_LOST_STORAGE);
+		return;
+	}
+	if (s->turn_start)
+		return;
+	now = bpf_ktime_get_ns();
+	s->turn_start = now;
+	s->turn_fd = fd;
+	s->turn_blocked = 0;
+	s->turn_rq = 0;
+	s->turn_top_block = 0;
+	s->turn_top_res = 0;
+	s->turn_top_sys = -1;
+	s->turn_sampled = 0;
+	v = loop_entry(t, t->pid, fd, nr);
+	if (v) {
+		v->turn_start = now;
+		v->fd = fd;
+	}
+}
+
+/* A non-blocking poll that found nothing (timeout 0, no event: libuv checks once before it
+ * blocks, to measure its idle time) does not start a turn: the loop never left its poll. The
+ * timeout is the 4th argument of epoll_wait/epoll_pwait (r10), the 3rd of poll (dx); ppoll
+ * and select pass it by pointer and are taken as blocking. */
+#define LOOP_POLL(name, has_set, timeout_expr)                                          \
+	SEC("tracepoint/syscalls/sys_enter_" #name)                                      \
+	int qs_loop_enter_##name(struct trace_event_raw_sys_enter *ctx)                  \
+	{                                                                                \
+		loop_poll_enter(has_set ? (__u32)ctx->args[0] : QS_LOOP_FD_NONE, QS_NR_##name); \
+		return 0;                                                                \
+	}                                                                                \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                                       \
+	int qs_loop_exit_##name(struct trace_event_raw_sys_exit *ctx)                    \
+	{                                                                                \
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf()); \
+		long long timeout = (timeout_expr);                                       \
+		if (ctx->ret == 0 && timeout == 0)                                        \
+			return 0;                                                        \
+		loop_poll_exit(has_set ? (__u32)regs->di : QS_LOOP_FD_NONE, QS_NR_##name); \
+		return 0;                                                                \
+	}
+
+LOOP_POLL(epoll_wait, 1, (int)regs->r10)
+LOOP_POLL(epoll_pwait, 1, (int)regs->r10)
+LOOP_POLL(epoll_pwait2, 1, -1)
+LOOP_POLL(poll, 0, (int)regs->dx)
+LOOP_POLL(ppoll, 0, -1)
+LOOP_POLL(select, 0, -1)
+LOOP_POLL(pselect6, 0, -1)
+
+/* cpu-clock sampling (one perf event per CPU, ~199 Hz): the first sample that lands in a
+ * turn already loop_sample_min_ns long copies the user stack, once per turn. Everything else
+ * returns after the tree check. The registers are the interrupted user context, or the
+ * user registers saved at kernel entry when the sample landed in the kernel. */
+#define QS_USER_TOP 0x800000000000ULL	/* x86-64: user addresses are below */
+
+SEC("perf_event")
+int qs_loop_sample(struct bpf_perf_event_data *ctx)
+{
+	struct task_struct *t;
+	struct tstate *s;
+	struct qs_loop_sample *e;
+	struct pt_regs r = {};
+	__u64 now, sp;
+
+	if (!qs_current_in_tree())
+		return 0;
+	t = bpf_get_current_task_btf();
+	s = bpf_task_storage_get(&tstates, t, 0, 0);
+	if (!s || !s->turn_start || s->turn_sampled)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (now - s->turn_start < loop_sample_min_ns)
+		return 0;
+	s->turn_sampled = 1;
+	e = bpf_ringbuf_reserve(&loop_events, sizeof(*e), 0);
+	if (!e) {
+		count_lost(QS_LOST_LOOP_RING);
+		return 0;
+	}
+	/* Interrupted in user mode: the sample's registers (read field by field: the context
+	 * allows only 8-byte loads). In the kernel: the user registers saved at its entry. */
+	if (ctx->regs.ip < QS_USER_TOP) {
+		r.ax = ctx->regs.ax; r.dx = ctx->regs.dx; r.cx = ctx->regs.cx; r.bx = ctx->regs.bx;
+		r.si = ctx->regs.si; r.di = ctx->regs.di; r.bp = ctx->regs.bp; r.sp = ctx->regs.sp;
+		r.r8 = ctx->regs.r8; r.r9 = ctx->regs.r9; r.r10 = ctx->regs.r10; r.r11 = ctx->regs.r11;
+		r.r12 = ctx->regs.r12; r.r13 = ctx->regs.r13; r.r14 = ctx->regs.r14; r.r15 = ctx->regs.r15;
+		r.ip = ctx->regs.ip;
+	} else if (bpf_probe_read_kernel(&r, sizeof(r), (void *)bpf_task_pt_regs(t))) {
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	e->kind = QS_EV_LOOP_SAMPLE;
+	e->tid = t->pid;
+	e->tgid = t->tgid;
+	e->pad = 0;
+	e->turn_start = s->turn_start;
+	e->at_ns = now;
+	e->ustack.regs[QS_REG_RAX] = r.ax;
+	e->ustack.regs[QS_REG_RDX] = r.dx;
+	e->ustack.regs[QS_REG_RCX] = r.cx;
+	e->ustack.regs[QS_REG_RBX] = r.bx;
+	e->ustack.regs[QS_REG_RSI] = r.si;
+	e->ustack.regs[QS_REG_RDI] = r.di;
+	e->ustack.regs[QS_REG_RBP] = r.bp;
+	e->ustack.regs[QS_REG_RSP] = r.sp;
+	e->ustack.regs[QS_REG_R8] = r.r8;
+	e->ustack.regs[QS_REG_R9] = r.r9;
+	e->ustack.regs[QS_REG_R10] = r.r10;
+	e->ustack.regs[QS_REG_R11] = r.r11;
+	e->ustack.regs[QS_REG_R12] = r.r12;
+	e->ustack.regs[QS_REG_R13] = r.r13;
+	e->ustack.regs[QS_REG_R14] = r.r14;
+	e->ustack.regs[QS_REG_R15] = r.r15;
+	e->ustack.regs[QS_REG_RIP] = r.ip;
+	e->ustack.tid = t->pid;
+	e->ustack.size = 0;
+	sp = e->ustack.regs[QS_REG_RSP];
+	if (!bpf_probe_read_user(e->ustack.data, QS_USTACK_BYTES, (void *)sp))
+		e->ustack.size = QS_USTACK_BYTES;
+	else if (!bpf_probe_read_user(e->ustack.data, QS_USTACK_BYTES / 2, (void *)sp))
+		e->ustack.size = QS_USTACK_BYTES / 2;
+	else if (!bpf_probe_read_user(e->ustack.data, QS_USTACK_BYTES / 8, (void *)sp))
+		e->ustack.size = QS_USTACK_BYTES / 8;
+	bpf_ringbuf_submit(e, 0);
 	return 0;
 }

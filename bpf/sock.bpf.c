@@ -67,6 +67,34 @@ struct {
 	__type(value, __u64);
 } overflow_first SEC(".maps");
 
+/* qs_served per tid (sock.h); LRU: threads that stopped serving age out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct qs_served);
+} served SEC(".maps");
+
+/* The current thread serves inbound connection c: count a change of server. */
+static __always_inline void note_server(struct qs_conn *c)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pt;
+	struct qs_served *v, nv = {};
+
+	if (c->server_tid == tid)
+		return;
+	c->server_tid = tid;
+	v = bpf_map_lookup_elem(&served, &tid);
+	if (v) {
+		__sync_fetch_and_add(&v->adopted, 1);
+		return;
+	}
+	nv.adopted = 1;
+	nv.tgid = (__u32)(pt >> 32);
+	bpf_map_update_elem(&served, &tid, &nv, BPF_NOEXIST);
+}
+
 static __always_inline int is_target(void)
 {
 	return qs_current_in_tree();
@@ -634,6 +662,8 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
 		return;
+	if (c->dir == QS_DIR_IN)
+		note_server(c);
 	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
 	 * php-fpm leaves FastCGI's empty STDIN record queued until its script ends, which would
 	 * read as a request unread in the connector behind every one in flight. A request
@@ -812,6 +842,8 @@ static __always_inline void on_send(struct sock *sk, int ret)
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
 		return;
+	if (c->dir == QS_DIR_IN)
+		note_server(c);
 	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e)) {
 		__u8 proto;
 		status = response_status();

@@ -84,4 +84,13 @@ struct qs_client_key {
 	__u8 addr[16];
 };
 
+/* Per thread that serves inbound connections: how many it took over (read or wrote one whose
+ * last server was another thread, or none). Updated only on a change of server, not per read:
+ * an event loop serving 50 keep-alive connections adds 50. Keyed by tid. */
+struct qs_served {
+	__u64 adopted;
+	__u32 tgid;
+	__u32 pad;
+};
+
 #endif

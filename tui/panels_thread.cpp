@@ -1,7 +1,9 @@
 // The panels fed by the scheduler probes: thread groups, waits, carriers.
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
+#include "model/loops.h"
 #include "tui/format.h"
 #include "tui/panels.h"
 #include "tui/sorting.h"
@@ -129,6 +131,46 @@ void add_stall_table(PanelBody& b, const Snapshot& s, const UiState& ui, int wid
     }
 }
 
+// Event loops (model/loops.h): one row each, busiest first, with the carriers' state letters
+// and colours; a loop's busy share and longest turn take the stall colours.
+void add_loop_table(PanelBody& b, const Snapshot& s, const UiState& ui, int width) {
+    const auto& c = s.carriers;
+    const double stall = c.loop_stall_threshold_seconds;
+    const std::vector<Col> cols = {
+        {"loop", "loop", 10, false, 0},     {"tid", "tid", 7, true, 0},       {"st", "st", 2, false, 0},
+        {"busy", "busy", 5, true, 0},       {"turns/s", "t/s", 7, true, 1},   {"longest", "max", 7, true, 0},
+        {"p99", "p99", 7, true, 1},         {"stalls", "stl", 6, true, 0},    {"waiting", "wait", 7, true, 0},
+        {"where", "where", 8, false, 2, true},
+    };
+    std::vector<Row> rows;
+    for (const auto& l : c.loops) {
+        char busy[16], tps[16];
+        std::snprintf(busy, sizeof busy, "%.0f%%", l.utilization * 100);
+        std::snprintf(tps, sizeof tps, "%.0f", l.turns_per_second);
+        const Role busy_role = loop_saturated(l) ? Role::critical : l.utilization >= 0.5 ? Role::warn : Role::normal;
+        const Role turn_role = l.longest_turn_seconds >= 1 ? Role::critical
+                               : l.longest_turn_seconds >= stall ? Role::warn
+                                                                 : Role::normal;
+        std::string where;
+        if (!l.recent_stalls.empty() && !l.recent_stalls.front().stack.empty())
+            where = l.recent_stalls.front().stack.front();
+        else if (!l.blocked_in.empty())
+            where = "blocked in " + l.blocked_in;
+        const uint64_t waiting = loop_waiting(l);
+        rows.push_back({{l.name, Role::normal},
+                        {std::to_string(l.tid), Role::normal},
+                        {carrier_letter(l.state), carrier_role(l.state)},
+                        {busy, busy_role},
+                        {tps, Role::normal},
+                        {fmt_secs(l.longest_turn_seconds, ui.unicode), turn_role},
+                        {fmt_secs(l.p99_turn_seconds, ui.unicode), Role::normal},
+                        {fmt_count(l.stalls), count_role(l.stalls, Role::warn)},
+                        {fmt_count(waiting), waiting ? Role::warn : Role::normal},
+                        {where, Role::dim}});
+    }
+    add_table(b, layout_table(cols, rows, width, ui.unicode));
+}
+
 }  // namespace
 
 PanelBody threads_panel(const Snapshot& s, const UiState& ui, int width) {
@@ -192,6 +234,14 @@ PanelBody carriers_panel(const Snapshot& s, const UiState& ui, int width) {
     PanelBody b;
     const auto& c = s.carriers;
     const std::string d = dot(ui.unicode);
+    if (!c.detected && !c.loops.empty()) {
+        uint64_t stalled = 0;
+        for (const auto& l : c.loops) stalled += l.state == CarrierState::stalled;
+        b.title = {{std::to_string(c.loops.size()) + " event loops" + d, Role::normal},
+                   {std::to_string(stalled) + " stalled", count_role(stalled, Role::critical)}};
+        add_loop_table(b, s, ui, width);
+        return b;
+    }
     if (!c.detected) {
         b.title = {{"not detected", Role::dim}};
         add_text_row(b, {{"no carrier threads" +
@@ -212,6 +262,7 @@ PanelBody carriers_panel(const Snapshot& s, const UiState& ui, int width) {
                      {d + std::to_string(c.stalled) + " stalled", count_role(c.stalled, Role::critical)}});
     if (!c.per_carrier.empty()) add_state_strip(b, c, width, ui.unicode);
     if (!c.stalls.empty()) add_stall_table(b, s, ui, width);
+    if (!c.loops.empty()) add_loop_table(b, s, ui, width);
     return b;
 }
 

@@ -61,6 +61,10 @@ static void add_common(CLI::App* app, Config& cfg) {
     app->add_option("--carriers", cfg.carriers_regex,
                     "regex of thread names that carry a user-space scheduler's tasks "
                     "(default: detect JVM virtual-thread carriers, ForkJoinPool-N-worker-M)");
+    app->add_option_function<double>(
+           "--loop-stall-ms", [&](double ms) { cfg.loop_stall_seconds = ms / 1000.0; },
+           "an event-loop turn at least this long is a stall (default 20)")
+        ->check(CLI::Range(1.0, 60000.0));
     app->add_flag("--no-stacks", [&](int64_t) { cfg.want_stacks = false; },
                   "do not capture stacks for waits (cheaper; waits still counted)");
     app->add_flag("--no-threads", [&](int64_t) { cfg.want_threads = false; },

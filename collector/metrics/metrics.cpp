@@ -1,5 +1,7 @@
 #include "metrics/metrics.h"
 
+#include "model/loops.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -279,6 +281,39 @@ void carrier_families(const Snapshot& s, Families& out) {
     for (auto* f : {&det, &st, &stalls, &dur}) out.push_back(std::move(*f).finish());
 }
 
+// Event loops, busiest first, at most `cap` of them: a loop is a thread, and its series goes
+// with it (the families are built at scrape time from the latest snapshot).
+void loop_families(const Snapshot& s, uint32_t cap, Families& out) {
+    Fam n("qscope_loops", "Event loops detected (threads that wait in a poll and serve many connections), now", kGauge,
+          {});
+    n.add({}, static_cast<double>(s.carriers.loops.size()));
+    const std::vector<std::string> lab = {"name", "tid"};
+    Fam util("qscope_loop_utilization", "Share of the window an event loop was busy (not parked in its poll), 0-1",
+             kGauge, lab);
+    Fam busy("qscope_loop_busy_seconds_total", "Time an event loop spent in completed turns, since attach", kCounter, lab);
+    Fam turns("qscope_loop_turns_total", "Event-loop turns (poll exit to next poll entry), since attach", kCounter, lab);
+    Fam stalls("qscope_loop_stalls_total", "Event-loop turns at least the stall threshold long, since attach", kCounter,
+               lab);
+    Fam longest("qscope_loop_longest_turn_seconds", "Longest event-loop turn in the window (or the one going on)",
+                kGauge, lab);
+    Fam waiting("qscope_loop_waiting", "Requests waiting behind an event loop now: unread, accept queue, read but not served",
+                kGauge, lab);
+    Fam dur("qscope_loop_turn_duration_seconds", "Event-loop turn lengths, since attach", kHist, lab, &kAcceptWaitBuckets);
+    size_t i = 0;
+    for (const auto& l : s.carriers.loops) {
+        if (i++ >= cap) break;
+        const std::vector<std::string> v = {l.name, std::to_string(l.tid)};
+        util.add(v, l.utilization);
+        busy.add(v, l.busy_seconds_total);
+        turns.add(v, static_cast<double>(l.turns_total));
+        stalls.add(v, static_cast<double>(l.stalls_total));
+        longest.add(v, l.longest_turn_seconds);
+        waiting.add(v, static_cast<double>(loop_waiting(l)));
+        dur.add_hist(v, l.turn_total);
+    }
+    for (auto* f : {&n, &util, &busy, &turns, &stalls, &longest, &waiting, &dur}) out.push_back(std::move(*f).finish());
+}
+
 void verdict_families(const Snapshot& s, Families& out) {
     Fam v("qscope_verdict", "The current verdict: the stage where the limit lives, and where (1 for the current one)",
           kGauge, {"stage", "where"});
@@ -309,6 +344,7 @@ std::vector<prom::MetricFamily> snapshot_families(const Snapshot* snap, uint32_t
     downstream_families(s, cap, out);
     thread_families(s, cap, out);
     carrier_families(s, out);
+    loop_families(s, cap, out);
     verdict_families(s, out);
     return out;
 }

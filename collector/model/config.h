@@ -17,6 +17,7 @@ struct Config {
     bool want_threads = true;           // thread groups, waits, runqueue, carriers
     bool want_stacks = true;            // user/kernel stacks for waits
     double stack_min_block_seconds = 0.001;  // only waits at least this long capture stacks
+    double loop_stall_seconds = 0.02;   // an event-loop turn this long is a stall (--loop-stall-ms)
     uint32_t max_connections = 65536;   // BPF map sizes
     uint32_t max_threads = 32768;
     uint32_t label_cap = 50;            // peers/groups/ports beyond this fold into "other"

@@ -4,9 +4,10 @@ namespace qscope {
 namespace {
 
 // Module names by prefix: "libc.so.6", "libc-2.31.so", "ld-linux-x86-64.so.2", "libjvm.so",
-// "kernel" (kernel frames; their modules are named by kallsyms).
-constexpr std::string_view kRuntimeModules[] = {"libc.so", "libc-",  "libpthread", "ld-linux",
-                                                "libstdc++", "libgcc_s", "libjvm",   "kernel"};
+// "kernel" (kernel frames; their modules are named by kallsyms), "[vdso]" (clock_gettime's
+// fast path, where an on-CPU sample often lands).
+constexpr std::string_view kRuntimeModules[] = {"libc.so",  "libc-",  "libpthread", "ld-linux", "libstdc++",
+                                                "libgcc_s", "libjvm", "kernel",     "[vdso]"};
 // Functions of those modules that say so by name, for frames without a module.
 constexpr std::string_view kRuntimeFunctions[] = {"__futex", "futex_", "pthread_", "___pthread", "__GI_",
                                                   "syscall", "Unsafe_Park", "Parker::", "__lll_"};
@@ -40,6 +41,15 @@ bool is_runtime_frame(const std::string& frame) {
     const std::string fn = frame_function(frame);
     for (auto p : kRuntimeFunctions)
         if (fn.find(p) != std::string::npos) return true;
+    return false;
+}
+
+bool is_event_loop_frame(const std::string& frame) {
+    static constexpr std::string_view kLoopMachinery[] = {"uv_", "uv__", "ngx_epoll_", "ngx_process_events",
+                                                          "aeProcessEvents", "aeApiPoll", "aeMain"};
+    const std::string fn = frame_function(frame);
+    for (auto p : kLoopMachinery)
+        if (fn.compare(0, p.size(), p) == 0) return true;
     return false;
 }
 

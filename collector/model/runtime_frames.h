@@ -31,5 +31,8 @@ std::string first_app_frame(const std::vector<std::string>& frames);
 // latch, in epoll_wait, under ProcSleep — not on a futex. Returns that frame's function
 // ("ProcSleep"), or "" when the stack shows none of them. Verified on PostgreSQL 15.
 std::string lock_wait_frame(const std::vector<std::string>& frames);
+// An event loop's own machinery (libuv, nginx's event module, Redis's ae): where a loop's turn
+// is dispatched from, never where it spent its time.
+bool is_event_loop_frame(const std::string& frame);
 
 }  // namespace qscope

@@ -176,6 +176,7 @@ struct ThreadGroup {
     double runqueue_wait_seconds = 0;   // window total
     double blocked_seconds_total = 0;   // since attach
     std::map<std::string, double> blocked_seconds_by_syscall_total;  // since attach
+    std::map<int, int> futex_by_pid;    // process → threads blocked on a futex now (model/loops.h)
 };
 
 struct Wait {
@@ -205,6 +206,56 @@ struct CarrierThread {
     CarrierState state = CarrierState::running;
 };
 
+// An event loop's turn that lasted at least the stall threshold: where its time went.
+struct LoopStall {
+    double seconds = 0;                 // poll exit → next poll entry
+    double on_cpu_seconds = 0;          // running, or runnable waiting for a CPU
+    double blocked_seconds = 0;         // asleep outside its poll
+    std::string syscall;                // its longest block; "" when it never blocked
+    std::string resource;
+    // The on-CPU stack sampled in the turn (CPU-bound), or the longest block's stack.
+    std::vector<std::string> stack;
+};
+
+// A thread that waits in a poll (epoll_wait, poll, select) and serves many inbound
+// connections: an event loop, a carrier (model/loops.h). A turn runs from leaving the poll
+// to entering it again; the loop is busy for its whole length, on a CPU or blocked outside
+// the poll.
+struct EventLoop {
+    int tid = 0, pid = 0;
+    std::string name;                   // the thread's comm
+    std::string poll;                   // the syscall it waits in
+    // idle: in its poll; running / runnable; stalled: blocked outside its poll, or in a turn
+    // >= the stall threshold
+    CarrierState state = CarrierState::idle;
+    std::string blocked_in;             // the syscall it is blocked in now, outside its poll
+    double utilization = 0;             // window: share of the window not parked in its poll, 0..1
+    uint64_t turns = 0;                 // window
+    double turns_per_second = 0;        // window
+    double longest_turn_seconds = 0;    // window, exact
+    double p99_turn_seconds = 0;        // window
+    double current_turn_seconds = 0;    // the turn going on now; 0 when in its poll
+    uint64_t stalls = 0;                // window: turns >= stall_threshold_seconds
+    uint64_t stalls_total = 0;          // since attach
+    uint64_t connections = 0;           // inbound connections it serves, open now
+    uint64_t connections_served_total = 0;  // since attach: inbound connections it took over
+    uint64_t in_flight = 0;             // requests read on those connections, not yet answered
+    uint64_t unread = 0;                // requests arrived on them, unread
+    uint64_t accept_queue = 0;          // in its process's listeners' accept queues now
+    std::vector<LoopStall> recent_stalls;  // longest first
+    Histogram turn_total;               // since attach (exporter)
+    uint64_t turns_total = 0;           // since attach
+    double busy_seconds_total = 0;      // since attach
+};
+
+// Inbound connections per serving thread (the sock family), joined to the polling threads
+// (the sched family) by settle_loops() (model/loops.h). Not part of the contract.
+struct ThreadServing {
+    int tid = 0, pid = 0;
+    uint64_t adopted_total = 0;         // since attach: connections it took over
+    uint64_t connections = 0, in_flight = 0, unread = 0;  // now
+};
+
 struct Carriers {
     bool detected = false;
     std::string pattern;                // the regex or the built-in pattern's name
@@ -218,6 +269,9 @@ struct Carriers {
     std::vector<CarrierStall> stalls;   // longest recent first
     std::vector<CarrierThread> per_carrier;
     Histogram stall_total;              // since attach
+    // Event loops (any runtime), busiest first; JVM carriers above are unaffected.
+    std::vector<EventLoop> loops;
+    double loop_stall_threshold_seconds = 0.02;
 };
 
 struct StageCount {
@@ -269,6 +323,7 @@ struct Snapshot {
     Verdict verdict;
     std::vector<ParkedFrames> parked_virtual_threads;
     uint64_t parked_in_runtime = 0;     // in flight not explained by threads/sockets/CPU
+    std::vector<ThreadServing> serving; // sock → settle_loops(); not rendered
 
     uint64_t lost_events = 0;           // since attach, all sources
     std::vector<std::string> partial;   // sections whose numbers are incomplete, and why

@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 
+#include "model/loops.h"
 #include "model/runtime_frames.h"
 #include "model/syscall_table.h"
 #include "model/thread_group.h"
@@ -112,12 +113,16 @@ std::pair<std::string, uint64_t> gate_group(const Snapshot& s, const std::set<st
     // Count from the live thread states (blocked_by, what /proc would say now): wait rows
     // split one gate across call sites and miss waits that began since the last tick.
     std::map<std::string, uint64_t> futex_by_group;
+    bool idle_workers = false;  // futex waiters set aside as a loop process's idle workers
     for (const auto& g : s.thread_groups) {
         if (carrier_groups.count(g.name)) continue;
         auto it = g.blocked_by.find("futex");
-        if (it != g.blocked_by.end() && it->second > 0) futex_by_group[g.name] += static_cast<uint64_t>(it->second);
+        const int idle = idle_futex_waiters(s, g);
+        idle_workers |= idle > 0;
+        const int futex = it == g.blocked_by.end() ? 0 : it->second - idle;
+        if (futex > 0) futex_by_group[g.name] += static_cast<uint64_t>(futex);
     }
-    if (futex_by_group.empty())  // no thread view (e.g. --no-threads tests): fall back to wait rows
+    if (futex_by_group.empty() && !idle_workers)  // no thread view (e.g. --no-threads tests): fall back to wait rows
         for (const auto& w : s.waits)
             if (w.kind == WaitKind::futex && !carrier_groups.count(w.group))
                 futex_by_group[w.group] += static_cast<uint64_t>(waiting_now(w));
@@ -313,6 +318,7 @@ void describe_limit(const Candidate& limit, const std::vector<Candidate>& stages
 }  // namespace
 
 void compute_verdict(Snapshot& s) {
+    settle_loops(s);
     Verdict v;
     std::vector<Candidate> stages;
     door_stages(s, stages);
@@ -324,6 +330,7 @@ void compute_verdict(Snapshot& s) {
     gate_and_downstream_stages(s, in, peer, saturated, stages, v);
     if (auto c = syscall_stage(in)) stages.push_back(*c);
     if (auto c = carriers_stage(s, s.parked_in_runtime - parked_at_gate(s, saturated))) stages.push_back(*c);
+    if (auto l = loop_limit(s)) stages.push_back({Stage::carriers, l->where, l->detail, l->waiting});
     if (auto c = cpu_stage(s)) stages.push_back(*c);
 
     std::vector<Candidate> ranked = stages;

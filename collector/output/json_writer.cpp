@@ -126,6 +126,41 @@ static json waits_json(const std::vector<Wait>& waits) {
     return ws;
 }
 
+static json loops_json(const std::vector<EventLoop>& loops) {
+    json out = json::array();
+    for (const auto& l : loops) {
+        json stalls = json::array();
+        for (const auto& st : l.recent_stalls)
+            stalls.push_back({{"seconds", secs(st.seconds)},
+                              {"on_cpu_seconds", secs(st.on_cpu_seconds)},
+                              {"blocked_seconds", secs(st.blocked_seconds)},
+                              {"syscall", st.syscall},
+                              {"resource", st.resource},
+                              {"stack", st.stack}});
+        out.push_back({{"tid", l.tid},
+                       {"pid", l.pid},
+                       {"name", l.name},
+                       {"poll", l.poll},
+                       {"state", contract_name(l.state)},
+                       {"blocked_in", l.blocked_in},
+                       {"utilization", secs(l.utilization)},
+                       {"turns", l.turns},
+                       {"turns_per_second", secs(l.turns_per_second)},
+                       {"longest_turn_seconds", secs(l.longest_turn_seconds)},
+                       {"p99_turn_seconds", secs(l.p99_turn_seconds)},
+                       {"current_turn_seconds", secs(l.current_turn_seconds)},
+                       {"stalls", l.stalls},
+                       {"stalls_total", l.stalls_total},
+                       {"connections", l.connections},
+                       {"connections_served_total", l.connections_served_total},
+                       {"in_flight", l.in_flight},
+                       {"unread", l.unread},
+                       {"accept_queue", l.accept_queue},
+                       {"recent_stalls", stalls}});
+    }
+    return out;
+}
+
 static json carriers_json(const Carriers& c) {
     json stalls = json::array();
     for (const auto& st : c.stalls)
@@ -151,7 +186,9 @@ static json carriers_json(const Carriers& c) {
             {"stall_events_total", c.stall_events_total},
             {"vm_waits", c.vm_waits},
             {"stalls", stalls},
-            {"per_carrier", per}};
+            {"per_carrier", per},
+            {"loops", loops_json(c.loops)},
+            {"loop_stall_threshold_seconds", secs(c.loop_stall_threshold_seconds)}};
 }
 
 static json verdict_json(const Verdict& v) {
@@ -267,7 +304,7 @@ static void render_threads(std::ostringstream& o, const Snapshot& s) {
 
     const auto& c = s.carriers;
     o << "\nCARRIERS\n";
-    if (!c.detected)
+    if (!c.detected && c.loops.empty())
         o << "  (none detected)\n";
     else {
         o << "  " << c.pattern << ": " << c.threads << " carriers, " << c.running << " running, " << c.idle
@@ -276,6 +313,20 @@ static void render_threads(std::ostringstream& o, const Snapshot& s) {
         for (const auto& st : c.stalls)
             o << "    tid " << st.tid << " " << st.reason << " in " << st.syscall << " for " << ms(st.seconds)
               << (st.ongoing ? " (ongoing)" : "") << "\n";
+    }
+    for (const auto& l : c.loops) {
+        char busy[16];
+        std::snprintf(busy, sizeof busy, "%.0f%%", l.utilization * 100);
+        o << "  event loop " << l.name << " (pid " << l.pid << ", tid " << l.tid << ", " << l.poll << "): "
+          << contract_name(l.state) << ", busy " << busy << ", " << l.turns << " turns, longest " << ms(l.longest_turn_seconds)
+          << ", p99 " << ms(l.p99_turn_seconds) << ", " << l.stalls << " stalls; " << l.connections << " connections, "
+          << l.unread << " unread, " << l.accept_queue << " in the accept queue\n";
+        for (const auto& st : l.recent_stalls) {
+            o << "    stall " << ms(st.seconds) << ": on CPU " << ms(st.on_cpu_seconds) << ", blocked " << ms(st.blocked_seconds);
+            if (!st.syscall.empty()) o << " (longest in " << st.syscall << ")";
+            if (!st.stack.empty()) o << " at " << st.stack.front();
+            o << "\n";
+        }
     }
 }
 

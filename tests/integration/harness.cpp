@@ -347,6 +347,14 @@ std::vector<TaskState> proc_tasks(pid_t pid) {
     return out;
 }
 
+std::pair<double, double> thread_schedstat(pid_t pid, pid_t tid) {
+    std::istringstream in(
+        read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat"));
+    double run = 0, wait = 0;
+    if (!(in >> run >> wait)) return {-1, -1};
+    return {run / 1e9, wait / 1e9};
+}
+
 uint64_t proc_rss_kib(pid_t pid) {
     std::ifstream f("/proc/" + std::to_string(pid) + "/status");
     std::string line;

@@ -111,6 +111,9 @@ struct TaskState {
     long syscall = -2;           // -1 running in user space, -2 unknown
 };
 std::vector<TaskState> proc_tasks(pid_t pid);
+// /proc/PID/task/TID/schedstat: seconds on a CPU and seconds runnable waiting for one (the
+// scheduler's own accounting, in ns); {-1, -1} when the thread is gone.
+std::pair<double, double> thread_schedstat(pid_t pid, pid_t tid);
 uint64_t proc_rss_kib(pid_t pid);
 // Reads a one-line JSON counters file written by our targets; null if absent/partial.
 nlohmann::json read_counters(const std::string& path);

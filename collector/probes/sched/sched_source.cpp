@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "engine/bpf_util.h"
+#include "probes/sched/loops.h"
 #include "model/errors.h"
 #include "sys/proc_tasks.h"
 #include "tree.h"  // struct qs_tree_range: the skeleton maps its .data.tree section
@@ -239,7 +240,15 @@ private:
     // Exported counters are kept monotonic across the (rare) tick where a wait completes
     // between the map read and the iterator run.
     std::map<std::pair<std::string, std::string>, double> exported_blocked_;
+    // Event-loop turns (probes/sched/loops.h).
+    LoopTracker loops_;
+    std::vector<std::string> loop_warnings_;
+    void attach_loop_hooks();
+    void collect_loops(Snapshot& snap, const Tick& tick, const std::vector<qs_thread_rec>& recs);
 };
+
+// The poll hooks of bpf/sched.bpf.c (qs_loop_enter_<name>, qs_loop_exit_<name>).
+constexpr const char* kLoopPolls[] = {"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6"};
 
 void SchedSource::start(const Target& target, const Config& cfg) {
     cfg_ = cfg;
@@ -252,6 +261,16 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     skel_->rodata->want_stacks = cfg.want_stacks ? 1 : 0;
     skel_->rodata->stack_min_ns = static_cast<__u64>(cfg.stack_min_block_seconds * 1e9);
     skel_->rodata->max_stacks_per_iter = kMaxStacksPerIter;
+    skel_->rodata->loop_stall_ns = static_cast<__u64>(cfg.loop_stall_seconds * 1e9);
+    skel_->rodata->loop_sample_min_ns = static_cast<__u64>(cfg.loop_stall_seconds * 1e9 / 2);
+    // A poll syscall this kernel lacks (epoll_pwait2 before 5.11) is not loaded.
+    for (const char* name : kLoopPolls)
+        if (!KernelTracepoints::has_tracefs("syscalls", std::string("sys_enter_") + name))
+            for (const char* dir : {"enter", "exit"}) {
+                const std::string prog = std::string("qs_loop_") + dir + "_" + name;
+                if (bpf_program* p = bpf_object__find_program_by_name(skel_->obj, prog.c_str()))
+                    bpf_program__set_autoload(p, false);
+            }
     // Wait keys: about one per thread per wait site (a JVM parks each thread on its own
     // futex word) plus one per fd waited on; the slack covers sockets and files.
     const uint32_t threads = std::max<uint32_t>(cfg.max_threads, 256);
@@ -288,6 +307,7 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     links_.push_back(attach_program(skel_->progs.qs_sched_wakeup_new, "sched: attach tp_btf/sched_wakeup_new"));
 
     rb_ = open_ring_buffer(skel_->maps.stacks, &SchedSource::ringbuf_cb, this, "sched: open ring buffer stacks");
+    attach_loop_hooks();
 
     if (cfg.want_stacks) symbolizer_of(pid_);  // the root's, now: its failure is worth a warning early
     // Seed threads that are blocked right now, so their waits count from attach.
@@ -552,6 +572,7 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     add_runqueue_wait(live.groups, rq);
     add_blocked_totals(live.groups, cum);
     snap.waits = wait_rows(cum, live);
+    collect_loops(snap, tick, recs);
     for (auto& [name, g] : live.groups) snap.thread_groups.push_back(std::move(g));
     std::sort(snap.thread_groups.begin(), snap.thread_groups.end(),
               [](const ThreadGroup& a, const ThreadGroup& b) {
@@ -595,6 +616,8 @@ void SchedSource::report_lost(Snapshot& snap) {
         "runqueue map full (attributed to group \"other\")",
         "stack records (ring buffer full)",
         "per-thread state unavailable",
+        "polling threads (loops map full: their turns not counted)",
+        "event-loop stall records (ring buffer full)",
     };
     const int ncpu = libbpf_num_possible_cpus();
     std::vector<uint64_t> per(static_cast<size_t>(std::max(ncpu, 1)));
@@ -633,6 +656,7 @@ LiveView SchedSource::live_view(const std::vector<qs_thread_rec>& recs) {
         case ThreadState::blocked:
             g.blocked++;
             g.blocked_by[syscall_name(r.syscall)]++;
+            if (r.syscall == QS_NR_futex) g.futex_by_pid[static_cast<int>(r.tgid)]++;
             break;
         }
         if (r.state != 0) {
@@ -767,6 +791,53 @@ std::pair<std::string, std::string> SchedSource::labels_of(const qs_wait_key& k)
     const std::string label = k.syscall == QS_SYSCALL_OTHER ? "other" : groups_->label(tree_group(k.tgid, k.group));
     const std::string sc = k.syscall == QS_SYSCALL_OTHER ? "other" : syscall_name(k.syscall);
     return {label, sc};
+}
+
+void SchedSource::attach_loop_hooks() {
+    for (const char* name : kLoopPolls)
+        for (const char* dir : {"enter", "exit"}) {
+            const std::string prog = std::string("qs_loop_") + dir + "_" + name;
+            bpf_program* p = bpf_object__find_program_by_name(skel_->obj, prog.c_str());
+            if (!p || !bpf_program__autoload(p)) continue;
+            links_.push_back(attach_program(p, "sched: attach tracepoint/syscalls/sys_" + std::string(dir) + "_" + name));
+        }
+    loops_.start(skel_->obj, &skel_->bss->loop_epoch, cfg_.loop_stall_seconds, loop_warnings_);
+}
+
+void SchedSource::collect_loops(Snapshot& snap, const Tick& tick, const std::vector<qs_thread_rec>& recs) {
+    std::map<int, LoopThreadNow> threads;
+    for (const auto& r : recs) {
+        LoopThreadNow& t = threads[static_cast<int>(r.tid)];
+        t.alive = true;
+        switch (thread_state(r)) {
+        case ThreadState::running: t.state = CarrierState::running; break;
+        case ThreadState::runnable: t.state = CarrierState::runnable; break;
+        case ThreadState::blocked:
+            t.state = CarrierState::blocked;
+            t.blocked_in = syscall_name(r.syscall);
+            break;
+        }
+    }
+    LoopContext ctx;
+    ctx.unwind = [this](int tgid, const qs_ustack& u) -> std::vector<std::string> {
+        Symbolizer* sym = symbolizer_of(tgid);
+        if (!sym) return {};
+        try {
+            if (sym_refreshed_.insert(tgid).second) sym->refresh();
+            return sym->symbolize_user(sym->unwind(u));
+        } catch (const std::exception&) {
+            return {};  // one bad sample: the stall keeps its numbers
+        }
+    };
+    ctx.wait_site = [this](const qs_wait_key& k) -> std::pair<std::vector<std::string>, std::string> {
+        auto it = stacks_.find(k);
+        const StackInfo* st = it == stacks_.end() ? nullptr : &it->second;
+        WaitKind kind = WaitKind::other;
+        std::string res = resource_of(k, kind, st);
+        return {st ? st->user : std::vector<std::string>{}, res};
+    };
+    loops_.collect(snap, tick.now_ns, tick.window_start_ns, tick.window_reset, threads, ctx);
+    for (const auto& w : loop_warnings_) snap.warnings.push_back(w);
 }
 
 }  // namespace

@@ -31,7 +31,8 @@
 
 namespace qscope {
 
-static_assert(sizeof(qs_conn) == 40, "qs_conn layout shared with bpf/conn_state.h");
+static_assert(sizeof(qs_served) == 16, "qs_served layout shared with bpf/sock.h");
+static_assert(sizeof(qs_conn) == 48, "qs_conn layout shared with bpf/conn_state.h");
 static_assert(sizeof(qs_port_stats) == 112, "qs_port_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_key) == 20, "qs_peer_key layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_stats) == 80, "qs_peer_stats layout shared with bpf/sock.h");
@@ -111,6 +112,7 @@ public:
         double oldest_req = 0, oldest_unread = 0;
         std::map<uint32_t, double> oldest_busy;
         scan_conns(tick.now_ns, oldest_req, oldest_unread, oldest_busy);
+        collect_serving(snap);
 
         // ---- listeners and requests, per port ------------------------------------------
         Requests& r = snap.requests;
@@ -631,7 +633,14 @@ private:
 
     // One pass over the connection table.
     void scan_conns(uint64_t now, double& oldest_req, double& oldest_unread, std::map<uint32_t, double>& oldest_busy) {
+        serving_now_.clear();
         conns_.for_each(bpf_map__fd(skel_->maps.conns), [&](const __u64&, const qs_conn& c) {
+            if (c.dir == QS_DIR_IN && c.server_tid && !(c.aflags & QS_A_CLOSED)) {
+                ThreadServing& t = serving_now_[c.server_tid];
+                t.connections++;
+                if (c.state == QS_ST_REQUEST) t.in_flight++;
+                if (c.aflags & QS_A_COUNTED) t.unread++;
+            }
             if (c.dir == QS_DIR_IN) {
                 if (c.state == QS_ST_REQUEST && c.t_req && now > c.t_req)
                     oldest_req = std::max(oldest_req, (now - c.t_req) / 1e9);
@@ -730,6 +739,21 @@ private:
     Skel skel_;
     std::vector<Link> links_;
     MapReader<__u64, qs_conn> conns_;
+    MapReader<__u32, qs_served> served_;
+    std::map<uint32_t, ThreadServing> serving_now_;  // by server tid, from scan_conns
+
+    // Inbound connections per serving thread, for event-loop detection (model/loops.h).
+    void collect_serving(Snapshot& snap) {
+        served_.for_each(bpf_map__fd(skel_->maps.served), [&](const __u32& tid, const qs_served& v) {
+            ThreadServing t;
+            auto it = serving_now_.find(tid);
+            if (it != serving_now_.end()) t = it->second;
+            t.tid = static_cast<int>(tid);
+            t.pid = static_cast<int>(v.tgid);
+            t.adopted_total = v.adopted;
+            snap.serving.push_back(t);
+        });
+    }
     int pid_ = 0;  // the tree's root: its network namespace is the one whose listeners we dump
     const Target* target_ = nullptr;
     Config cfg_;

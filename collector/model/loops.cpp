@@ -1,0 +1,120 @@
+// Event loops: which polling threads are loops, when one is the limit, and which futex
+// waiters of a loop's process are idle workers (model/loops.h).
+#include "model/loops.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "model/runtime_frames.h"
+
+namespace qscope {
+
+void settle_loops(Snapshot& s) {
+    auto& loops = s.carriers.loops;
+    std::map<int, const ThreadServing*> by_tid;
+    for (const auto& t : s.serving) by_tid[t.tid] = &t;
+    uint64_t accept_queue = 0;
+    for (const auto& l : s.listeners) accept_queue += l.accept_queue;
+    for (auto& l : loops) {
+        auto it = by_tid.find(l.tid);
+        if (it == by_tid.end()) continue;
+        l.connections_served_total = std::max(l.connections_served_total, it->second->adopted_total);
+        l.connections = it->second->connections;
+        l.in_flight = it->second->in_flight;
+        l.unread = it->second->unread;
+    }
+    loops.erase(std::remove_if(loops.begin(), loops.end(),
+                               [](const EventLoop& l) { return l.connections_served_total < kLoopMinConnections; }),
+                loops.end());
+    // Listeners are sockets, not processes: loops sharing one (nginx workers) each see its queue.
+    for (auto& l : loops) l.accept_queue = accept_queue;
+    std::stable_sort(loops.begin(), loops.end(), [](const EventLoop& a, const EventLoop& b) {
+        if (a.utilization != b.utilization) return a.utilization > b.utilization;
+        return a.tid < b.tid;
+    });
+}
+
+bool loop_saturated(const EventLoop& l) { return l.utilization >= kLoopSaturated; }
+
+bool loop_stalled(const EventLoop& l, double stall_threshold_seconds) {
+    return l.stalls > 0 || l.current_turn_seconds >= stall_threshold_seconds;
+}
+
+uint64_t loop_waiting(const EventLoop& l) {
+    return l.unread + l.accept_queue + (l.in_flight > 1 ? l.in_flight - 1 : 0);
+}
+
+namespace {
+
+std::string ms_text(double seconds) {
+    char b[32];
+    if (seconds >= 1)
+        std::snprintf(b, sizeof b, "%.2f s", seconds);
+    else
+        std::snprintf(b, sizeof b, "%.0f ms", seconds * 1e3);
+    return b;
+}
+
+// The first frame of a stall's stack that is neither the runtime nor the loop's own machinery.
+std::string stall_frame(const std::vector<std::string>& stack) {
+    for (const auto& f : stack)
+        if (!is_runtime_frame(f) && !is_event_loop_frame(f)) return frame_function(f);
+    return "";
+}
+
+// Where the longest recent stall spent its time: "in pbkdf2" (on a CPU) or "blocked in
+// wait4 at spawnSync".
+std::string stall_where(const EventLoop& l) {
+    if (l.recent_stalls.empty()) return "";
+    const LoopStall& st = l.recent_stalls.front();
+    const std::string frame = stall_frame(st.stack);
+    if (st.blocked_seconds > st.on_cpu_seconds && !st.syscall.empty())
+        return " blocked in " + st.syscall + (frame.empty() ? "" : " at " + frame);
+    return frame.empty() ? " on a CPU" : " in " + frame;
+}
+
+}  // namespace
+
+std::optional<LoopLimit> loop_limit(const Snapshot& s) {
+    const double threshold = s.carriers.loop_stall_threshold_seconds;
+    const EventLoop* top = nullptr;
+    for (const auto& l : s.carriers.loops) {
+        if (!(loop_saturated(l) || loop_stalled(l, threshold)) || loop_waiting(l) == 0) continue;
+        if (!top || loop_waiting(l) > loop_waiting(*top) ||
+            (loop_waiting(l) == loop_waiting(*top) && l.utilization > top->utilization))
+            top = &l;
+    }
+    if (!top) return std::nullopt;
+    const EventLoop& l = *top;
+    LoopLimit out;
+    out.where = "event loop of " + l.name + " (tid " + std::to_string(l.tid) + ")";
+    char busy[32];
+    std::snprintf(busy, sizeof busy, "%.0f%%", l.utilization * 100);
+    out.detail = "requests queue behind the " + out.where + ": busy " + busy + " of the window, longest turn " +
+                 ms_text(l.longest_turn_seconds) + stall_where(l);
+    if (l.current_turn_seconds >= threshold) out.detail += ", in a turn for " + ms_text(l.current_turn_seconds) + " now";
+    if (l.in_flight > 1) out.detail += "; " + std::to_string(l.in_flight - 1) + " requests read and waiting behind it";
+    out.waiting = loop_waiting(l);
+    return out;
+}
+
+int idle_futex_waiters(const Snapshot& s, const ThreadGroup& g) {
+    if (s.carriers.loops.empty() || g.futex_by_pid.empty()) return 0;
+    std::set<int> loop_pids;
+    std::map<int, int> loops_on_futex;  // per process: loop threads blocked on a futex now
+    for (const auto& l : s.carriers.loops) {
+        loop_pids.insert(l.pid);
+        if (l.blocked_in == "futex") loops_on_futex[l.pid]++;
+    }
+    int idle = 0;
+    for (const auto& [pid, n] : g.futex_by_pid) {
+        if (!loop_pids.count(pid)) continue;
+        auto it = loops_on_futex.find(pid);
+        idle += std::max(0, n - (it == loops_on_futex.end() ? 0 : it->second));
+    }
+    return idle;
+}
+
+}  // namespace qscope

@@ -1,0 +1,372 @@
+// Event loops detected from behaviour (no per-runtime configuration), each checked against
+// the runtime's own instrumentation:
+//  - Node.js 20 (tests/apps/loops/server.js), a CPU-bound and a blocking handler: the loop's
+//    longest turn against perf_hooks.monitorEventLoopDelay's max (20%), its utilization
+//    against the thread's CPU share plus its runqueue wait over the same window, both from
+//    /proc/PID/task/TID/schedstat (10 points, CPU case; the wait is ~0 on a quiet machine), the
+//    verdict naming the loop, and Node's idle platform workers never ranked as a gate.
+//  - nginx, one worker gzipping large responses at level 9: the worker is a loop, busy within
+//    10 points of its CPU share (+ runqueue wait, /proc), and the verdict names it.
+//  - Redis 7 (Debian) running a slow Lua script while clients PING: the loop's longest turn
+//    against Redis's SLOWLOG (20%) and INFO commandstats, the verdict naming the loop.
+// Ports 26000-26099.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <thread>
+#include <tuple>
+
+#include "harness.h"
+
+using namespace qs_test;
+using nlohmann::json;
+
+namespace {
+
+const json* find_loop(const json& snap, int tid) {
+    for (const auto& l : snap["carriers"]["loops"])
+        if (l["tid"].get<int>() == tid) return &l;
+    return nullptr;
+}
+
+bool ranks_a_gate(const json& snap) {
+    for (const auto& r : snap["verdict"]["ranking"])
+        if (r["stage"] == "gate") return true;
+    return false;
+}
+
+// The snapshot and the loop thread's scheduler accounting over exactly its window.
+struct Observed {
+    json snap;
+    double cpu_seconds = 0;       // the loop thread on a CPU during the window (schedstat)
+    double runqueue_seconds = 0;  // and runnable, waiting for a CPU
+    double end_s = 0;             // now_s() at the window's end
+};
+
+// /proc/PID/task/TID/schedstat sampled every 20 ms on a thread of its own, so the loop
+// thread's CPU time can be read over qscope's window, whose start (the first tick after every
+// probe family attached) the test cannot see directly.
+class SchedSampler {
+public:
+    SchedSampler(pid_t pid, pid_t tid) : th_([this, pid, tid] {
+          while (!stop_) {
+              const auto st = thread_schedstat(pid, tid);
+              {
+                  std::lock_guard<std::mutex> g(mu_);
+                  samples_.push_back({now_s(), st.first, st.second});
+              }
+              sleep_s(0.02);
+          }
+      }) {}
+    ~SchedSampler() { finish(); }
+    void finish() {
+        stop_ = true;
+        if (th_.joinable()) th_.join();
+    }
+    // {run, wait} seconds at time t, from the nearest sample at or before it.
+    std::pair<double, double> at(double t) {
+        std::lock_guard<std::mutex> g(mu_);
+        std::pair<double, double> v{-1, -1};
+        for (const auto& [ts, run, wait] : samples_)
+            if (ts <= t) v = {run, wait};
+        return v;
+    }
+
+private:
+    std::atomic<bool> stop_{false};
+    std::mutex mu_;
+    std::vector<std::tuple<double, double, double>> samples_;
+    std::thread th_;
+};
+
+// Attaches `qscope snapshot` to pid for `duration`, starts the load once attached, and
+// returns the snapshot with the CPU and runqueue time of thread loop_tid (of process
+// loop_pid: an nginx worker is the master's child) over the same window.
+template <typename Start>
+Observed observe(pid_t pid, pid_t loop_pid, pid_t loop_tid, double duration, Start&& start_load) {
+    Observed o;
+    SchedSampler sampler(loop_pid, loop_tid);
+    Proc snap = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(pid), "--duration",
+                       std::to_string(duration), "--json"});
+    REQUIRE(wait_attached(snap.pid(), 30));
+    start_load();
+    REQUIRE(snap.wait(duration + 30) == 0);
+    const double exited = now_s();
+    const auto wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+    sleep_s(0.05);
+    sampler.finish();
+    o.snap = json::parse(snap.out());
+    // The window ends at the snapshot's taken_at (wall clock): map it onto steady_clock.
+    o.end_s = exited - static_cast<double>(wall_ms - o.snap["taken_at_unix_ms"].get<int64_t>()) / 1e3;
+    const double start_s = o.end_s - o.snap["window_seconds"].get<double>();
+    const auto a = sampler.at(start_s), b = sampler.at(o.end_s);
+    REQUIRE(a.first >= 0);
+    o.cpu_seconds = b.first - a.first;
+    o.runqueue_seconds = b.second - a.second;
+    return o;
+}
+
+// Utilization counts a turn's time on a CPU and its time runnable (the loop is not parked in
+// its poll either way). On a quiet machine that is the CPU share; on a busy one the runqueue
+// wait the scheduler accounted for the thread is added to the oracle, and said so.
+void check_utilization(const json& loop, const Observed& o) {
+    const double window = o.snap["window_seconds"].get<double>();
+    const double cpu = o.cpu_seconds / window, rq = o.runqueue_seconds / window;
+    const double util = loop["utilization"].get<double>();
+    INFO("loop thread over the window: CPU share " << cpu << ", runqueue share " << rq
+                                                   << " (/proc schedstat); qscope utilization " << util);
+    CHECK(std::abs(util - (cpu + rq)) <= 0.10);
+    CHECK(util >= cpu - 0.05);
+}
+
+std::string node_app() { return source_dir() + "/tests/apps/loops/server.js"; }
+
+// The Node cases: a server whose handler holds the loop `ms` per request, `clients` wrk
+// connections, the window inside the load.
+struct NodeRun {
+    Observed o;
+    double eld_max = -1;  // seconds: the app's monitorEventLoopDelay max, /reset to the window's end
+    pid_t pid = 0;
+};
+
+// The last "ELD mono_ns=... max_ns=..." line printed before `end_s` (steady_clock and
+// process.hrtime are both CLOCK_MONOTONIC).
+double eld_max_before(const std::string& out, double end_s) {
+    static const std::regex re("ELD mono_ns=(\\d+) max_ns=(\\d+)");
+    double max = -1;
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+        if (std::stod((*it)[1]) / 1e9 <= end_s) max = std::stod((*it)[2]) / 1e9;
+    return max;
+}
+
+NodeRun run_node(const std::string& mode, int ms, int clients, uint16_t port) {
+    NodeRun r;
+    Proc node = spawn({"/usr/bin/node", node_app(), std::to_string(port), std::to_string(port + 1), mode,
+                       std::to_string(ms)});
+    REQUIRE(!node.wait_for_output("READY", 15).empty());
+    r.pid = node.pid();
+    Proc wrk;
+    r.o = observe(node.pid(), node.pid(), node.pid(), 6, [&] {
+        REQUIRE(http_get("127.0.0.1", static_cast<uint16_t>(port + 1), "/reset", 5) == "reset\n");
+        wrk = spawn({"/usr/bin/wrk", "-t1", "-c" + std::to_string(clients), "-d14s", "--timeout", "20s",
+                     "http://127.0.0.1:" + std::to_string(port) + "/"});
+        sleep_s(0.5);  // the clients connected: the window's first turns already carry them
+    });
+    wrk.kill_and_wait();
+    r.eld_max = eld_max_before(node.out(), r.o.end_s);
+    node.kill_and_wait();
+    return r;
+}
+
+std::string find_nginx() {
+    for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"})
+        if (access(p, X_OK) == 0) return p;
+    return "";
+}
+
+pid_t first_child(pid_t parent, double timeout) {
+    const double end = now_s() + timeout;
+    while (now_s() < end) {
+        std::ifstream f("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) + "/children");
+        pid_t child = 0;
+        if (f >> child && child > 0) return child;
+        sleep_s(0.05);
+    }
+    return 0;
+}
+
+}  // namespace
+
+TEST_CASE("node CPU-bound handler: the event loop is the limit", "[loops][integration][node]") {
+    if (!require_root()) return;
+    if (access("/usr/bin/node", X_OK) != 0 || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("node or wrk not installed (.ci/setup installs both)");
+        return;
+    }
+    const NodeRun r = run_node("cpu", 20, 50, 26001);
+    const json& s = r.o.snap;
+    INFO("verdict: " << s["verdict"].dump());
+    INFO("loops: " << s["carriers"]["loops"].dump());
+    INFO("node's monitorEventLoopDelay max: " << r.eld_max);
+    const json* loop = find_loop(s, r.pid);
+    REQUIRE(loop != nullptr);
+    CHECK((*loop)["name"] == "node");
+    CHECK((*loop)["connections_served_total"].get<uint64_t>() >= 10);
+
+    // Utilization against the loop thread's CPU share over the same window (/proc).
+    CHECK(r.o.cpu_seconds / s["window_seconds"].get<double>() > 0.5);  // really CPU-bound here
+    check_utilization(*loop, r.o);
+
+    // The longest turn against Node's own event-loop delay.
+    REQUIRE(r.eld_max > 0);
+    CHECK((*loop)["longest_turn_seconds"].get<double>() == Approx(r.eld_max).epsilon(0.20));
+    CHECK((*loop)["stalls"].get<uint64_t>() > 0);
+    REQUIRE(!(*loop)["recent_stalls"].empty());
+    const json& stall = (*loop)["recent_stalls"][0];
+    CHECK(stall["on_cpu_seconds"].get<double>() > stall["blocked_seconds"].get<double>());
+
+    // The verdict names the loop; idle V8 platform workers are never a gate.
+    CHECK(s["verdict"]["stage"] == "carriers");
+    CHECK(s["verdict"]["where"].get<std::string>() == "event loop of node (tid " + std::to_string(r.pid) + ")");
+    CHECK(!ranks_a_gate(s));
+}
+
+TEST_CASE("node blocking handler: a stall blocked outside the poll", "[loops][integration][node]") {
+    if (!require_root()) return;
+    if (access("/usr/bin/node", X_OK) != 0 || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("node or wrk not installed (.ci/setup installs both)");
+        return;
+    }
+    const NodeRun r = run_node("block", 50, 20, 26011);
+    const json& s = r.o.snap;
+    INFO("verdict: " << s["verdict"].dump());
+    INFO("loops: " << s["carriers"]["loops"].dump());
+    INFO("node's monitorEventLoopDelay max: " << r.eld_max);
+    const json* loop = find_loop(s, r.pid);
+    REQUIRE(loop != nullptr);
+    // Busy though mostly off the CPU: blocked in the synchronous child process.
+    CHECK((*loop)["utilization"].get<double>() >= 0.8);
+    REQUIRE(r.eld_max > 0);
+    CHECK((*loop)["longest_turn_seconds"].get<double>() == Approx(r.eld_max).epsilon(0.20));
+    REQUIRE(!(*loop)["recent_stalls"].empty());
+    const json& stall = (*loop)["recent_stalls"][0];
+    CHECK(stall["blocked_seconds"].get<double>() > stall["on_cpu_seconds"].get<double>());
+    CHECK(!stall["syscall"].get<std::string>().empty());
+
+    CHECK(s["verdict"]["stage"] == "carriers");
+    CHECK(s["verdict"]["where"].get<std::string>() == "event loop of node (tid " + std::to_string(r.pid) + ")");
+    CHECK(s["verdict"]["summary"].get<std::string>().find("blocked in") != std::string::npos);
+    CHECK(!ranks_a_gate(s));
+}
+
+TEST_CASE("nginx worker saturated on gzip: the worker's loop is the limit", "[loops][integration][nginx]") {
+    if (!require_root()) return;
+    const std::string nginx = find_nginx();
+    if (nginx.empty() || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("nginx or wrk not installed (.ci/setup installs both)");
+        return;
+    }
+    const std::string prefix = temp_dir("loops-nginx");
+    for (const char* d : {"/logs", "/tmp", "/www"}) REQUIRE(::mkdir((prefix + d).c_str(), 0755) == 0);
+    // ~1.3 MB of text: gzip level 9 costs the worker milliseconds of CPU per response.
+    REQUIRE(std::system(("seq 1 200000 > " + prefix + "/www/big.txt").c_str()) == 0);
+    {
+        std::ofstream conf(prefix + "/nginx.conf");
+        conf << "user root;\nworker_processes 1;\ndaemon off;\n"
+                "pid " << prefix << "/nginx.pid;\n"
+                "error_log " << prefix << "/logs/error.log warn;\n"
+                "events { worker_connections 1024; }\n"
+                "http {\n  access_log off;\n"
+                "  client_body_temp_path " << prefix << "/tmp/body;\n"
+                "  proxy_temp_path " << prefix << "/tmp/proxy;\n"
+                "  fastcgi_temp_path " << prefix << "/tmp/fastcgi;\n"
+                "  uwsgi_temp_path " << prefix << "/tmp/uwsgi;\n"
+                "  scgi_temp_path " << prefix << "/tmp/scgi;\n"
+                "  gzip on; gzip_comp_level 9; gzip_min_length 0; gzip_types text/plain;\n"
+                "  server {\n    listen 127.0.0.1:26021 backlog=511;\n"
+                "    root " << prefix << "/www;\n"
+                "    location = /nginx_status { stub_status; }\n"
+                "  }\n}\n";
+    }
+    Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
+    REQUIRE(wait_for_port(26021, 10));
+    const pid_t worker = first_child(master.pid(), 5);
+    REQUIRE(worker > 0);
+    Proc wrk;
+    const Observed o = observe(master.pid(), worker, worker, 6, [&] {
+        wrk = spawn({"/usr/bin/wrk", "-t1", "-c40", "-d14s", "--timeout", "20s", "-H", "Accept-Encoding: gzip",
+                     "http://127.0.0.1:26021/big.txt"});
+        sleep_s(0.5);
+    });
+    const json& s = o.snap;
+    INFO("verdict: " << s["verdict"].dump());
+    INFO("loops: " << s["carriers"]["loops"].dump());
+    const json* loop = find_loop(s, worker);
+    REQUIRE(loop != nullptr);
+    CHECK((*loop)["name"] == "nginx");
+    CHECK((*loop)["pid"].get<int>() == worker);
+    CHECK(o.cpu_seconds / s["window_seconds"].get<double>() > 0.6);
+    check_utilization(*loop, o);
+    CHECK(s["verdict"]["stage"] == "carriers");
+    CHECK(s["verdict"]["where"].get<std::string>() == "event loop of nginx (tid " + std::to_string(worker) + ")");
+    // The master waits for signals, never on a request: it is no loop.
+    CHECK(find_loop(s, master.pid()) == nullptr);
+    wrk.kill_and_wait();
+    master.signal(SIGQUIT);
+    master.wait(10);
+    std::system(("rm -rf " + prefix).c_str());
+}
+
+TEST_CASE("redis: a slow Lua script holds the loop, as SLOWLOG says", "[loops][integration][redis]") {
+    if (!require_root()) return;
+    if (access("/usr/bin/redis-server", X_OK) != 0 || access("/usr/bin/redis-cli", X_OK) != 0 ||
+        access("/usr/bin/redis-benchmark", X_OK) != 0) {
+        skip("redis-server, redis-cli or redis-benchmark not installed (.ci/setup installs redis-server and redis-tools)");
+        return;
+    }
+    const std::string port = "26031";
+    const std::string dir = temp_dir("loops-redis");
+    Proc redis = spawn({"/usr/bin/redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                        "no", "--dir", dir, "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "1024"});
+    REQUIRE(wait_for_port(26031, 10));
+    auto cli = [&](const std::string& args) { return sh("/usr/bin/redis-cli -p " + port + " " + args + " 2>&1"); };
+    // ~30-80 ms of Lua per call on this machine.
+    const std::string script = "\"local i=0 while i<4000000 do i=i+1 end return i\"";
+    Proc slow, pings;
+    const Observed o = observe(redis.pid(), redis.pid(), redis.pid(), 6, [&] {
+        REQUIRE(cli("SLOWLOG RESET").find("OK") != std::string::npos);
+        REQUIRE(cli("CONFIG RESETSTAT").find("OK") != std::string::npos);
+        slow = spawn({"/bin/sh", "-c", "/usr/bin/redis-cli -p " + port + " -r 1000 EVAL " + script + " 0 >/dev/null"});
+        pings = spawn({"/usr/bin/redis-benchmark", "-p", port, "-t", "ping", "-c", "20", "-n", "100000000", "-q"});
+        sleep_s(0.5);
+    });
+    slow.kill_and_wait();
+    pings.kill_and_wait();
+    const json& s = o.snap;
+    INFO("verdict: " << s["verdict"].dump());
+    INFO("loops: " << s["carriers"]["loops"].dump());
+    // Redis's own record of its slow commands: the longest EVAL, in microseconds.
+    const std::string slowlog = cli("SLOWLOG GET 1024");
+    const std::string stats = cli("INFO commandstats");
+    INFO("INFO commandstats: " << stats);
+    double slow_max = 0;
+    {
+        // redis-cli (not on a tty) prints each entry a line per field: id, timestamp, duration
+        // (us), the arguments (EVAL, script, numkeys), client address, client name.
+        std::istringstream in(slowlog);
+        std::vector<std::string> lines;
+        for (std::string l; std::getline(in, l);) lines.push_back(l);
+        for (size_t i = 0; i + 1 < lines.size(); ++i)
+            if (lines[i + 1] == "EVAL") slow_max = std::max(slow_max, std::atof(lines[i].c_str()) / 1e6);
+    }
+    INFO("SLOWLOG max EVAL seconds: " << slow_max);
+    REQUIRE(slow_max > 0.01);
+    const json* loop = find_loop(s, redis.pid());
+    REQUIRE(loop != nullptr);
+    CHECK((*loop)["name"] == "redis-server");
+    // A turn holds one EVAL (one client sends them) plus the PINGs ready with it.
+    CHECK((*loop)["longest_turn_seconds"].get<double>() == Approx(slow_max).epsilon(0.20));
+    // commandstats: usec_per_call of eval is a turn's worth: the p99 turn is at least it.
+    std::smatch m;
+    static const std::regex re("cmdstat_eval:calls=(\\d+),usec=(\\d+),usec_per_call=([0-9.]+)");
+    REQUIRE(std::regex_search(stats, m, re));
+    const double per_call = std::stod(m[3]) / 1e6;
+    CHECK((*loop)["p99_turn_seconds"].get<double>() >= 0.8 * per_call);
+    CHECK((*loop)["stalls"].get<uint64_t>() > 0);
+    check_utilization(*loop, o);
+    CHECK(s["verdict"]["stage"] == "carriers");
+    CHECK(s["verdict"]["where"].get<std::string>() ==
+          "event loop of redis-server (tid " + std::to_string(redis.pid()) + ")");
+    CHECK(!ranks_a_gate(s));
+    redis.kill_and_wait();
+    std::system(("rm -rf " + dir).c_str());
+}

@@ -1,0 +1,156 @@
+// Event loops: which polling threads are loops, when one is the limit, and idle workers of a
+// loop's process that must not read as a gate (model/loops.h), on the shapes measured on
+// Node 20 (the CPU-bound case), plus the utilization arithmetic of the sched side.
+#include <catch2/catch.hpp>
+
+#include "model/loops.h"
+#include "model/verdict.h"
+#include "probes/sched/loops.h"
+
+using namespace qscope;
+
+namespace {
+
+EventLoop polling(int tid, int pid, const std::string& name, double util) {
+    EventLoop l;
+    l.tid = tid;
+    l.pid = pid;
+    l.name = name;
+    l.poll = "epoll_pwait";
+    l.utilization = util;
+    l.turns = 10;
+    l.longest_turn_seconds = 1.02;
+    l.p99_turn_seconds = 1.0;
+    l.state = CarrierState::running;
+    return l;
+}
+
+ThreadServing serving(int tid, int pid, uint64_t adopted, uint64_t conns, uint64_t in_flight, uint64_t unread) {
+    ThreadServing t;
+    t.tid = tid;
+    t.pid = pid;
+    t.adopted_total = adopted;
+    t.connections = conns;
+    t.in_flight = in_flight;
+    t.unread = unread;
+    return t;
+}
+
+// The Node case: one loop on the CPU all the time, 27 in the accept queue, 22
+// unread; an idle V8 platform worker in uv_cond_wait on a futex; two threads runnable.
+Snapshot node_cpu_bound() {
+    Snapshot s;
+    Listener l;
+    l.port = 3000;
+    l.accept_queue = 27;
+    l.backlog = 511;
+    s.listeners.push_back(l);
+    s.requests.in_flight = 1;
+    s.requests.waiting_unread = 22;
+    ThreadGroup g;
+    g.name = "node";
+    g.threads = 7;
+    g.running = 1;
+    g.runnable = 2;
+    g.blocked = 4;
+    g.blocked_by["futex"] = 1;
+    g.blocked_by["epoll_pwait"] = 3;
+    g.futex_by_pid[100] = 1;
+    s.thread_groups.push_back(g);
+    Wait w;
+    w.group = "node";
+    w.syscall = "futex";
+    w.kind = WaitKind::futex;
+    w.threads_now = 1;
+    w.waiters_now = 1;
+    w.stack = {"syscall+0x1d (libc.so.6)", "uv_cond_wait+0x9 (libuv.so.1)", "node::WorkerThreadsTaskRunner+0x80 (libnode.so.108)"};
+    s.waits.push_back(w);
+    s.carriers.loops.push_back(polling(100, 100, "node", 0.99));
+    s.carriers.loops.push_back(polling(105, 100, "node", 0.0));  // a poll set that serves nothing
+    s.serving.push_back(serving(100, 100, 50, 23, 1, 22));
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("loops: a polling thread is a loop only when it serves connections", "[loops]") {
+    Snapshot s = node_cpu_bound();
+    settle_loops(s);
+    REQUIRE(s.carriers.loops.size() == 1);
+    const EventLoop& l = s.carriers.loops[0];
+    CHECK(l.tid == 100);
+    CHECK(l.connections_served_total == 50);
+    CHECK(l.unread == 22);
+    CHECK(l.accept_queue == 27);
+    CHECK(loop_waiting(l) == 49);
+    settle_loops(s);  // idempotent
+    CHECK(s.carriers.loops.size() == 1);
+}
+
+TEST_CASE("loops: one connection is not a loop (thread per connection)", "[loops]") {
+    Snapshot s;
+    s.carriers.loops.push_back(polling(7, 7, "worker", 0.5));
+    s.serving.push_back(serving(7, 7, 1, 1, 1, 0));
+    settle_loops(s);
+    CHECK(s.carriers.loops.empty());
+}
+
+TEST_CASE("verdict: requests queue behind a saturated Node loop, not at uv_cond_wait", "[loops][verdict]") {
+    Snapshot s = node_cpu_bound();
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::carriers);
+    CHECK(s.verdict.where == "event loop of node (tid 100)");
+    CHECK(s.verdict.summary.rfind("requests queue behind the event loop of node (tid 100): busy 99% of the window, "
+                                  "longest turn 1.02 s",
+                                  0) == 0);
+    CHECK(s.verdict.summary.find("22 requests unread in the connector") != std::string::npos);
+    CHECK(s.verdict.summary.find("27 connections in the accept queue") != std::string::npos);
+    for (const auto& r : s.verdict.ranking) CHECK(r.stage != Stage::gate);
+    CHECK(s.verdict.severity == Severity::critical);
+}
+
+TEST_CASE("verdict: a loop thread on a futex while it holds requests is a gate", "[loops][verdict]") {
+    Snapshot s = node_cpu_bound();
+    s.carriers.loops[0].blocked_in = "futex";
+    s.carriers.loops[0].utilization = 0.5;  // not saturated, not stalled: no loop limit
+    s.carriers.loops[0].longest_turn_seconds = 0.005;
+    s.thread_groups[0].futex_by_pid[100] = 2;
+    s.thread_groups[0].blocked_by["futex"] = 2;
+    s.requests.in_flight = 5;
+    settle_loops(s);
+    CHECK(idle_futex_waiters(s, s.thread_groups[0]) == 1);
+}
+
+TEST_CASE("verdict: an idle loop with a queue at the door is not the limit", "[loops][verdict]") {
+    Snapshot s = node_cpu_bound();
+    s.carriers.loops[0].utilization = 0.2;
+    s.carriers.loops[0].longest_turn_seconds = 0.004;
+    compute_verdict(s);
+    CHECK(s.verdict.where.find("event loop") == std::string::npos);
+}
+
+TEST_CASE("verdict: a stalled loop names where the turn blocked", "[loops][verdict]") {
+    Snapshot s = node_cpu_bound();
+    EventLoop& l = s.carriers.loops[0];
+    l.utilization = 0.6;
+    l.stalls = 3;
+    LoopStall st;
+    st.seconds = 1.02;
+    st.blocked_seconds = 1.0;
+    st.on_cpu_seconds = 0.02;
+    st.syscall = "epoll_pwait";
+    st.stack = {"epoll_pwait+0x1 (libc.so.6)", "uv_run+0x1 (node)", "node::SyncProcessRunner::Run+0x3 (libnode.so.108)"};
+    l.recent_stalls.push_back(st);
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::carriers);
+    CHECK(s.verdict.summary.find("blocked in epoll_pwait at node::SyncProcessRunner::Run") != std::string::npos);
+}
+
+TEST_CASE("loop utilization: completed turns plus the one going on, clamped", "[loops]") {
+    // 10 s window, 6 s of completed turns, a turn going on for the last 2 s: 80%.
+    CHECK(loop_utilization(6'000'000'000, 18'000'000'000, 10'000'000'000, 20'000'000'000) == Approx(0.8));
+    // A turn begun before the window counts from the window's start.
+    CHECK(loop_utilization(0, 5'000'000'000, 10'000'000'000, 20'000'000'000) == Approx(1.0));
+    CHECK(loop_utilization(30'000'000'000, 0, 10'000'000'000, 20'000'000'000) == Approx(1.0));
+    CHECK(loop_utilization(0, 0, 10, 10) == 0);
+}

@@ -167,23 +167,6 @@ NodeRun run_node(const std::string& mode, int ms, int clients, uint16_t port) {
     return r;
 }
 
-std::string find_nginx() {
-    for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"})
-        if (access(p, X_OK) == 0) return p;
-    return "";
-}
-
-pid_t first_child(pid_t parent, double timeout) {
-    const double end = now_s() + timeout;
-    while (now_s() < end) {
-        std::ifstream f("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) + "/children");
-        pid_t child = 0;
-        if (f >> child && child > 0) return child;
-        sleep_s(0.05);
-    }
-    return 0;
-}
-
 }  // namespace
 
 TEST_CASE("node CPU-bound handler: the event loop is the limit", "[loops][integration][node]") {
@@ -279,7 +262,7 @@ TEST_CASE("nginx worker saturated on gzip: the worker's loop is the limit", "[lo
     }
     Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
     REQUIRE(wait_for_port(26021, 10));
-    const pid_t worker = first_child(master.pid(), 5);
+    const pid_t worker = nginx_worker(master.pid(), 5);
     REQUIRE(worker > 0);
     Proc wrk;
     const Observed o = observe(master.pid(), worker, worker, 6, [&] {

@@ -21,12 +21,13 @@ void settle_loops(Snapshot& s) {
         auto it = by_tid.find(l.tid);
         if (it == by_tid.end()) continue;
         l.connections_served_total = std::max(l.connections_served_total, it->second->adopted_total);
+        l.connections_max = std::max(l.connections_max, it->second->connections_max);
         l.connections = it->second->connections;
         l.in_flight = it->second->in_flight;
         l.unread = it->second->unread;
     }
     loops.erase(std::remove_if(loops.begin(), loops.end(),
-                               [](const EventLoop& l) { return l.connections_served_total < kLoopMinConnections; }),
+                               [](const EventLoop& l) { return l.connections_max < kLoopMinConnections; }),
                 loops.end());
     // Listeners are sockets, not processes: loops sharing one (nginx workers) each see its queue.
     for (auto& l : loops) l.accept_queue = accept_queue;

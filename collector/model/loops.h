@@ -14,8 +14,10 @@
 
 namespace qscope {
 
-// Inbound connections a polling thread must have taken over (since attach) to be a loop:
-// more than one, so a thread-per-connection server's threads never qualify.
+// Inbound connections a polling thread must have held open at once (since attach) to be a
+// loop: more than one, so a thread- or process-per-connection server's workers never
+// qualify, though they poll their one connection before reading it (php-fpm's children,
+// gunicorn's sync workers) and serve many in turn.
 constexpr uint64_t kLoopMinConnections = 2;
 // Busy this share of the window or more: saturated.
 constexpr double kLoopSaturated = 0.9;

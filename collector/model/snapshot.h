@@ -239,6 +239,7 @@ struct EventLoop {
     uint64_t stalls_total = 0;          // since attach
     uint64_t connections = 0;           // inbound connections it serves, open now
     uint64_t connections_served_total = 0;  // since attach: inbound connections it took over
+    uint64_t connections_max = 0;       // since attach: the most it held open at once (per tick)
     uint64_t in_flight = 0;             // requests read on those connections, not yet answered
     uint64_t unread = 0;                // requests arrived on them, unread
     uint64_t accept_queue = 0;          // in its process's listeners' accept queues now
@@ -253,6 +254,7 @@ struct EventLoop {
 struct ThreadServing {
     int tid = 0, pid = 0;
     uint64_t adopted_total = 0;         // since attach: connections it took over
+    uint64_t connections_max = 0;       // since attach: the most it held open at once (per tick)
     uint64_t connections = 0, in_flight = 0, unread = 0;  // now
 };
 

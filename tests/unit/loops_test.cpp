@@ -31,6 +31,7 @@ ThreadServing serving(int tid, int pid, uint64_t adopted, uint64_t conns, uint64
     t.pid = pid;
     t.adopted_total = adopted;
     t.connections = conns;
+    t.connections_max = conns;
     t.in_flight = in_flight;
     t.unread = unread;
     return t;
@@ -93,6 +94,21 @@ TEST_CASE("loops: one connection is not a loop (thread per connection)", "[loops
     s.serving.push_back(serving(7, 7, 1, 1, 1, 0));
     settle_loops(s);
     CHECK(s.carriers.loops.empty());
+}
+
+TEST_CASE("loops: a worker that polls its one connection and serves many in turn is not a loop", "[loops]") {
+    // php-fpm's children poll() the accepted connection before reading it and serve
+    // thousands of requests, one connection at a time.
+    Snapshot s;
+    s.carriers.loops.push_back(polling(9, 9, "php-fpm8.2", 0.99));
+    ThreadServing t = serving(9, 9, 5000, 1, 1, 0);
+    s.serving.push_back(t);
+    settle_loops(s);
+    CHECK(s.carriers.loops.empty());
+    s.carriers.loops.push_back(polling(9, 9, "php-fpm8.2", 0.99));
+    s.serving[0].connections_max = 2;  // held two at once: it multiplexes
+    settle_loops(s);
+    CHECK(s.carriers.loops.size() == 1);
 }
 
 TEST_CASE("verdict: requests queue behind a saturated Node loop, not at uv_cond_wait", "[loops][verdict]") {

@@ -97,6 +97,7 @@ public:
         refresh_listeners();
         scan_unix();  // Unix listeners before the hooks and the seeding walk need them
         attach_all();
+        last_rate_ns_ = monotonic_ns();  // completions count from here (rate_per_second)
         seed_existing();
     }
 
@@ -196,10 +197,14 @@ public:
         r.latency = latency.quantiles();
         r.oldest_in_flight_seconds = oldest_req;
         r.oldest_unread_seconds = oldest_unread;
-        if (tick.dt_seconds > 0) {
+        // Over this source's own interval: the families start in parallel, so requests are
+        // counted from this one's attach, before the collector's clock starts; dividing those
+        // by the first tick's interval gave a first frame of millions of requests per second.
+        if (tick.now_ns > last_rate_ns_) {
             const uint64_t total = completed_total();
-            r.rate_per_second = (total - std::min(total, last_completed_)) / tick.dt_seconds;
+            r.rate_per_second = (total - std::min(total, last_completed_)) / ((tick.now_ns - last_rate_ns_) / 1e9);
             last_completed_ = total;
+            last_rate_ns_ = tick.now_ns;
         }
 
         // ---- downstream peers ----------------------------------------------------------
@@ -744,6 +749,7 @@ private:
 
     // Inbound connections per serving thread, for event-loop detection (model/loops.h).
     void collect_serving(Snapshot& snap) {
+        std::map<uint32_t, uint64_t> held_max;
         served_.for_each(bpf_map__fd(skel_->maps.served), [&](const __u32& tid, const qs_served& v) {
             ThreadServing t;
             auto it = serving_now_.find(tid);
@@ -751,13 +757,18 @@ private:
             t.tid = static_cast<int>(tid);
             t.pid = static_cast<int>(v.tgid);
             t.adopted_total = v.adopted;
+            t.connections_max = std::max(t.connections, serving_max_[tid]);
+            held_max[tid] = t.connections_max;
             snap.serving.push_back(t);
         });
+        serving_max_ = std::move(held_max);  // threads gone from `served` are forgotten
     }
+    std::map<uint32_t, uint64_t> serving_max_;  // by server tid: ThreadServing::connections_max
     int pid_ = 0;  // the tree's root: its network namespace is the one whose listeners we dump
     const Target* target_ = nullptr;
     Config cfg_;
     uint64_t last_completed_ = 0;
+    uint64_t last_rate_ns_ = 0;  // when last_completed_ was read (at first: the attach)
     std::vector<std::string> warnings_;
     std::vector<ProbeAttach> attach_;  // how each hook was reached, for the snapshot
     std::string listen_error_;

@@ -114,19 +114,6 @@ std::map<std::string, std::string> comma_locale_env(std::string& dir) {
     return env;
 }
 
-void collect_exprs(const json& j, std::vector<std::string>& out) {
-    if (j.is_object()) {
-        for (auto it = j.begin(); it != j.end(); ++it) {
-            if (it.key() == "expr" && it.value().is_string())
-                out.push_back(it.value().get<std::string>());
-            else
-                collect_exprs(it.value(), out);
-        }
-    } else if (j.is_array()) {
-        for (const auto& e : j) collect_exprs(e, out);
-    }
-}
-
 // `service`: this exporter has a lone --pid, so no service label; the variable's All (.*)
 // is what Grafana sends then.
 std::string substitute(std::string e, const std::string& instance) {
@@ -397,8 +384,7 @@ TEST_CASE("export: promtool, a real Prometheus runs every dashboard query, value
     CHECK(has_service_var);
     CHECK(has_ds_var);
     CHECK(has_instance_var);
-    std::vector<std::string> exprs;
-    collect_exprs(dash, exprs);
+    const std::vector<std::string> exprs = dashboard_exprs();  // the same file, from the harness
     REQUIRE(exprs.size() >= 20);
     std::vector<std::string> empty;
     for (const auto& raw : exprs) {

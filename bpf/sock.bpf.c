@@ -965,10 +965,10 @@ int BPF_KPROBE(qs_data_ready_kprobe, struct sock *sk)
 
 /* ---- accept ------------------------------------------------------------------------------- */
 
-/* fd of a task -> struct sock *, or 0. files->fdt->fd[fd] is read with
+/* fd of a task -> its file when that is a socket's, or 0. files->fdt->fd[fd] is read with
  * bpf_probe_read_kernel (a direct load of the slot is rejected), and the file must be a
  * socket's: socket->file points back at it. */
-static __always_inline struct sock *sock_of_fd(struct task_struct *t, int fd)
+static __always_inline struct file *sock_file_of_fd(struct task_struct *t, int fd)
 {
 	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
 	struct file **fds;
@@ -987,6 +987,18 @@ static __always_inline struct sock *sock_of_fd(struct task_struct *t, int fd)
 	so = BPF_CORE_READ(f, private_data);
 	if (!so || BPF_CORE_READ(so, file) != f)
 		return 0;
+	return f;
+}
+
+/* fd of a task -> struct sock *, or 0. */
+static __always_inline struct sock *sock_of_fd(struct task_struct *t, int fd)
+{
+	struct file *f = sock_file_of_fd(t, fd);
+	struct socket *so;
+
+	if (!f)
+		return 0;
+	so = BPF_CORE_READ(f, private_data);
 	return BPF_CORE_READ(so, sk);
 }
 
@@ -1326,28 +1338,18 @@ int qs_seed_busy(struct bpf_iter__task *ctx)
 SEC("tracepoint/syscalls/sys_enter_close")
 int qs_close_enter(struct trace_event_raw_sys_enter *ctx)
 {
-	struct task_struct *t;
-	struct fdtable *fdt;
-	struct file **fds;
-	struct file *f = 0;
+	struct file *f;
 	struct socket *so;
 	struct sock *sk;
 	struct qs_conn *c;
 	__u64 key;
-	int fd = (int)ctx->args[0];
 
 	if (!is_target())
 		return 0;
-	t = bpf_get_current_task_btf();
-	fdt = BPF_CORE_READ(t, files, fdt);
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
-		return 0;
-	fds = BPF_CORE_READ(fdt, fd);
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+	f = sock_file_of_fd(bpf_get_current_task_btf(), (int)ctx->args[0]);
+	if (!f)
 		return 0;
 	so = BPF_CORE_READ(f, private_data);
-	if (!so || BPF_CORE_READ(so, file) != f)
-		return 0;
 	sk = BPF_CORE_READ(so, sk);
 	key = (__u64)sk;
 	c = sk ? bpf_map_lookup_elem(&conns, &key) : 0;

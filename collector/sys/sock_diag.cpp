@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "model/errors.h"
+#include "sys/netlink_walk.h"
 
 namespace qscope {
 
@@ -40,56 +41,31 @@ std::string format_endpoint(int family, const uint8_t* addr, uint16_t port) {
 }
 
 DiagStatus parse_sock_diag(const void* buf, size_t len, std::vector<DiagSocket>& out) {
-    const auto* base = static_cast<const uint8_t*>(buf);
-    size_t off = 0;
-    while (off + sizeof(nlmsghdr) <= len) {
-        nlmsghdr h;
-        std::memcpy(&h, base + off, sizeof(h));
-        if (h.nlmsg_len < sizeof(nlmsghdr) || off + h.nlmsg_len > len)
-            throw Error(Exit::failure, "sock_diag: truncated netlink message");
-        const uint8_t* payload = base + off + NLMSG_HDRLEN;
-        const size_t plen = h.nlmsg_len - NLMSG_HDRLEN;
-        if (h.nlmsg_type == NLMSG_DONE) return DiagStatus::done;
-        if (h.nlmsg_type == NLMSG_ERROR) {
-            nlmsgerr err{};
-            std::memcpy(&err, payload, std::min(plen, sizeof(err)));
-            throw Error(Exit::kernel, "sock_diag: " + errno_text(err.error));
-        }
-        if (h.nlmsg_type == SOCK_DIAG_BY_FAMILY) {
-            if (plen < sizeof(inet_diag_msg)) throw Error(Exit::failure, "sock_diag: short inet_diag_msg");
-            inet_diag_msg m;
-            std::memcpy(&m, payload, sizeof(m));
-            DiagSocket s;
-            s.family = m.idiag_family;
-            s.state = m.idiag_state;
-            s.sport = ntohs(m.id.idiag_sport);
-            s.dport = ntohs(m.id.idiag_dport);
-            s.src = format_ip(s.family, reinterpret_cast<const uint8_t*>(m.id.idiag_src));
-            s.dst = format_ip(s.family, reinterpret_cast<const uint8_t*>(m.id.idiag_dst));
-            s.rqueue = m.idiag_rqueue;
-            s.wqueue = m.idiag_wqueue;
-            s.inode = m.idiag_inode;
-            s.uid = m.idiag_uid;
-            // attributes follow the message, each rtattr aligned to 4
-            size_t aoff = NLMSG_ALIGN(sizeof(inet_diag_msg));
-            while (aoff + sizeof(rtattr) <= plen) {
-                rtattr a;
-                std::memcpy(&a, payload + aoff, sizeof(a));
-                if (a.rta_len < sizeof(rtattr) || aoff + a.rta_len > plen) break;
-                const size_t dlen = a.rta_len - RTA_LENGTH(0);
-                if (a.rta_type == INET_DIAG_SKMEMINFO && dlen >= (SK_MEMINFO_DROPS + 1) * sizeof(uint32_t)) {
-                    uint32_t drops;
-                    std::memcpy(&drops, payload + aoff + RTA_LENGTH(0) + SK_MEMINFO_DROPS * sizeof(uint32_t),
-                                sizeof(drops));
-                    s.drops = drops;
-                }
-                aoff += RTA_ALIGN(a.rta_len);
-            }
-            out.push_back(std::move(s));
-        }
-        off += NLMSG_ALIGN(h.nlmsg_len);
-    }
-    return DiagStatus::more;
+    return netlink::walk_messages(buf, len, "sock_diag", [&](const uint8_t* payload, size_t plen) {
+        if (plen < sizeof(inet_diag_msg)) throw Error(Exit::failure, "sock_diag: short inet_diag_msg");
+        inet_diag_msg m;
+        std::memcpy(&m, payload, sizeof(m));
+        DiagSocket s;
+        s.family = m.idiag_family;
+        s.state = m.idiag_state;
+        s.sport = ntohs(m.id.idiag_sport);
+        s.dport = ntohs(m.id.idiag_dport);
+        s.src = format_ip(s.family, reinterpret_cast<const uint8_t*>(m.id.idiag_src));
+        s.dst = format_ip(s.family, reinterpret_cast<const uint8_t*>(m.id.idiag_dst));
+        s.rqueue = m.idiag_rqueue;
+        s.wqueue = m.idiag_wqueue;
+        s.inode = m.idiag_inode;
+        s.uid = m.idiag_uid;
+        netlink::walk_attrs(payload, NLMSG_ALIGN(sizeof(inet_diag_msg)), plen,
+                            [&](unsigned type, const uint8_t* data, size_t dlen) {
+                                if (type != INET_DIAG_SKMEMINFO || dlen < (SK_MEMINFO_DROPS + 1) * sizeof(uint32_t))
+                                    return;
+                                uint32_t drops;
+                                std::memcpy(&drops, data + SK_MEMINFO_DROPS * sizeof(uint32_t), sizeof(drops));
+                                s.drops = drops;
+                            });
+        out.push_back(std::move(s));
+    });
 }
 
 namespace {
@@ -150,21 +126,9 @@ std::vector<DiagSocket> sock_diag_dump(int family, uint32_t state_mask, bool mem
     req.r.sdiag_protocol = IPPROTO_TCP;
     req.r.idiag_states = state_mask;
     if (meminfo) req.r.idiag_ext |= 1 << (INET_DIAG_SKMEMINFO - 1);
-    sockaddr_nl sa{};
-    sa.nl_family = AF_NETLINK;
-    if (sendto(s.fd, &req, sizeof(req), 0, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) < 0)
-        throw Error(Exit::kernel, "sock_diag: send dump request: " + errno_text(errno));
     std::vector<DiagSocket> out;
-    std::vector<uint8_t> buf(64 * 1024);
-    for (;;) {
-        const ssize_t n = recv(s.fd, buf.data(), buf.size(), 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            throw Error(Exit::kernel, "sock_diag: recv: " + errno_text(errno));
-        }
-        if (n == 0) break;
-        if (parse_sock_diag(buf.data(), static_cast<size_t>(n), out) == DiagStatus::done) break;
-    }
+    netlink::dump(s.fd, req, "sock_diag",
+                  [&](const uint8_t* buf, size_t len) { return parse_sock_diag(buf, len, out); });
     return out;
 }
 

@@ -10,7 +10,9 @@ Row listener_row(const Listener& l, bool u) {
     const bool full = l.backlog && l.accept_queue >= l.backlog;
     const std::string name = !l.unix_path.empty() ? "unix:" + l.unix_path
                                                   : (l.addr.empty() ? std::string("*") : l.addr) + ":" + std::to_string(l.port);
-    return {{name, Role::normal},
+    // At a connection cap the queue is a symptom: the row says what the limit is.
+    const bool capped = connection_limit_reached(l);
+    return {{capped ? name + " at conn limit " + fmt_count(l.connections) : name, capped ? Role::critical : Role::normal},
             {fmt_count(l.accept_queue), full ? Role::critical : count_role(l.accept_queue, Role::warn)},
             {fmt_count(l.accept_queue_max), Role::normal},
             {fmt_count(l.backlog), Role::normal},

@@ -156,6 +156,10 @@ void listener_families(const Snapshot& s, const LabelCapper& port_label, Familie
     Fam ovf("qscope_listen_overflows_total", "Connections dropped because the accept queue was full, since attach",
             kCounter, {"port"});
     Fam acc("qscope_accepted_connections_total", "Connections accepted, since attach", kCounter, {"port"});
+    Fam conns("qscope_listener_connections", "Connections accepted from the listener and open, now", kGauge, {"port"});
+    Fam cap("qscope_listener_connection_limit",
+              "1 while the accept queue is full and the acceptor waits elsewhere (a server-side connection cap)",
+              kGauge, {"port"});
     for (const auto& l : s.listeners) {
         const LabelValues lv{port_label(endpoint_name(l.port, l.unix_path))};
         qlen.add(lv, l.accept_queue);
@@ -163,8 +167,10 @@ void listener_families(const Snapshot& s, const LabelCapper& port_label, Familie
         wait.add_hist(lv, l.accept_wait_total);
         ovf.add(lv, static_cast<double>(l.overflows_total));
         acc.add(lv, static_cast<double>(l.accepted_total));
+        conns.add(lv, static_cast<double>(l.connections));
+        cap.add(lv, connection_limit_reached(l) ? 1 : 0);
     }
-    for (auto* f : {&qlen, &qmax, &wait, &ovf, &acc}) out.push_back(std::move(*f).finish());
+    for (auto* f : {&qlen, &qmax, &wait, &ovf, &acc, &conns, &cap}) out.push_back(std::move(*f).finish());
 }
 
 void request_families(const Snapshot& s, const LabelCapper& port_label, Families& out) {

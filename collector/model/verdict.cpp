@@ -53,6 +53,9 @@ struct Candidate {
     Stage stage = Stage::none;
     std::string where, detail;
     uint64_t waiting = 0;
+    // A door stage that is a limit of the server's own making (a connection cap): it comes
+    // before the connector, whose few unread requests are then the traffic it does let in.
+    bool own_limit = false;
 };
 
 bool at_the_door(Stage s) { return s == Stage::accept_queue || s == Stage::connector; }
@@ -78,6 +81,20 @@ std::string shared_accept_queue(const Snapshot& s, const Listener& l, const std:
            ": " + fmt_count(accept_q) + " connections waiting (backlog " + std::to_string(l.backlog) + ")";
 }
 
+// A server that caps its open connections (Tomcat's maxConnections, 8,192 by default) parks
+// its acceptor at the cap: connections stop being accepted while the kernel's queue fills to
+// the backlog and overflows. The queue is a consequence; the cap is the limit.
+std::string connection_limit(const Listener& l, const std::string& at, uint64_t accept_q) {
+    char idle[32];
+    std::snprintf(idle, sizeof idle, "%.0f s", l.seconds_since_accept);
+    const std::string acceptor = l.acceptor_blocked_in.empty()
+                                     ? std::string("nothing accepted for ") + idle
+                                     : "acceptor waiting in " + l.acceptor_blocked_in;
+    return "connection limit reached on " + at + ": " + fmt_count(l.connections) + " connections open, " + acceptor +
+           " (e.g. Tomcat maxConnections); " + fmt_count(accept_q) + " connections in the accept queue (backlog " +
+           std::to_string(l.backlog) + ")";
+}
+
 void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
     uint64_t accept_q = 0;
     const Listener* top = nullptr;
@@ -87,7 +104,9 @@ void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
     }
     if (accept_q) {
         const std::string at = top->unix_path.empty() ? ":" + std::to_string(top->port) : "unix:" + top->unix_path;
-        if (top->workers >= 2)
+        if (connection_limit_reached(*top))
+            stages.push_back({Stage::accept_queue, at, connection_limit(*top, at, accept_q), accept_q, true});
+        else if (top->workers >= 2)
             stages.push_back({Stage::accept_queue, at, shared_accept_queue(s, *top, at, accept_q), accept_q});
         else
             stages.push_back({Stage::accept_queue, at,
@@ -284,6 +303,8 @@ std::optional<Candidate> cpu_stage(const Snapshot& s) {
 const Candidate* choose_limit(const std::vector<Candidate>& ranked) {
     for (const auto& c : ranked)
         if (!at_the_door(c.stage)) return &c;
+    for (const auto& c : ranked)
+        if (c.own_limit) return &c;
     for (Stage door : {Stage::connector, Stage::accept_queue})
         for (const auto& c : ranked)
             if (c.stage == door) return &c;

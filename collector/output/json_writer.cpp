@@ -46,8 +46,15 @@ static json listeners_json(const std::vector<Listener>& listeners) {
                       {"accept_wait_seconds", q_json(l.accept_wait, false)},
                       {"overflows", l.overflows},
                       {"processes", l.processes},
-                      {"workers", l.workers}});
+                      {"workers", l.workers},
+                      {"connections", l.connections},
+                      {"seconds_since_accept", secs(l.seconds_since_accept)},
+                      {"connection_limit", connection_limit_reached(l)}});
         if (!l.unix_path.empty()) ls.back()["unix_path"] = l.unix_path;
+        if (l.acceptor_tid)
+            ls.back()["acceptor"] = {{"tid", l.acceptor_tid},
+                                     {"blocked_in", l.acceptor_blocked_in.empty() ? json(nullptr)
+                                                                                  : json(l.acceptor_blocked_in)}};
     }
     return ls;
 }
@@ -261,7 +268,11 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
         o << "  " << (l.unix_path.empty() ? ":" + std::to_string(l.port) + " " + l.addr : "unix:" + l.unix_path) << "  queue " << l.accept_queue << " (max " << l.accept_queue_max
           << ") of backlog " << l.backlog << ", accepted " << l.accepted << ", wait p50 "
           << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows
-          << (l.processes > 1 ? ", held by " + std::to_string(l.processes) + " processes" : std::string()) << "\n";
+          << (l.processes > 1 ? ", held by " + std::to_string(l.processes) + " processes" : std::string())
+          << ", " << l.connections << " connections open"
+          << (connection_limit_reached(l) ? ": at a connection limit, acceptor waiting in " + l.acceptor_blocked_in
+                                          : std::string())
+          << "\n";
 
     const auto& r = s.requests;
     o << "\nREQUESTS\n  in flight " << r.in_flight << " (max " << r.in_flight_max << "), unread in connector "

@@ -5,6 +5,7 @@
 #
 # usage: scenario.sh PROFILE OUTDIR
 #   PROFILE  platform | virtual | gated   (/db load)   or   partner   (silent partner, /quote)
+#            or   ceiling   (virtual threads behind maxConnections 100, acceptCount 50; /ping)
 #
 # Environment (defaults in brackets):
 #   QSCOPE        qscope binary; "none" runs load and oracles only       [REPO/build/qscope]
@@ -28,8 +29,8 @@
 set -uo pipefail
 
 profile=${1:-}; out=${2:-}
-case "$profile" in platform|virtual|gated|partner) ;; *)
-    echo "usage: scenario.sh platform|virtual|gated|partner OUTDIR" >&2; exit 2 ;;
+case "$profile" in platform|virtual|gated|partner|ceiling) ;; *)
+    echo "usage: scenario.sh platform|virtual|gated|partner|ceiling OUTDIR" >&2; exit 2 ;;
 esac
 [ -n "$out" ] || { echo "scenario.sh: OUTDIR missing" >&2; exit 2; }
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -45,7 +46,7 @@ POOL_TIMEOUT_MS=${POOL_TIMEOUT_MS:-3000}
 THINK_MS=${THINK_MS:-1000}
 RAMP=${RAMP:-4}
 WINDOW=${WINDOW:-8}
-if [ "$profile" = partner ]; then CLIENTS=${CLIENTS:-400}; else CLIENTS=${CLIENTS:-1000}; fi
+case "$profile" in partner|ceiling) CLIENTS=${CLIENTS:-400} ;; *) CLIENTS=${CLIENTS:-1000} ;; esac
 
 log() { echo "[scenario $profile $(date +%T)] $*" >&2; }
 die() { echo "scenario.sh: $*" >&2; exit 1; }
@@ -120,12 +121,14 @@ fi
     echo "profile=$profile app_profile=$app_profile clients=$CLIENTS think_ms=$THINK_MS ramp=$RAMP window=$WINDOW"
     echo "pool=10 pool_timeout_ms=$POOL_TIMEOUT_MS gate=10 max_threads=200 app_port=$APP_PORT pg_port=$PG_PORT partner_port=$PARTNER_PORT"
     echo "java=$JAVA_HOME app_pid=$app"
+    [ "$profile" = ceiling ] && echo "max_connections=100 accept_count=50"
 } >"$out/env.txt"
 
 # ---- oracles -----------------------------------------------------------------------------
 # samples.tsv: one line per 0.5 s:
 #   t  pg_active pg_conns  app_conns_with_unread accept_queue  pg_estab partner_estab
 #   http_threads http_futex  (comm http-nio*, and those in futex per /proc/TID/syscall)
+#   app_estab  (established server-side connections of the app's port, accepted or queued)
 sampler() {
     local t0 end now
     t0=$(date +%s%3N); end=$((t0 + $1 * 1000))
@@ -146,7 +149,8 @@ sampler() {
             END { n = 0; f = 0
                   for (t in comm) if (comm[t] ~ /^http-nio/) { n++; if (sc[t] == "202") f++ }
                   printf "%d\t%d", n, f }')
-        printf '%d.%03d\t%s\t%s\t%s\t%s\t%s\t%s\n' $(((now - t0) / 1000)) $(((now - t0) % 1000)) "$pg" "$ssapp" "${lq:-0}" "$pge" "$pe" "$th"
+        estab=$(ss -Htn state established "( sport = :$APP_PORT )" | wc -l)
+        printf '%d.%03d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' $(((now - t0) / 1000)) $(((now - t0) % 1000)) "$pg" "$ssapp" "${lq:-0}" "$pge" "$pe" "$th" "$estab"
         sleep 0.5
     done
 }
@@ -198,8 +202,15 @@ run_qscope() {  # name duration args...
     echo $? >"$out/$name.rc"
 }
 
+# TcpExt ListenOverflows (/proc/net/netstat): SYNs dropped because an accept queue was full.
+listen_overflows() {
+    awk '/^TcpExt:/ { if (!h) { for (i = 1; i <= NF; i++) n[i] = $i; h = 1 }
+                      else for (i = 1; i <= NF; i++) if (n[i] == "ListenOverflows") print $i }' /proc/net/netstat
+}
+
 # The JSON snapshot (what the test asserts on).
 start_observers() {
+    echo "listen_overflows $(listen_overflows)" >"$out/start.txt"
     run_qscope qscope.json "$WINDOW" --json &
     qs=$!
 }
@@ -210,6 +221,7 @@ finish_observers() {
         echo "partner_estab $(ss -Htn state established "( dport = :$PARTNER_PORT )" | wc -l)"
         echo "pg_estab $(ss -Htn state established "( dport = :$PG_PORT )" | wc -l)"
         echo "app_unread $(ss -Htn state established "( sport = :$APP_PORT )" | awk '$1 > 0' | wc -l)"
+        echo "listen_overflows $(listen_overflows)"
     } >"$out/end.txt"
 }
 # For the docs, after the JSON window and still in the spike: a text report and a `qscope
@@ -236,6 +248,9 @@ extra=0
 if [ "$profile" = partner ]; then
     path=/ping; quote_pct=20
     wrk_secs=$((WINDOW + 10 + extra))
+elif [ "$profile" = ceiling ]; then
+    path=/ping; quote_pct=0
+    wrk_secs=$((RAMP + WINDOW + 8 + extra))
 else
     path=/db; quote_pct=0
     # qscope needs a few seconds to load its probes before its window starts
@@ -298,7 +313,8 @@ else
     # six probers: a probe that waits out the 3 s pool timeout takes a third of the window, and
     # the virtual profile must catch a few of its 503s (a third of its answers) to time them
     prb=""
-    for i in 1 2 3 4 5 6; do prober /db "$WINDOW" 20 >"$out/probes.$i.txt" & prb="$prb $!"; done
+    probe_path=/db; [ "$profile" = ceiling ] && probe_path=/ping
+    for i in 1 2 3 4 5 6; do prober "$probe_path" "$WINDOW" 20 >"$out/probes.$i.txt" & prb="$prb $!"; done
     sleep $((WINDOW / 2)); jstack_summary
     finish_observers
     cp "$out/stats-live.json" "$out/stats-end.json"

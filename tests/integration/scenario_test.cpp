@@ -80,7 +80,7 @@ Pg& pg() {
 struct Sample {  // one line of samples.tsv
     double t = 0;
     int pg_active = -1, pg_conns = -1, app_unread = 0, accept_queue = 0, pg_estab = 0, partner_estab = 0,
-        http_threads = 0, http_futex = 0;
+        http_threads = 0, http_futex = 0, app_estab = 0;
 };
 
 struct Run {
@@ -101,6 +101,7 @@ struct Run {
     };
     std::vector<Probe> probes;  // curl, one request at a time
     std::string jstack, jfr_summary;
+    std::map<std::string, double> start;  // start.txt: oracles as qscope is launched
     std::map<std::string, double> end;  // end.txt: oracles at the window's end
     std::map<std::string, double> end2; // end2.txt: after the second operator's snapshot
     std::map<std::string, std::string> env;  // env.txt: the scenario's parameters
@@ -174,9 +175,9 @@ Run run_scenario(const std::string& profile) {
         std::string line;
         while (std::getline(in, line)) {
             Sample s;
-            if (std::sscanf(line.c_str(), "%lf %d %d %d %d %d %d %d %d", &s.t, &s.pg_active, &s.pg_conns,
+            if (std::sscanf(line.c_str(), "%lf %d %d %d %d %d %d %d %d %d", &s.t, &s.pg_active, &s.pg_conns,
                             &s.app_unread, &s.accept_queue, &s.pg_estab, &s.partner_estab, &s.http_threads,
-                            &s.http_futex) == 9)
+                            &s.http_futex, &s.app_estab) >= 9)
                 r.samples.push_back(s);
         }
     }
@@ -185,6 +186,8 @@ Run run_scenario(const std::string& profile) {
         std::string k;
         double v;
         while (in >> k >> v) r.end[k] = v;
+        std::istringstream in0(read_text(r.dir + "/start.txt"));
+        while (in0 >> k >> v) r.start[k] = v;
         std::istringstream in2(read_text(r.dir + "/end2.txt"));
         while (in2 >> k >> v) r.end2[k] = v;
         std::istringstream e(read_text(r.dir + "/env.txt"));
@@ -568,4 +571,51 @@ TEST_CASE("silent partner: every platform worker stuck on a partner that never a
     CHECK(std::abs(p2["busy"].get<double>() - at2["quote"]["in_progress"].get<double>()) <= 2);
     CHECK(p2["oldest_busy_seconds"].get<double>() >= oldest + 2.0);
     CHECK(r.qs2["verdict"]["where"].get<std::string>().find(std::to_string(kPartnerPort)) != std::string::npos);
+}
+
+// Oracles: the connector's own count of open connections (Tomcat's LimitLatch, in the app's
+// stats), `ss -lnt` Recv-Q against the backlog, ESTABLISHED minus queued from `ss -tn`, and
+// TcpExt ListenOverflows in /proc/net/netstat. Tolerance: the open count within the
+// acceptor's one-ahead (±1) of maxConnections and of the app's count.
+TEST_CASE("connection ceiling: Tomcat at maxConnections parks its acceptor while the queue overflows",
+          "[scenario][ceiling]") {
+    if (!setup_ok()) return;
+    Run r = run_scenario("ceiling");
+    constexpr int kMaxConnections = 100, kAcceptCount = 50;
+    const double app_conns = r.stats_end.value("connections", -1.0);
+    std::vector<double> queued, accepted_open;
+    for (auto& smp : r.samples) {
+        queued.push_back(smp.accept_queue);
+        accepted_open.push_back(smp.app_estab - smp.accept_queue);
+    }
+    const double overflows = r.end["listen_overflows"] - r.start["listen_overflows"];
+    std::printf("[ceiling] oracles: app connections %.0f; ss accept queue median %.0f (backlog %d), established "
+                "and accepted median %.0f; ListenOverflows +%.0f; wrk %s\n",
+                app_conns, median(queued), kAcceptCount, median(accepted_open), overflows, r.wrk.dump().c_str());
+    // --- the scenario shows its story (oracles only) ---
+    REQUIRE(std::abs(app_conns - kMaxConnections) <= 1);
+    REQUIRE(std::abs(median(accepted_open) - kMaxConnections) <= 1);
+    REQUIRE(median(queued) >= kAcceptCount);  // full: the kernel holds backlog + 1
+    REQUIRE(overflows > 0);
+
+    // --- qscope ---
+    REQUIRE(r.qs_rc == 0);
+    REQUIRE(!r.qs.is_null());
+    print_qscope("ceiling", r.qs);
+    json l;
+    for (auto& x : r.qs["listeners"])
+        if (x["port"].get<int>() == 23080) l = x;
+    REQUIRE(!l.is_null());
+    std::printf("[ceiling] qscope listener: %s\n", l.dump().c_str());
+    CHECK(l["backlog"].get<int>() == kAcceptCount);
+    CHECK(l["accept_queue"].get<int>() >= kAcceptCount);
+    CHECK(std::abs(l["connections"].get<double>() - app_conns) <= 1);
+    CHECK(l["overflows"].get<double>() > 0);
+    CHECK(l["connection_limit"].get<bool>());
+    const std::string summary = r.qs["verdict"]["summary"].get<std::string>();
+    CHECK(r.qs["verdict"]["stage"].get<std::string>() == "accept_queue");
+    CHECK(r.qs["verdict"]["where"].get<std::string>() == ":23080");
+    CHECK(summary.find("connection limit reached on :23080: ") == 0);
+    CHECK(summary.find("(e.g. Tomcat maxConnections)") != std::string::npos);
+    CHECK(r.qs["verdict"]["severity"].get<std::string>() == "critical");
 }

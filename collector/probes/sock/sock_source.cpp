@@ -21,7 +21,10 @@
 #include "engine/kernel_features.h"
 #include "probes/sock/attach_plan.h"
 #include "model/errors.h"
+#include "model/syscall_table.h"
 #include "sys/proc_fds.h"
+#include "sys/proc_stat.h"
+#include "sys/proc_tasks.h"
 #include "tree.h"  // struct qs_tree_range: the skeleton maps its .data.tree section
 #include "sock.skel.h"
 #include "sys/sock_diag.h"
@@ -33,7 +36,7 @@ namespace qscope {
 
 static_assert(sizeof(qs_served) == 16, "qs_served layout shared with bpf/sock.h");
 static_assert(sizeof(qs_conn) == 48, "qs_conn layout shared with bpf/conn_state.h");
-static_assert(sizeof(qs_port_stats) == 112, "qs_port_stats layout shared with bpf/sock.h");
+static_assert(sizeof(qs_port_stats) == 120, "qs_port_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_key) == 20, "qs_peer_key layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_stats) == 80, "qs_peer_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_unix_name) == 128, "qs_unix_name layout shared with bpf/sock.h");
@@ -56,6 +59,26 @@ T load(const T& v) {
 }
 
 uint64_t u(int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; }
+
+// What the thread that last accepted from a full listener is blocked in now, when that is
+// neither an accept nor a poll (an acceptor parked at a connection limit): its
+// /proc/TID/syscall, which needs root or ptrace access ("" when unreadable, running, or
+// accepting as usual).
+std::string acceptor_blocked_in(int tid) {
+    std::string text;
+    ProcSyscall sc;
+    if (!read_file("/proc/" + std::to_string(tid) + "/syscall", text) || !parse_proc_syscall(text, sc) ||
+        sc.running || sc.nr < 0)
+        return "";
+    switch (syscall_class(sc.nr)) {
+    case SyscallClass::accept:
+    case SyscallClass::epoll:
+    case SyscallClass::poll:
+        return "";
+    default:
+        return syscall_name(sc.nr);
+    }
+}
 
 struct PortWindow {
     uint64_t accepted = 0, overflows = 0;
@@ -98,6 +121,7 @@ public:
         scan_unix();  // Unix listeners before the hooks and the seeding walk need them
         attach_all();
         last_rate_ns_ = monotonic_ns();  // completions count from here (rate_per_second)
+        attached_ns_ = last_rate_ns_;
         seed_existing();
     }
 
@@ -185,12 +209,22 @@ public:
             l.overflows = cum.overflows - std::min(cum.overflows, base.overflows);
             l.accept_wait_total = cum.hists[QS_PH_ACCEPT_WAIT];
             l.accept_wait = cum.hists[QS_PH_ACCEPT_WAIT].delta(base.hists[QS_PH_ACCEPT_WAIT]).quantiles();
+            l.connections += u(load(ps.connections));
+            if (const uint32_t tid = load(ps.acceptor_tid)) l.acceptor_tid = static_cast<int>(tid);
+            const uint64_t last = std::max<uint64_t>(load(ps.last_accept_ns), attached_ns_);
+            l.seconds_since_accept = tick.now_ns > last ? (tick.now_ns - last) / 1e9 : 0;
         }
+        auto publish = [&](Listener& l) {
+            // Only a full queue makes the acceptor's whereabouts matter: one /proc read then.
+            const bool full = (l.backlog && l.accept_queue >= l.backlog) || l.overflows;
+            if (full && l.acceptor_tid) l.acceptor_blocked_in = acceptor_blocked_in(l.acceptor_tid);
+            snap.listeners.push_back(std::move(l));
+        };
         for (auto& [port, l] : by_port) {
             count_holders(port, l);
-            snap.listeners.push_back(std::move(l));
+            publish(l);
         }
-        for (auto& l : unix_listeners) snap.listeners.push_back(std::move(l));
+        for (auto& l : unix_listeners) publish(l);
         if (!unix_listeners.empty())
             snap.partial.push_back("sock: Unix listeners: a connect refused because the backlog is full (EAGAIN) "
                                    "is not counted by the kernel: their overflows read 0");
@@ -769,6 +803,7 @@ private:
     Config cfg_;
     uint64_t last_completed_ = 0;
     uint64_t last_rate_ns_ = 0;  // when last_completed_ was read (at first: the attach)
+    uint64_t attached_ns_ = 0;
     std::vector<std::string> warnings_;
     std::vector<ProbeAttach> attach_;  // how each hook was reached, for the snapshot
     std::string listen_error_;

@@ -5,6 +5,9 @@
 //   platform  Tomcat's default NIO connector, 200 platform worker threads
 //   virtual   Tomcat's virtual-thread executor (useVirtualThreads): no admission limit
 //   gated     virtual threads + Semaphore(qs.gate) in front of the pool; tryAcquire fails → 503
+//   ceiling   virtual threads, maxConnections qs.maxConnections (100) and acceptCount
+//             qs.acceptCount (50), keep-alive without a request limit: the connection cap is
+//             the first limit left at the door
 //
 // Endpoints: /ping (at once), /db (borrow, select pg_sleep(0.05), return), /quote (HTTP GET
 // to the partner with no read timeout). A failed pool borrow or a full gate answers 503.
@@ -67,6 +70,8 @@ public final class ScenarioApp {
         // start time (ms) of each /quote call still waiting → oldest in progress
         final ConcurrentSkipListMap<Long, Long> quoteStarts = new ConcurrentSkipListMap<>();
         final AtomicLong quoteSeq = new AtomicLong();
+        // The connector's own count of open connections (its LimitLatch), once started.
+        volatile java.util.function.LongSupplier connections = () -> -1;
 
         static void max(AtomicLong m, long v) {
             long cur;
@@ -82,11 +87,12 @@ public final class ScenarioApp {
                             + "\"db\":{\"started\":%d,\"ok\":%d,\"pool_timeout\":%d,\"gate_rejected\":%d,"
                             + "\"other_error\":%d,\"in_progress\":%d,\"in_progress_max\":%d,\"borrowing\":%d,"
                             + "\"querying\":%d,\"querying_max\":%d},"
-                            + "\"quote\":{\"started\":%d,\"done\":%d,\"in_progress\":%d,\"oldest_seconds\":%.3f}}\n",
+                            + "\"quote\":{\"started\":%d,\"done\":%d,\"in_progress\":%d,\"oldest_seconds\":%.3f},"
+                            + "\"connections\":%d}\n",
                     profile, pid, now, pings.get(), dbStarted.get(), dbOk.get(), dbPoolTimeout.get(),
                     dbGateRejected.get(), dbOtherError.get(), dbNow.get(), dbNowMax.get(), dbBorrowing.get(),
                     dbQuerying.get(), dbQueryingMax.get(), quoteStarted.get(), quoteDone.get(), quoteNow.get(),
-                    oldestQuote);
+                    oldestQuote, connections.getAsLong());
         }
     }
 
@@ -195,8 +201,8 @@ public final class ScenarioApp {
 
     public static void main(String[] args) throws Exception {
         String profile = prop("qs.profile", args.length > 0 ? args[0] : "platform");
-        if (!profile.equals("platform") && !profile.equals("virtual") && !profile.equals("gated")) {
-            System.err.println("scenario app: unknown profile '" + profile + "' (platform, virtual, gated)");
+        if (!java.util.Set.of("platform", "virtual", "gated", "ceiling").contains(profile)) {
+            System.err.println("scenario app: unknown profile '" + profile + "' (platform, virtual, gated, ceiling)");
             System.exit(2);
         }
         int port = intProp("qs.port", 23080);
@@ -229,6 +235,11 @@ public final class ScenarioApp {
             if (!conn.setProperty("useVirtualThreads", "true"))
                 throw new IllegalStateException("this Tomcat has no useVirtualThreads");
         }
+        if (profile.equals("ceiling")) {
+            conn.setProperty("maxConnections", Integer.toString(intProp("qs.maxConnections", 100)));
+            conn.setProperty("acceptCount", Integer.toString(intProp("qs.acceptCount", 50)));
+            conn.setProperty("maxKeepAliveRequests", "-1");  // connections stay open: a plateau, not churn
+        }
         tomcat.setConnector(conn);
 
         // Tomcat.addContext's FixContextListener scans servlet annotations, which needs
@@ -253,6 +264,8 @@ public final class ScenarioApp {
         }
 
         long pid = ProcessHandle.current().pid();
+        var handler = (org.apache.coyote.AbstractProtocol<?>) conn.getProtocolHandler();
+        STATS.connections = handler::getConnectionCount;
         if (!statsFile.isEmpty()) {
             Path out = Path.of(statsFile), tmp = Path.of(statsFile + ".tmp");
             ScheduledExecutorService ses = Executors.newSingleThreadScheduledExecutor(r -> {

@@ -473,11 +473,17 @@ bool have_prometheus() {
     return rc == 0;
 }
 
-Prometheus::Prometheus(uint16_t port, const std::vector<std::string>& targets) : dir_(temp_dir("qs-prometheus")), port_(port) {
+Prometheus::Prometheus(uint16_t port, const std::vector<std::string>& targets, const std::vector<std::string>& rule_files)
+    : dir_(temp_dir("qs-prometheus")), port_(port) {
     {
         std::ofstream cfg(dir_ + "/prometheus.yml");
-        cfg << "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n"
-               "scrape_configs:\n  - job_name: qscope\n    static_configs:\n      - targets: [";
+        cfg << "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n";
+        if (!rule_files.empty()) {
+            cfg << "rule_files: [";
+            for (size_t i = 0; i < rule_files.size(); ++i) cfg << (i ? ", '" : "'") << rule_files[i] << "'";
+            cfg << "]\n";
+        }
+        cfg << "scrape_configs:\n  - job_name: qscope\n    static_configs:\n      - targets: [";
         for (size_t i = 0; i < targets.size(); ++i) cfg << (i ? ", '" : "'") << targets[i] << "'";
         cfg << "]\n";
     }

@@ -161,7 +161,8 @@ bool have_prometheus();
 std::vector<std::string> dashboard_exprs();
 class Prometheus {
 public:
-    Prometheus(uint16_t port, const std::vector<std::string>& targets);
+    // rule_files: rule files (absolute paths) it evaluates every second.
+    Prometheus(uint16_t port, const std::vector<std::string>& targets, const std::vector<std::string>& rule_files = {});
     ~Prometheus();
     Prometheus(const Prometheus&) = delete;
     // GET /api/v1/...; null on failure. query(): the instant query's data.result array.

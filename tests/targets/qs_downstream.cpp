@@ -1,6 +1,8 @@
 // qs_downstream: the peer behind qs_server — a stand-in for a database or partner API.
 // Thread per connection; each "\n"-terminated line gets "y\n" after --delay-ms. --silent
 // reads forever and never answers, like a partner whose client has no read timeout.
+// --counters-file F: its own count of requests in progress (a line received, its reply not
+// yet written), the exact maximum, and replies written, as one JSON line replaced every 10 ms.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,6 +15,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -27,8 +30,33 @@ int g_port = -1;
 std::string g_addr = "127.0.0.1";
 long g_delay_ms = 0;
 bool g_silent = false;
+std::string g_counters_file;
+std::atomic<long> g_in_progress{0}, g_in_progress_max{0}, g_answered{0};
 
-void print_usage() { std::fprintf(stderr, "usage: qs_downstream --port P [--addr A] [--delay-ms D] [--silent]\n"); }
+void print_usage() {
+    std::fprintf(stderr, "usage: qs_downstream --port P [--addr A] [--delay-ms D] [--silent] [--counters-file F]\n");
+}
+
+void request_started() {
+    const long now = g_in_progress.fetch_add(1) + 1;
+    for (long m = g_in_progress_max.load(); now > m && !g_in_progress_max.compare_exchange_weak(m, now);) {
+    }
+}
+
+void* counters_main(void*) {
+    pthread_setname_np(pthread_self(), "ds-counters");
+    const std::string tmp = g_counters_file + ".tmp";
+    for (;;) {
+        if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+            std::fprintf(f, "{\"in_progress\":%ld,\"in_progress_max\":%ld,\"answered\":%ld}\n", g_in_progress.load(),
+                         g_in_progress_max.load(), g_answered.load());
+            std::fclose(f);
+            std::rename(tmp.c_str(), g_counters_file.c_str());
+        }
+        sleep_ms(10);
+    }
+    return nullptr;
+}
 
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr, "qs_downstream: %s\n", why);
@@ -50,8 +78,11 @@ void* conn_main(void* arg) {
         bool ok = true;
         for (ssize_t i = 0; i < r && ok; ++i) {
             if (buf[i] != '\n') continue;
+            request_started();
             sleep_ms(g_delay_ms);
             ok = write_all(fd, "y\n", 2);
+            g_in_progress.fetch_sub(1);
+            if (ok) g_answered.fetch_add(1);
         }
         if (!ok) break;
     }
@@ -68,6 +99,7 @@ int main(int argc, char** argv) {
         else if (args.is("--addr")) g_addr = args.value();
         else if (args.is("--delay-ms")) g_delay_ms = args.num(0, 86400000);
         else if (args.is("--silent")) g_silent = true;
+        else if (args.is("--counters-file")) g_counters_file = args.value();
         else args.unknown();
     }
     if (g_port < 0) usage("--port is required");
@@ -109,6 +141,10 @@ int main(int argc, char** argv) {
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 128 * 1024);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (!g_counters_file.empty()) {
+        pthread_t t;
+        pthread_create(&t, &attr, counters_main, nullptr);
+    }
     for (;;) {
         int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd < 0) {

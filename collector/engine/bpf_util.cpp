@@ -116,6 +116,28 @@ Link attach_program(bpf_program* prog, const std::string& what) {
     return l;
 }
 
+ProbeAttach program_attach(ProbeFamily family, const bpf_program* prog) {
+    const std::string sec = bpf_program__section_name(prog);
+    const auto slash = sec.find('/');
+    const std::string kind = sec.substr(0, slash);
+    const std::string rest = slash == std::string::npos ? "" : sec.substr(slash + 1);
+    const std::string last = sec.substr(sec.rfind('/') + 1);
+    if (kind == "tp_btf") return {family, rest, AttachType::tp_btf, rest};
+    if (kind == "tracepoint") return {family, last, AttachType::tracepoint, rest};
+    if (kind == "iter" || kind == "iter.s") return {family, rest, AttachType::iterator, sec};
+    if (kind == "uprobe") return {family, bpf_program__name(prog), AttachType::uprobe, rest};
+    if (kind == "perf_event") return {family, bpf_program__name(prog), AttachType::perf_event, "perf_event"};
+    if (kind == "fentry") return {family, rest, AttachType::fentry, rest};
+    if (kind == "fexit") return {family, rest, AttachType::fexit, rest};
+    if (kind == "kprobe") return {family, rest, AttachType::kprobe, rest};
+    if (kind == "kretprobe") return {family, rest, AttachType::kretprobe, rest};
+    return {family, bpf_program__name(prog), AttachType::none, sec};
+}
+
+ProbeAttach hook_off(ProbeFamily family, std::string hook, std::string why) {
+    return {family, std::move(hook), AttachType::none, "", std::move(why)};
+}
+
 RingBuffer open_ring_buffer(bpf_map* map, ring_buffer_sample_fn on_record, void* ctx, const std::string& what) {
     RingBuffer rb(ring_buffer__new(bpf_map__fd(map), on_record, ctx, nullptr));
     if (!rb) throw_bpf_error(what, errno);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/errors.h"
+#include "model/snapshot.h"
 
 namespace qscope {
 
@@ -50,6 +51,13 @@ using Owned = std::unique_ptr<T, LibbpfDeleter<T, Destroy>>;
 using Link = Owned<bpf_link, bpf_link__destroy>;
 // Throws naming `what` when the attach fails.
 Link attach_program(bpf_program* prog, const std::string& what);
+
+// How a program reaches its hook, from its section name, for the snapshot's probe_attach:
+// "tp_btf/sched_switch" (hook and via sched_switch), "tracepoint/syscalls/sys_exit_read" (hook
+// sys_exit_read, via syscalls/sys_exit_read), "iter.s/task" (hook task), "perf_event".
+ProbeAttach program_attach(ProbeFamily family, const bpf_program* prog);
+// A hook left off on this kernel or for this target, and why.
+ProbeAttach hook_off(ProbeFamily family, std::string hook, std::string why);
 
 // A ring buffer's consumer. Its callback gets `ctx`, which must outlive the ring buffer.
 using RingBuffer = Owned<ring_buffer, ring_buffer__free>;

@@ -33,6 +33,24 @@ std::string fentry_probe(const std::string& function) {
     return "";
 }
 
+std::string iter_probe(const std::string& target) {
+    Owned<btf, btf__free> vmlinux(btf__load_vmlinux_btf());
+    if (!vmlinux) return "no kernel BTF";
+    // DEFINE_BPF_ITER_FUNC gives each iterator target a function bpf_iter_<target>.
+    const int id = btf__find_by_name_kind(vmlinux.get(), ("bpf_iter_" + target).c_str(), BTF_KIND_FUNC);
+    if (id <= 0) return "no iterator " + target + " in this kernel";
+    const bpf_insn insns[] = {
+        {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+        {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+    };
+    LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_ITER,
+                .attach_btf_id = static_cast<__u32>(id));
+    const int prog = bpf_prog_load(BPF_PROG_TYPE_TRACING, "qs_iter_probe", "GPL", insns, 2, &opts);
+    if (prog < 0) return "load: " + errno_text(errno);
+    close(prog);
+    return "";
+}
+
 bool kprobes_available() {
     struct stat st;
     return stat("/sys/bus/event_source/devices/kprobe/type", &st) == 0 ||

@@ -132,11 +132,13 @@ int run_check() {
     const bool acc = KernelTracepoints::has_tracefs("syscalls", "sys_exit_accept4");
     sock.add(acc ? Mark::ok : Mark::warn, acc ? "accept wait: via tracepoint syscalls/sys_exit_accept4"
                                               : "accept wait: unavailable (no syscalls/sys_exit_accept4 in tracefs, or tracefs not readable)");
-    const bool kfree4 = tps.btf_args("kfree_skb") >= 4;
+    const bool kfree4 = tps.btf_args("kfree_skb") >= 4 &&
+                        tps.has_enum_value("skb_drop_reason", "SKB_DROP_REASON_TCP_LISTEN_OVERFLOW");
     sock.add(kfree4 ? Mark::ok : Mark::warn,
              kfree4 ? "ACK-stage listen overflows: via tp_btf kfree_skb (with rx_sk)"
-                    : "ACK-stage listen overflows: kfree_skb has no rx_sk here: overflows counted from sk_drops, "
-                      "accept waits start at the handshake, not the first dropped ACK");
+                    : "ACK-stage listen overflows: kfree_skb has no rx_sk or no SKB_DROP_REASON_TCP_LISTEN_OVERFLOW "
+                      "here: overflows counted from sk_drops, accept waits start at the handshake, not the first "
+                      "dropped ACK");
     const bool acc3 = KernelTracepoints::has_tracefs("syscalls", "sys_exit_accept");
     sock.add(acc3 ? Mark::ok : Mark::warn, acc3 ? "accept wait of accept(): via tracepoint syscalls/sys_exit_accept"
                                                 : "accept wait of accept(): unavailable (no syscalls/sys_exit_accept)");

@@ -99,6 +99,17 @@ int KernelTracepoints::function_args(const std::string& name) {
     return t && btf_is_func_proto(t) ? btf_vlen(t) : -1;
 }
 
+bool KernelTracepoints::has_enum_value(const std::string& type, const std::string& value) {
+    btf* b = vmlinux();
+    const int id = b ? btf__find_by_name_kind(b, type.c_str(), BTF_KIND_ENUM) : -1;
+    if (id <= 0) return false;
+    const btf_type* t = btf__type_by_id(b, id);
+    const struct btf_enum* e = btf_enum(t);
+    for (int i = 0; i < btf_vlen(t); i++)
+        if (value == btf__name_by_offset(b, e[i].name_off)) return true;
+    return false;
+}
+
 int KernelTracepoints::btf_args(const std::string& name) {
     btf* b = vmlinux();
     if (!b) return -1;

@@ -79,6 +79,8 @@ public:
     // A kernel function with BTF (a target for fentry/fexit): its argument count, -1 without.
     int function_args(const std::string& name);
     bool has_function(const std::string& name) { return function_args(name) >= 0; }
+    // enum <type> has the value <value> here (a CO-RE enum relocation would otherwise fail).
+    bool has_enum_value(const std::string& type, const std::string& value);
     // tracepoint/<category>/<name>, listed by tracefs (mounted if needed). The per-syscall
     // events (syscalls/sys_exit_accept4) have no BTF of their own.
     static bool has_tracefs(const std::string& category, const std::string& name);

@@ -890,6 +890,65 @@ int BPF_KRETPROBE(qs_send_kretprobe, int ret)
 	return 0;
 }
 
+/* Without the 6.3 tracepoints, fentry/fexit or kprobes (kprobes compiled out; fentry refused,
+ * as on this development kernel): the exits of the syscalls themselves, on fds that are
+ * tracked sockets. The syscall's own registers give the fd (and recvfrom/recvmsg's flags),
+ * resolved to its socket as the accept path does (sock_of_fd). Not seen this way: recvmmsg
+ * and sendmmsg (their return is a message count), splice, and io_uring (no syscall per
+ * operation); user space names them in warnings. */
+#define QS_IO_RECV 0
+#define QS_IO_SEND 1
+
+static __always_inline struct sock *sock_of_fd(struct task_struct *t, int fd);
+
+static __always_inline void on_sys_io(long ret, const int send)
+{
+	struct task_struct *t;
+	struct pt_regs *regs;
+	struct sock *sk;
+	long nr;
+	int flags = 0;
+
+	if (!is_target() || ret <= 0)
+		return;
+	t = bpf_get_current_task_btf();
+	regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	if (!regs)
+		return;
+	sk = sock_of_fd(t, (int)BPF_CORE_READ(regs, di));
+	if (!sk)
+		return;
+	if (send) {
+		on_send(sk, (int)ret);
+		return;
+	}
+	/* x86-64 syscall arguments: di, si, dx, r10, r8, r9. */
+	nr = BPF_CORE_READ(regs, orig_ax);
+	if (nr == QS_NR_recvfrom)
+		flags = (int)BPF_CORE_READ(regs, r10);
+	else if (nr == QS_NR_recvmsg)
+		flags = (int)BPF_CORE_READ(regs, dx);
+	on_recv(sk, (int)ret, flags, QS_PROBE);
+}
+
+#define QS_SYS_IO_EXIT(name, send)                                       \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                       \
+	int qs_sys_exit_##name(struct trace_event_raw_sys_exit *ctx)     \
+	{                                                                \
+		on_sys_io(ctx->ret, send);                               \
+		return 0;                                                \
+	}
+
+QS_SYS_IO_EXIT(read, QS_IO_RECV)
+QS_SYS_IO_EXIT(readv, QS_IO_RECV)
+QS_SYS_IO_EXIT(recvfrom, QS_IO_RECV)
+QS_SYS_IO_EXIT(recvmsg, QS_IO_RECV)
+QS_SYS_IO_EXIT(write, QS_IO_SEND)
+QS_SYS_IO_EXIT(writev, QS_IO_SEND)
+QS_SYS_IO_EXIT(sendto, QS_IO_SEND)
+QS_SYS_IO_EXIT(sendmsg, QS_IO_SEND)
+QS_SYS_IO_EXIT(sendfile64, QS_IO_SEND)   /* sendfile(2): its tracepoint is sendfile64 */
+
 /* ---- arrivals (softirq: current is not the target) ---------------------------------------- */
 
 /* A field of sk: a plain load from a BTF pointer, a CO-RE probe read from a kprobe's. */

@@ -31,6 +31,7 @@ std::string view_of(const std::string& source) {
         case ProbeFamily::sock: return "requests";
         case ProbeFamily::sched: return "threads";
         case ProbeFamily::jvm: return "carriers";
+        case ProbeFamily::tree: return "processes";
     }
     return source;
 }

@@ -14,6 +14,7 @@
 #include "engine/bpf_util.h"
 #include "engine/kernel_features.h"
 #include "model/errors.h"
+#include "probes/sched/loops.h"
 #include "probes/sock/attach_plan.h"
 
 namespace qscope {
@@ -106,6 +107,9 @@ int run_check() {
              offer.fentry ? "fentry/fexit: load and attach" : "fentry/fexit: unavailable (" + fentry_why + ")");
     kern.add(offer.kprobes ? Mark::ok : Mark::warn,
              offer.kprobes ? "kprobes: available" : "kprobes: unavailable (CONFIG_KPROBES off)");
+    kern.add(offer.syscall_exits ? Mark::ok : Mark::warn,
+             offer.syscall_exits ? "syscall exit tracepoints of reads and writes: in tracefs (the last way in)"
+                                 : "syscall exit tracepoints of reads and writes: not all in tracefs");
     sections.push_back(kern);
 
     // ---- the sock family: requests, connector, downstream ---------------------------
@@ -128,11 +132,33 @@ int run_check() {
     const bool acc = KernelTracepoints::has_tracefs("syscalls", "sys_exit_accept4");
     sock.add(acc ? Mark::ok : Mark::warn, acc ? "accept wait: via tracepoint syscalls/sys_exit_accept4"
                                               : "accept wait: unavailable (no syscalls/sys_exit_accept4 in tracefs, or tracefs not readable)");
-    const bool kfree4 = tps.btf_args("kfree_skb") >= 4;
+    const bool kfree4 = tps.btf_args("kfree_skb") >= 4 &&
+                        tps.has_enum_value("skb_drop_reason", "SKB_DROP_REASON_TCP_LISTEN_OVERFLOW");
     sock.add(kfree4 ? Mark::ok : Mark::warn,
              kfree4 ? "ACK-stage listen overflows: via tp_btf kfree_skb (with rx_sk)"
-                    : "ACK-stage listen overflows: kfree_skb has no rx_sk here: overflows counted from sk_drops, "
-                      "accept waits start at the handshake, not the first dropped ACK");
+                    : "ACK-stage listen overflows: kfree_skb has no rx_sk or no SKB_DROP_REASON_TCP_LISTEN_OVERFLOW "
+                      "here: overflows counted from sk_drops, accept waits start at the handshake, not the first "
+                      "dropped ACK");
+    const bool acc3 = KernelTracepoints::has_tracefs("syscalls", "sys_exit_accept");
+    sock.add(acc3 ? Mark::ok : Mark::warn, acc3 ? "accept wait of accept(): via tracepoint syscalls/sys_exit_accept"
+                                                : "accept wait of accept(): unavailable (no syscalls/sys_exit_accept)");
+    const bool close = KernelTracepoints::has_tracefs("syscalls", "sys_enter_close");
+    sock.add(close ? Mark::ok : Mark::warn,
+             close ? "Unix connections' closes: via tracepoint syscalls/sys_enter_close"
+                   : "Unix connections' closes: seen at the next tick (no syscalls/sys_enter_close)");
+    // A real load where privileges allow (a kernel or its policy may refuse one target alone),
+    // else BTF: DEFINE_BPF_ITER_FUNC gives each iterator target a function bpf_iter_<target>.
+    for (const auto& [target, what] :
+         {std::pair<const char*, const char*>{"task_file", "connections open before the attach, Unix listeners"},
+          {"task", "threads blocked on a downstream read at attach"},
+          {"bpf_map_elem", "Unix connections gone since the last tick"}}) {
+        const std::string why = may_bpf ? iter_probe(target)
+                                : tps.has_function(std::string("bpf_iter_") + target) ? ""
+                                                                                       : "not in this kernel";
+        sock.add(why.empty() ? Mark::ok : Mark::warn,
+                 std::string(what) + (why.empty() ? ": via iterator iter/" + std::string(target)
+                                                  : ": no iterator iter/" + std::string(target) + " (" + why + ")"));
+    }
     const bool rst = tps.has_btf("tcp_receive_reset") && tps.has_btf("tcp_send_reset");
     sock.add(rst ? Mark::ok : Mark::warn, rst ? "downstream resets: via tp_btf tcp_receive_reset, tcp_send_reset"
                                               : "downstream resets: not counted (no tcp_*_reset tracepoints)");
@@ -152,9 +178,21 @@ int run_check() {
               copy_task ? "thread states and stacks of long waits: via sleepable task iterator (iter.s/task)"
                         : "sleepable task iterator with bpf_copy_from_user_task (Linux 5.18+) not found: no states");
     const bool fork = tps.has_btf("sched_process_fork") && tps.has_btf("sched_process_exit");
+    // (The process tree is its own BPF object every family filters on: probe_attach "tree".)
     sched.add(fork ? Mark::ok : Mark::warn,
               fork ? "process trees (processes forked later): via tp_btf sched_process_fork, sched_process_exit"
                    : "process trees: no fork/exit tracepoints: only the PID given is observed");
+    std::string polls, no_polls;
+    for (const char* name : kLoopPolls)
+        (KernelTracepoints::has_tracefs("syscalls", std::string("sys_enter_") + name) ? polls : no_polls) +=
+            std::string(" ") + name;
+    sched.add(polls.empty() ? Mark::warn : Mark::ok,
+              polls.empty() ? "event loops: no poll syscall tracepoints in tracefs"
+                            : "event loops (turns): via tracepoint syscalls/sys_{enter,exit}_* of" + polls +
+                                  (no_polls.empty() ? "" : "; not on this kernel:" + no_polls));
+    const bool sw_clock = exists("/sys/bus/event_source/devices/software/type");
+    sched.add(sw_clock ? Mark::ok : Mark::warn, sw_clock ? "event-loop stall stacks: via perf_event cpu-clock sampling"
+                                                         : "event-loop stall stacks: no software perf events");
     const bool sched_runs = may_bpf && btf && sw && lock != "confidentiality";
     sections.push_back(sched);
 

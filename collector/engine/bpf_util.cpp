@@ -99,6 +99,17 @@ int KernelTracepoints::function_args(const std::string& name) {
     return t && btf_is_func_proto(t) ? btf_vlen(t) : -1;
 }
 
+bool KernelTracepoints::has_enum_value(const std::string& type, const std::string& value) {
+    btf* b = vmlinux();
+    const int id = b ? btf__find_by_name_kind(b, type.c_str(), BTF_KIND_ENUM) : -1;
+    if (id <= 0) return false;
+    const btf_type* t = btf__type_by_id(b, id);
+    const struct btf_enum* e = btf_enum(t);
+    for (int i = 0; i < btf_vlen(t); i++)
+        if (value == btf__name_by_offset(b, e[i].name_off)) return true;
+    return false;
+}
+
 int KernelTracepoints::btf_args(const std::string& name) {
     btf* b = vmlinux();
     if (!b) return -1;
@@ -114,6 +125,28 @@ Link attach_program(bpf_program* prog, const std::string& what) {
     Link l(bpf_program__attach(prog));
     if (!l) throw_bpf_error(what, errno);
     return l;
+}
+
+ProbeAttach program_attach(ProbeFamily family, const bpf_program* prog) {
+    const std::string sec = bpf_program__section_name(prog);
+    const auto slash = sec.find('/');
+    const std::string kind = sec.substr(0, slash);
+    const std::string rest = slash == std::string::npos ? "" : sec.substr(slash + 1);
+    const std::string last = sec.substr(sec.rfind('/') + 1);
+    if (kind == "tp_btf") return {family, rest, AttachType::tp_btf, rest};
+    if (kind == "tracepoint") return {family, last, AttachType::tracepoint, rest};
+    if (kind == "iter" || kind == "iter.s") return {family, rest, AttachType::iterator, sec};
+    if (kind == "uprobe") return {family, bpf_program__name(prog), AttachType::uprobe, rest};
+    if (kind == "perf_event") return {family, bpf_program__name(prog), AttachType::perf_event, "perf_event"};
+    if (kind == "fentry") return {family, rest, AttachType::fentry, rest};
+    if (kind == "fexit") return {family, rest, AttachType::fexit, rest};
+    if (kind == "kprobe") return {family, rest, AttachType::kprobe, rest};
+    if (kind == "kretprobe") return {family, rest, AttachType::kretprobe, rest};
+    return {family, bpf_program__name(prog), AttachType::none, sec};
+}
+
+ProbeAttach hook_off(ProbeFamily family, std::string hook, std::string why) {
+    return {family, std::move(hook), AttachType::none, "", std::move(why)};
 }
 
 RingBuffer open_ring_buffer(bpf_map* map, ring_buffer_sample_fn on_record, void* ctx, const std::string& what) {

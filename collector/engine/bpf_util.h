@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/errors.h"
+#include "model/snapshot.h"
 
 namespace qscope {
 
@@ -51,6 +52,13 @@ using Link = Owned<bpf_link, bpf_link__destroy>;
 // Throws naming `what` when the attach fails.
 Link attach_program(bpf_program* prog, const std::string& what);
 
+// How a program reaches its hook, from its section name, for the snapshot's probe_attach:
+// "tp_btf/sched_switch" (hook and via sched_switch), "tracepoint/syscalls/sys_exit_read" (hook
+// sys_exit_read, via syscalls/sys_exit_read), "iter.s/task" (hook task), "perf_event".
+ProbeAttach program_attach(ProbeFamily family, const bpf_program* prog);
+// A hook left off on this kernel or for this target, and why.
+ProbeAttach hook_off(ProbeFamily family, std::string hook, std::string why);
+
 // A ring buffer's consumer. Its callback gets `ctx`, which must outlive the ring buffer.
 using RingBuffer = Owned<ring_buffer, ring_buffer__free>;
 // Throws naming `what` when the consumer cannot be set up.
@@ -71,6 +79,8 @@ public:
     // A kernel function with BTF (a target for fentry/fexit): its argument count, -1 without.
     int function_args(const std::string& name);
     bool has_function(const std::string& name) { return function_args(name) >= 0; }
+    // enum <type> has the value <value> here (a CO-RE enum relocation would otherwise fail).
+    bool has_enum_value(const std::string& type, const std::string& value);
     // tracepoint/<category>/<name>, listed by tracefs (mounted if needed). The per-syscall
     // events (syscalls/sys_exit_accept4) have no BTF of their own.
     static bool has_tracefs(const std::string& category, const std::string& name);

@@ -161,6 +161,7 @@ std::shared_ptr<const Snapshot> Collector::tick() {
                                  " exited during the run; figures cover the time it was alive";
     }
     if (!lockdown_note_.empty()) snap->warnings.push_back(lockdown_note_);
+    for (ProbeAttach& a : target_.attach()) snap->probe_attach.push_back(std::move(a));
     snap->window_seconds = (t.now_ns - window_start_ns_) / 1e9;
     snap->attached_seconds = (t.now_ns - attach_ns_) / 1e9;
     snap->taken_at_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

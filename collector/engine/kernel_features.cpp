@@ -11,25 +11,51 @@
 
 namespace qscope {
 
-std::string fentry_probe(const std::string& function) {
+namespace {
+
+// Loads an empty tracing program (r0 = 0; exit) of `type` on BTF function `function`: its fd,
+// or -1 with `why` set.
+int load_empty_tracing(bpf_attach_type type, const std::string& function, std::string& why) {
     Owned<btf, btf__free> vmlinux(btf__load_vmlinux_btf());
-    if (!vmlinux) return "no kernel BTF";
+    if (!vmlinux) {
+        why = "no kernel BTF";
+        return -1;
+    }
     const int id = btf__find_by_name_kind(vmlinux.get(), function.c_str(), BTF_KIND_FUNC);
-    if (id <= 0) return "no BTF for function " + function;
-    // r0 = 0; exit
+    if (id <= 0) {
+        why = "no BTF for function " + function;
+        return -1;
+    }
     const bpf_insn insns[] = {
         {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
         {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
     };
-    LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_FEXIT,
-                .attach_btf_id = static_cast<__u32>(id));
-    const int prog = bpf_prog_load(BPF_PROG_TYPE_TRACING, "qs_fentry_probe", "GPL", insns, 2, &opts);
-    if (prog < 0) return "load: " + errno_text(errno);
+    LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = type, .attach_btf_id = static_cast<__u32>(id));
+    const int prog = bpf_prog_load(BPF_PROG_TYPE_TRACING, "qs_probe", "GPL", insns, 2, &opts);
+    if (prog < 0) why = "load: " + errno_text(errno);
+    return prog;
+}
+
+}  // namespace
+
+std::string fentry_probe(const std::string& function) {
+    std::string why;
+    const int prog = load_empty_tracing(BPF_TRACE_FEXIT, function, why);
+    if (prog < 0) return why;
     const int link = bpf_link_create(prog, 0, BPF_TRACE_FEXIT, nullptr);
     const int err = errno;
     close(prog);
     if (link < 0) return "attach: " + errno_text(err);
     close(link);
+    return "";
+}
+
+std::string iter_probe(const std::string& target) {
+    // DEFINE_BPF_ITER_FUNC gives each iterator target a function bpf_iter_<target>.
+    std::string why;
+    const int prog = load_empty_tracing(BPF_TRACE_ITER, "bpf_iter_" + target, why);
+    if (prog < 0) return why;
+    close(prog);
     return "";
 }
 

@@ -12,6 +12,11 @@ namespace qscope {
 // ("load: Operation not permitted", "no BTF for function x").
 std::string fentry_probe(const std::string& function);
 
+// "" when an iterator program for `target` ("bpf_map_elem") loads here, else why not. A kernel
+// (or a security policy) may refuse one iterator target and not the others: this sandbox
+// refuses iter/bpf_map_elem with EPERM while iter/task and iter/task_file load.
+std::string iter_probe(const std::string& target);
+
 // The kernel has kprobes (CONFIG_KPROBES): the perf "kprobe" event source libbpf attaches
 // through, or tracefs's kprobe_events.
 bool kprobes_available();

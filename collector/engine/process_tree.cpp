@@ -170,6 +170,15 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
     return t;
 }
 
+std::vector<ProbeAttach> ProcessTree::attach() const {
+    std::vector<ProbeAttach> out;
+    for (const bpf_program* p : {bpf_->skel->progs.qs_tree_fork, bpf_->skel->progs.qs_tree_exit})
+        out.push_back(children_ ? program_attach(ProbeFamily::tree, p)
+                                : hook_off(ProbeFamily::tree, program_attach(ProbeFamily::tree, p).hook,
+                                           "--no-children: only the PID given is observed"));
+    return out;
+}
+
 int ProcessTree::map_fd() const { return bpf_map__fd(bpf_->skel->maps.qs_tree); }
 
 int ProcessTree::range_map_fd() const { return bpf_map__fd(bpf_->skel->maps.data_tree); }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "model/snapshot.h"
+
 namespace qscope {
 
 struct ProcessMember {
@@ -44,6 +46,8 @@ public:
     // The bitmap every BPF object shares: pass to bpf_map__reuse_fd() before loading.
     int map_fd() const;
     int range_map_fd() const;  // the .data.tree section (qs_tree_range), shared the same way
+    // The fork and exit hooks and how they were reached, or why they are off.
+    std::vector<ProbeAttach> attach() const;
     // Applies the forks and exits since the last call; rescans /proc if events were lost.
     void refresh();
     // Current members, root first then by PID.

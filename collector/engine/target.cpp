@@ -110,6 +110,8 @@ void Target::follow(bool children) { tree_ = ProcessTree::open(pid_, children); 
 
 int Target::tree_map_fd() const { return tree_ ? tree_->map_fd() : -1; }
 
+std::vector<ProbeAttach> Target::attach() const { return tree_ ? tree_->attach() : std::vector<ProbeAttach>{}; }
+
 int Target::tree_range_map_fd() const { return tree_ ? tree_->range_map_fd() : -1; }
 
 void Target::refresh() {

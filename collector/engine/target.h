@@ -34,6 +34,8 @@ public:
     // The tree maps (bitmap, range), for bpf_map__reuse_fd() before a family loads.
     int tree_map_fd() const;
     int tree_range_map_fd() const;
+    // The process tree's hooks (fork, exit) for the snapshot's probe_attach; none before follow().
+    std::vector<ProbeAttach> attach() const;
     // Applies the forks and exits since the last call: once per tick, before the sources.
     void refresh();
     // The processes observed now, root first (the root alone before follow()).

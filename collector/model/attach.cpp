@@ -12,6 +12,8 @@ const char* contract_name(AttachType v) {
         case AttachType::kretprobe: return "kretprobe";
         case AttachType::iterator: return "iterator";
         case AttachType::none: return "none";
+        case AttachType::uprobe: return "uprobe";
+        case AttachType::perf_event: return "perf_event";
     }
     return "none";
 }

@@ -51,6 +51,7 @@ const char* contract_name(ProbeFamily v) {
         case ProbeFamily::sock: return "sock";
         case ProbeFamily::sched: return "sched";
         case ProbeFamily::jvm: return "jvm";
+        case ProbeFamily::tree: return "tree";
     }
     return "sock";
 }

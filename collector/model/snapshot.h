@@ -25,11 +25,11 @@ enum class WaitKind { socket, file, futex, other };
 // A carrier thread now. blocked: mounted but held by the VM (safepoint, GC), not a stall.
 enum class CarrierState { running, idle, runnable, stalled, blocked };
 // A probe family (the collector's sources). Declaration order is the JSON "probes" order.
-enum class ProbeFamily { sock, sched, jvm };
+enum class ProbeFamily { sock, sched, jvm, tree };  // tree: the process-tree filter every family shares
 
 // How a probe reached its kernel hook: the tracepoint itself, or on an older kernel that
 // lacks it the kernel function behind it (docs/kernel.md "Older kernels"; model/attach.cpp).
-enum class AttachType { tp_btf, tracepoint, fentry, fexit, kprobe, kretprobe, iterator, none };
+enum class AttachType { tp_btf, tracepoint, fentry, fexit, kprobe, kretprobe, iterator, none, uprobe, perf_event };
 const char* contract_name(AttachType v);
 
 // The contract's string for each value: "accept_queue", "critical", "futex", "stalled", "sock".
@@ -66,6 +66,7 @@ struct ProbeAttach {
     std::string hook;                   // the fact's tracepoint: "sock_recv_length"
     AttachType attach = AttachType::none;
     std::string via;                    // what it attached to: the tracepoint or a kernel function
+    std::string off;                    // with attach none: why the hook is off
 };
 
 // One process of the target's tree: nginx's master and workers, PostgreSQL's postmaster and

@@ -237,9 +237,11 @@ json to_json(const Snapshot& s) {
     }
     j["probes"] = probes_json(s.probes);
     json pa = json::array();
-    for (const auto& a : s.probe_attach)
+    for (const auto& a : s.probe_attach) {
         pa.push_back({{"family", contract_name(a.family)}, {"hook", a.hook}, {"attach", contract_name(a.attach)},
                       {"via", a.via}});
+        if (!a.off.empty()) pa.back()["off"] = a.off;
+    }
     j["probe_attach"] = pa;
     j["lost_events"] = s.lost_events;
     j["partial"] = s.partial;

@@ -1,10 +1,12 @@
 // `qscope check` on this host, against what the kernel itself says: the tracepoints tracefs
 // lists, the kprobe event source, /proc/mounts for cgroup2, /sys/kernel/security/lockdown,
-// and the capabilities of the user it runs as. (The 6.1 side runs in the kernel matrix.)
+// and the capabilities of the user it runs as; probe_attach against the same and the target
+// (a process that is no JVM). (The 6.1 and 6.12 sides run in the kernel matrix.)
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <map>
 
 #include "harness.h"
 
@@ -20,6 +22,11 @@ bool exists(const std::string& p) {
 bool has_line(const std::string& out, const std::string& mark, const std::string& text) {
     return out.find("  " + mark + "  " + text) != std::string::npos;
 }
+
+// The poll syscalls qscope times event-loop turns on (probes/sched/loops.h kLoopPolls).
+const char* const kPolls[] = {"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6"};
+
+bool tracefs_has(const std::string& event) { return exists("/sys/kernel/tracing/events/" + event); }
 
 }  // namespace
 
@@ -49,7 +56,67 @@ TEST_CASE("qscope check names each hook's attach type as the kernel offers it", 
         CHECK(r.out.find("lockdown: unknown") != std::string::npos);
     else if (lock.find("[none]") != std::string::npos)
         CHECK(r.out.find("lockdown: none") != std::string::npos);
+    // Oracle: tracefs's syscall events, for the poll hooks behind event loops.
+    std::string polls, missing;
+    for (const char* p : kPolls) (tracefs_has(std::string("syscalls/sys_enter_") + p) ? polls : missing) += std::string(" ") + p;
+    CHECK(has_line(r.out, "ok  ", "event loops (turns): via tracepoint syscalls/sys_{enter,exit}_* of" + polls +
+                                      (missing.empty() ? "" : "; not on this kernel:" + missing)));
+    CHECK(has_line(r.out, tracefs_has("syscalls/sys_exit_accept") ? "ok  " : "warn", "accept wait of accept(): "));
+    CHECK(has_line(r.out, tracefs_has("syscalls/sys_enter_close") ? "ok  " : "warn", "Unix connections' closes: "));
+    CHECK(has_line(r.out, "ok  ", "connections open before the attach, Unix listeners: via iterator iter/task_file"));
     CHECK(r.out.find("Verdict: qscope can run here (requests and threads).") != std::string::npos);
+}
+
+// probe_attach names every hook of every family, with its attach type or why it is off,
+// against tracefs (tracepoints), this kernel's facts (no kprobes, fentry refused: tp_btf is the
+// way in) and the target (not a JVM: the carrier hooks are off, and say why).
+TEST_CASE("probe_attach lists every family's hooks as the kernel offers them", "[check]") {
+    if (!require_root()) return;
+    auto srv = start_target("qs_server", {"--port", "18190", "--workers", "2"});
+    const RunResult r = run_qscope({"snapshot", "--pid", std::to_string(srv.proc.pid()), "--duration", "1", "--json"}, 60);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    const nlohmann::json s = nlohmann::json::parse(r.out);
+    std::map<std::string, nlohmann::json> by;  // "family hook" -> entry
+    for (const auto& a : s["probe_attach"]) by[a["family"].get<std::string>() + " " + a["hook"].get<std::string>()] = a;
+    INFO(s["probe_attach"].dump(1));
+    const auto attach = [&](const std::string& key) { return by.count(key) ? by[key]["attach"].get<std::string>() : "absent"; };
+    // The sock family: the typed tracepoints this kernel has, the syscall exits, the iterators.
+    for (const char* tp : {"sock_recv_length", "sock_send_length", "sk_data_ready"})
+        CHECK(attach(std::string("sock ") + tp) == (tracefs_has(std::string("sock/") + tp) ? "tp_btf" : "fexit"));
+    CHECK(attach("sock inet_sock_set_state") == "tp_btf");
+    CHECK(attach("sock sys_exit_accept4") == "tracepoint");
+    CHECK(attach("sock task_file") == "iterator");
+    CHECK(attach("sock task") == "iterator");
+    // This sandbox's policy refuses iter/bpf_map_elem (EPERM) where iter/task loads: then the
+    // hook is off, and says why.
+    CHECK((attach("sock bpf_map_elem") == "iterator" || by["sock bpf_map_elem"].value("off", "").rfind("iter/bpf_map_elem: ", 0) == 0));
+    // The sched family: scheduler tracepoints, the thread iterator, the poll hooks per tracefs.
+    for (const char* tp : {"sched_switch", "sched_wakeup", "sched_wakeup_new"})
+        CHECK(attach(std::string("sched ") + tp) == "tp_btf");
+    CHECK(attach("sched task") == "iterator");
+    for (const char* p : kPolls)
+        for (const char* dir : {"enter", "exit"}) {
+            const std::string ev = std::string("sys_") + dir + "_" + p;
+            const std::string key = "sched " + ev;
+            if (tracefs_has("syscalls/" + ev)) {
+                CHECK(attach(key) == "tracepoint");
+                CHECK(by[key]["via"] == "syscalls/" + ev);
+            } else {
+                CHECK(attach(key) == "none");
+                CHECK(by[key].contains("off"));
+            }
+        }
+    CHECK(attach("sched qs_loop_sample") == "perf_event");
+    // The process tree: fork and exit, followed by default.
+    CHECK(attach("tree sched_process_fork") == "tp_btf");
+    CHECK(attach("tree sched_process_exit") == "tp_btf");
+    // The jvm family, on a target that is no JVM: each hook off, with the reason.
+    for (const char* h : {"sched_switch", "sched_wakeup", "JVM_VirtualThreadPinnedEvent"}) {
+        const std::string key = std::string("jvm ") + h;
+        CHECK(attach(key) == "none");
+        CHECK(by[key].value("off", "") == "the target is not a JVM and no --carriers pattern was given");
+    }
 }
 
 TEST_CASE("qscope check as an unprivileged user: exit 4, says what to grant", "[check]") {

@@ -25,8 +25,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -144,6 +146,39 @@ struct Counters {
 };
 Counters g_ctr;
 
+// Downstream call durations (write of the call -> its reply's first byte read), the last
+// kCallSamples of them: their median is the oracle for qscope's call p50 where the peer's
+// nominal delay is not (an emulated guest overshoots its sleeps by milliseconds).
+constexpr size_t kCallSamples = 4096;
+std::mutex g_calls_mu;
+std::vector<long> g_call_us;  // a ring once full
+size_t g_call_next = 0;
+
+void note_call_us(long us) {
+    std::lock_guard<std::mutex> g(g_calls_mu);
+    if (g_call_us.size() < kCallSamples)
+        g_call_us.push_back(us);
+    else
+        g_call_us[g_call_next++ % kCallSamples] = us;
+}
+
+long call_p50_us() {
+    std::vector<long> v;
+    {
+        std::lock_guard<std::mutex> g(g_calls_mu);
+        v = g_call_us;
+    }
+    if (v.empty()) return 0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+}
+
+long now_us() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
+}
+
 // Maxima are maintained at every increment, not sampled, so a short spike is never missed.
 void inc_with_max(std::atomic<long>& v, std::atomic<long>& mx) {
     long now = v.fetch_add(1) + 1;
@@ -159,11 +194,11 @@ void write_counters(bool force = false) {
         buf, sizeof buf,
         "{\"accepted\":%ld,\"queued_conns\":%ld,\"in_flight\":%ld,\"in_flight_max\":%ld,"
         "\"completed\":%ld,\"pool_busy\":%ld,\"pool_busy_max\":%ld,\"pool_waiters\":%ld,"
-        "\"pool_waiters_max\":%ld,\"workers_busy\":%ld}\n",
+        "\"pool_waiters_max\":%ld,\"workers_busy\":%ld,\"call_p50_us\":%ld}\n",
         g_ctr.accepted.load(), g_ctr.queued_conns.load(), g_ctr.in_flight.load(),
         g_ctr.in_flight_max.load(), g_ctr.completed.load(), g_ctr.pool_busy.load(),
         g_ctr.pool_busy_max.load(), g_ctr.pool_waiters.load(), g_ctr.pool_waiters_max.load(),
-        g_ctr.workers_busy.load());
+        g_ctr.workers_busy.load(), g_opt.downstream.empty() ? 0L : call_p50_us());
     // Unchanged counters are not rewritten: each rewrite is file I/O in the target's main
     // thread, which an observer of the target would otherwise see 100 times a second.
     static std::string last;
@@ -242,12 +277,16 @@ int connect_downstream() {
 // One downstream call: "x\n" out, one line back. Blocking, no timeout — like a JDBC driver
 // or HTTP client configured without one.
 bool downstream_call(int fd) {
+    const long t0 = now_us();
     if (!write_all(fd, "x\n", 2)) return false;
     char c;
+    bool first = true;
     for (;;) {
         ssize_t r = ::read(fd, &c, 1);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return false;
+        if (first) note_call_us(now_us() - t0);
+        first = false;
         if (c == '\n') return true;
     }
 }

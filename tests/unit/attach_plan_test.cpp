@@ -2,7 +2,7 @@
 // which attach type each hook gets and what the output warns about. The offers below are
 // the kernels we know: this development kernel (6.18: tracepoints, no fentry, no kprobes),
 // Debian 12's 6.1 (no sock_*_length, no sk_data_ready; fentry and kprobes), and made-up
-// corners (kprobes only, nothing at all).
+// corners (kprobes only, syscall tracepoints only, nothing at all).
 #include <catch2/catch.hpp>
 
 #include "model/errors.h"
@@ -18,6 +18,7 @@ KernelOffer dev_6_18() {
     KernelOffer o;
     o.tracepoints = {"sock_recv_length", "sock_send_length", "sk_data_ready"};
     o.functions = kAllFunctions;
+    o.syscall_exits = true;
     return o;  // fentry fails with EPERM, CONFIG_KPROBES off
 }
 
@@ -26,6 +27,7 @@ KernelOffer debian_6_1() {
     o.functions = kAllFunctions;
     o.fentry = true;
     o.kprobes = true;
+    o.syscall_exits = true;
     return o;
 }
 
@@ -105,7 +107,40 @@ TEST_CASE("attach plan: a function without BTF is not a way in", "[attach]") {
                              "sock_def_readable): no connector queue"));
 }
 
-TEST_CASE("attach plan: no tracepoint, no fentry, no kprobes -> an error naming what is missing", "[attach]") {
+TEST_CASE("attach plan: no tracepoint, no fentry, no kprobes -> the syscalls' exits for reads and writes",
+          "[attach]") {
+    // A kernel with kprobes compiled out and fentry refused (this development kernel, had it
+    // no sock_*_length tracepoints).
+    KernelOffer o;
+    o.functions = kAllFunctions;
+    o.syscall_exits = true;
+    const SockAttachPlan p = plan_sock_attach(o);
+    REQUIRE(p.error.empty());
+    CHECK(p.of(SockHook::recv).attach == AttachType::tracepoint);
+    CHECK(p.of(SockHook::recv).via == "syscalls/sys_exit_{read,readv,recvfrom,recvmsg}");
+    CHECK(p.of(SockHook::send).attach == AttachType::tracepoint);
+    CHECK(p.of(SockHook::send).via == "syscalls/sys_exit_{write,writev,sendto,sendmsg,sendfile64}");
+    // No syscall tells when bytes arrive: the connector queue is lost, and said so.
+    CHECK(p.of(SockHook::data_ready).attach == AttachType::none);
+    // What the syscalls miss is named: recvmmsg/sendmmsg, splice, io_uring, sendfile's status.
+    REQUIRE(p.warnings.size() == 3);
+    CHECK(any_warning_has(p, "sock_recv_length via tracepoint syscalls/sys_exit_{read,readv,recvfrom,recvmsg} "
+                             "(no tracepoint sock_recv_length (Linux 6.3+)): reads by recvmmsg, splice or io_uring"));
+    CHECK(any_warning_has(p, "writes by sendmmsg, splice or io_uring are not seen"));
+    CHECK(any_warning_has(p, "sendfile has no status"));
+    CHECK(any_warning_has(p, "hook unavailable: tracepoint sk_data_ready (Linux 6.6+)"));
+}
+
+TEST_CASE("attach plan: kprobes are preferred to the syscalls' exits", "[attach]") {
+    KernelOffer o = debian_6_1();
+    o.fentry = false;
+    const SockAttachPlan p = plan_sock_attach(o);
+    CHECK(p.of(SockHook::recv).attach == AttachType::kretprobe);
+    CHECK(p.of(SockHook::send).attach == AttachType::kretprobe);
+}
+
+TEST_CASE("attach plan: no tracepoint, no fentry, no kprobes, no syscall exits -> an error naming what is missing",
+          "[attach]") {
     KernelOffer o;
     o.functions = kAllFunctions;
     const SockAttachPlan p = plan_sock_attach(o);
@@ -114,6 +149,7 @@ TEST_CASE("attach plan: no tracepoint, no fentry, no kprobes -> an error naming 
     REQUIRE_FALSE(p.error.empty());
     CHECK(p.error.find("no tracepoint sock_recv_length (Linux 6.3+)") != std::string::npos);
     CHECK(p.error.find("fentry/fexit do not load here and there are no kprobes") != std::string::npos);
+    CHECK(p.error.find("tracefs lacks syscalls/sys_exit_{read,readv,recvfrom,recvmsg}") != std::string::npos);
     CHECK(p.error.find("--no-requests") != std::string::npos);
 }
 
@@ -128,5 +164,11 @@ TEST_CASE("attach plan: QSCOPE_SOCK_ATTACH restricts the offer (to exercise fall
     const SockAttachPlan k = plan_sock_attach(restrict_offer(all, "kprobe"));
     CHECK(k.of(SockHook::recv).attach == AttachType::kretprobe);
     CHECK(k.of(SockHook::data_ready).attach == AttachType::kprobe);
+    // On this development kernel: tracepoints dropped, and fentry and kprobes are absent anyway.
+    const SockAttachPlan sc = plan_sock_attach(restrict_offer(all, "syscall"));
+    CHECK(sc.of(SockHook::recv).attach == AttachType::tracepoint);
+    CHECK(sc.of(SockHook::send).attach == AttachType::tracepoint);
+    CHECK(sc.of(SockHook::data_ready).attach == AttachType::none);
+    CHECK(plan_sock_attach(restrict_offer(dev_6_18(), "syscall")).of(SockHook::recv).attach == AttachType::tracepoint);
     CHECK_THROWS_AS(restrict_offer(all, "uprobe"), Error);
 }

@@ -100,13 +100,16 @@ public:
         } else if (jvm_) {
             pattern_ = "ForkJoinPool-N-worker-M (JVM virtual-thread scheduler)";
         } else {
-            return;  // not a JVM and no pattern: nothing to watch, no probes attached
+            // Not a JVM and no pattern: nothing to watch, no probes attached.
+            hooks_off("the target is not a JVM and no --carriers pattern was given");
+            return;
         }
         jvm_mode_ = jvm_ && jvm_->layout.has_value();
         if (jvm_mode_ && cfg.carriers_regex.empty() && !jvm_->layout->has_vthread && !jvm_->layout->jt_cont_entry) {
             // JDK < 21: no virtual threads, so no carriers; its ForkJoinPool workers are
             // ordinary pool threads (the sched family covers them).
             pattern_.clear();
+            hooks_off("this JVM has no virtual threads (JDK < 21), so no carriers");
             return;
         }
         if (jvm_ && !jvm_mode_)
@@ -147,6 +150,7 @@ public:
         dump_notes_.clear();
         if (!parked_.empty()) snap.parked_virtual_threads = parked_;
         for (const auto& n : notes_) snap.warnings.push_back(n);
+        snap.probe_attach.insert(snap.probe_attach.end(), attach_.begin(), attach_.end());
         if (!skel_) return;
 
         const uint64_t now = tick.now_ns;
@@ -333,15 +337,27 @@ private:
         bpf_check(carrier_bpf__load(skel_.get()), "carrier: load BPF programs (tp_btf/sched_switch, sched_wakeup)");
         links_.push_back(attach_program(skel_->progs.carrier_switch, "carrier: attach tp_btf/sched_switch"));
         links_.push_back(attach_program(skel_->progs.carrier_wakeup, "carrier: attach tp_btf/sched_wakeup"));
+        attach_.push_back(program_attach(ProbeFamily::jvm, skel_->progs.carrier_switch));
+        attach_.push_back(program_attach(ProbeFamily::jvm, skel_->progs.carrier_wakeup));
+        if (!pin_hook)
+            attach_.push_back(hook_off(ProbeFamily::jvm, kPinnedEvent,
+                                       !jvm_ ? "not a JVM (--carriers pattern)"
+                                       : !jvm_mode_ ? "JVM internals unreadable or no virtual threads"
+                                                    : "this JVM has no JVM_VirtualThreadPinnedEvent (JDK 24+)"));
         if (pin_hook) {
             LIBBPF_OPTS(bpf_uprobe_opts, uo, .func_name = "JVM_VirtualThreadPinnedEvent");
             Link l(bpf_program__attach_uprobe_opts(skel_->progs.carrier_pinned, pid_, jvm_->libjvm_host.c_str(), 0,
                                                    &uo));
-            if (!l)
+            if (!l) {
+                const std::string why = errno_text(errno);
                 notes_.push_back("carriers: cannot attach uprobe JVM_VirtualThreadPinnedEvent in " +
-                                 jvm_->libjvm + ": " + errno_text(errno) + "; futex stalls are not labelled 'pinned park'");
-            else
+                                 jvm_->libjvm + ": " + why + "; futex stalls are not labelled 'pinned park'");
+                attach_.push_back(hook_off(ProbeFamily::jvm, kPinnedEvent, "uprobe in " + jvm_->libjvm + ": " + why));
+            } else {
                 links_.push_back(std::move(l));
+                attach_.push_back({ProbeFamily::jvm, kPinnedEvent, AttachType::uprobe,
+                                   jvm_->libjvm + ":" + kPinnedEvent});
+            }
         }
         rb_ = open_ring_buffer(skel_->maps.events, &JvmSource::on_event, this, "carrier: ring_buffer__new(events)");
     }
@@ -581,6 +597,13 @@ private:
     std::regex regex_;
     std::string pattern_;
     std::vector<std::string> notes_;
+    std::vector<ProbeAttach> attach_;  // every hook and how it was reached, for the snapshot
+    static constexpr const char* kPinnedEvent = "JVM_VirtualThreadPinnedEvent";
+    // The family's three hooks, off for this target.
+    void hooks_off(const std::string& why) {
+        for (const char* h : {"sched_switch", "sched_wakeup", kPinnedEvent})
+            attach_.push_back(hook_off(ProbeFamily::jvm, h, why));
+    }
     bool comm_only_noted_ = false;
 
     // Declared in the order they are made, so they are released in reverse.

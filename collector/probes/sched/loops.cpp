@@ -40,7 +40,8 @@ double loop_utilization(uint64_t busy_ns_delta, uint64_t turn_start, uint64_t wi
     return std::clamp(static_cast<double>(busy) / static_cast<double>(now_ns - window_start_ns), 0.0, 1.0);
 }
 
-void LoopTracker::start(bpf_object* obj, __u64* epoch, double stall_seconds, std::vector<std::string>& warnings) {
+void LoopTracker::start(bpf_object* obj, __u64* epoch, double stall_seconds, std::vector<std::string>& warnings,
+                        std::vector<ProbeAttach>& attach) {
     epoch_ = epoch;
     stall_seconds_ = stall_seconds;
     bpf_map* loops = bpf_object__find_map_by_name(obj, "loops");
@@ -79,6 +80,11 @@ void LoopTracker::start(bpf_object* obj, __u64* epoch, double stall_seconds, std
     if (!failed.empty()) {
         perf_links_.clear();
         warnings.push_back("sched: event-loop stalls without on-CPU stacks (" + failed + ")");
+        attach.push_back(hook_off(ProbeFamily::sched, bpf_program__name(sampler), failed));
+    } else {
+        ProbeAttach a = program_attach(ProbeFamily::sched, sampler);
+        a.via = "perf_event cpu-clock " + std::to_string(kSampleHz) + " Hz";
+        attach.push_back(std::move(a));
     }
 }
 

@@ -20,6 +20,11 @@ extern "C" {
 
 namespace qscope {
 
+// The poll hooks of bpf/sched.bpf.c (qs_loop_enter_<name>, qs_loop_exit_<name>), one pair of
+// syscall tracepoints each; `qscope check` lists the same.
+inline constexpr const char* kLoopPolls[] = {"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll",
+                                             "ppoll",      "select",      "pselect6"};
+
 static_assert(sizeof(qs_loop_val) == 48 + 16 + QS_COMM_LEN + 4 * QS_WHIST_SLOTS, "qs_loop_val layout (bpf/qs_loop.h)");
 static_assert(sizeof(qs_loop_stall) == 16 + 48 + QS_COMM_LEN, "qs_loop_stall layout (bpf/qs_loop.h)");
 static_assert(sizeof(qs_loop_sample) == 32 + sizeof(qs_ustack), "qs_loop_sample layout (bpf/qs_loop.h)");
@@ -54,7 +59,9 @@ public:
     // After load: the maps and the sampler program of the sched object. Attaches one
     // cpu-clock perf event per CPU for on-CPU samples (a warning, not an error, when the
     // kernel refuses: stalls then name their blocks only).
-    void start(bpf_object* obj, __u64* epoch, double stall_seconds, std::vector<std::string>& warnings);
+    // The stall sampler's attach (or why it is off) goes to `attach`.
+    void start(bpf_object* obj, __u64* epoch, double stall_seconds, std::vector<std::string>& warnings,
+               std::vector<ProbeAttach>& attach);
     // Drains stall records and samples: call before reading the maps.
     void drain(const LoopContext& ctx);
     void collect(Snapshot& snap, uint64_t now_ns, uint64_t window_start_ns, bool window_reset,

@@ -243,12 +243,11 @@ private:
     // Event-loop turns (probes/sched/loops.h).
     LoopTracker loops_;
     std::vector<std::string> loop_warnings_;
+    std::vector<ProbeAttach> attach_;  // every hook and how it was reached, for the snapshot
     void attach_loop_hooks();
     void collect_loops(Snapshot& snap, const Tick& tick, const std::vector<qs_thread_rec>& recs);
 };
 
-// The poll hooks of bpf/sched.bpf.c (qs_loop_enter_<name>, qs_loop_exit_<name>).
-constexpr const char* kLoopPolls[] = {"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6"};
 
 void SchedSource::start(const Target& target, const Config& cfg) {
     cfg_ = cfg;
@@ -305,6 +304,9 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     links_.push_back(attach_program(skel_->progs.qs_sched_switch, "sched: attach tp_btf/sched_switch"));
     links_.push_back(attach_program(skel_->progs.qs_sched_wakeup, "sched: attach tp_btf/sched_wakeup"));
     links_.push_back(attach_program(skel_->progs.qs_sched_wakeup_new, "sched: attach tp_btf/sched_wakeup_new"));
+    for (const bpf_program* prog : {skel_->progs.qs_sched_switch, skel_->progs.qs_sched_wakeup,
+                                    skel_->progs.qs_sched_wakeup_new, skel_->progs.qs_task_iter})
+        attach_.push_back(program_attach(ProbeFamily::sched, prog));
 
     rb_ = open_ring_buffer(skel_->maps.stacks, &SchedSource::ringbuf_cb, this, "sched: open ring buffer stacks");
     attach_loop_hooks();
@@ -561,6 +563,7 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
     name_kernel_frames();
     report_lost(snap);
     if (!stack_warning_.empty()) snap.warnings.push_back(stack_warning_);
+    snap.probe_attach.insert(snap.probe_attach.end(), attach_.begin(), attach_.end());
 
     claim_group_labels(recs);
     LiveView live = live_view(recs);
@@ -798,10 +801,17 @@ void SchedSource::attach_loop_hooks() {
         for (const char* dir : {"enter", "exit"}) {
             const std::string prog = std::string("qs_loop_") + dir + "_" + name;
             bpf_program* p = bpf_object__find_program_by_name(skel_->obj, prog.c_str());
-            if (!p || !bpf_program__autoload(p)) continue;
+            if (!p) continue;
+            if (!bpf_program__autoload(p)) {
+                attach_.push_back(hook_off(ProbeFamily::sched, std::string("sys_") + dir + "_" + name,
+                                           std::string("no syscalls/sys_") + dir + "_" + name +
+                                               " in tracefs: this kernel lacks the syscall"));
+                continue;
+            }
             links_.push_back(attach_program(p, "sched: attach tracepoint/syscalls/sys_" + std::string(dir) + "_" + name));
+            attach_.push_back(program_attach(ProbeFamily::sched, p));
         }
-    loops_.start(skel_->obj, &skel_->bss->loop_epoch, cfg_.loop_stall_seconds, loop_warnings_);
+    loops_.start(skel_->obj, &skel_->bss->loop_epoch, cfg_.loop_stall_seconds, loop_warnings_, attach_);
 }
 
 void SchedSource::collect_loops(Snapshot& snap, const Tick& tick, const std::vector<qs_thread_rec>& recs) {

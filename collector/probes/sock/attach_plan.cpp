@@ -18,17 +18,24 @@ struct HookSpec {
     bool required;                // without it the requests section would be wrong
     const char* fallback_caveat;  // what the function misses that the tracepoint sees ("": nothing)
     const char* missing;          // what is lost when there is no way in at all
+    const char* syscalls;         // the syscall exits that give the same fact ("": none do)
+    const char* syscall_caveat;   // what those miss
 };
 
 // One row per hook; the order is SockHook's.
 constexpr HookSpec kSpecs[] = {
     // tcp_*msg, not sock_*msg: Debian 12's 6.1 inlines sock_sendmsg into its callers
     // (docs/kernel.md "Older kernels"). Every TCP read and write reaches these.
-    {SockHook::recv, "sock_recv_length", "6.3", "tcp_recvmsg", true, true, "", "the app's reads"},
-    {SockHook::send, "sock_send_length", "6.3", "tcp_sendmsg", true, true, "", "the app's writes"},
+    {SockHook::recv, "sock_recv_length", "6.3", "tcp_recvmsg", true, true, "", "the app's reads",
+     "syscalls/sys_exit_{read,readv,recvfrom,recvmsg}",
+     "reads by recvmmsg, splice or io_uring are not seen (a connection read only that way looks idle)"},
+    {SockHook::send, "sock_send_length", "6.3", "tcp_sendmsg", true, true, "", "the app's writes",
+     "syscalls/sys_exit_{write,writev,sendto,sendmsg,sendfile64}",
+     "writes by sendmmsg, splice or io_uring are not seen (their requests never complete); a response "
+     "sent with sendfile has no status"},
     {SockHook::data_ready, "sk_data_ready", "6.6", "sock_def_readable", false, false,
      "sockets whose data-ready callback was replaced (kTLS, sockmap) show no connector queue",
-     "no connector queue (requests.waiting_unread), no exact accept-queue peak (sampled from sock_diag)"},
+     "no connector queue (requests.waiting_unread), no exact accept-queue peak (sampled from sock_diag)", "", ""},
 };
 
 }  // namespace
@@ -49,21 +56,25 @@ SockAttachPlan plan_sock_attach(const KernelOffer& offer) {
         } else if (fn && offer.kprobes) {
             c.attach = s.at_exit ? AttachType::kretprobe : AttachType::kprobe;
             c.via = s.function;
+        } else if (*s.syscalls && offer.syscall_exits) {
+            c.attach = AttachType::tracepoint;
+            c.via = s.syscalls;
         }
         const std::string tp = std::string("tracepoint ") + s.tracepoint + " (Linux " + s.since + "+)";
         if (c.attach == AttachType::tp_btf) {
             // exact: nothing to say
         } else if (c.attach != AttachType::none) {
-            c.caveat = s.fallback_caveat;
+            c.caveat = c.attach == AttachType::tracepoint ? s.syscall_caveat : s.fallback_caveat;
             // A fallback that sees every event the tracepoint would (for TCP, all the family
             // follows) is named in probe_attach only; one that misses some is a warning too.
             if (!c.caveat.empty())
                 plan.warnings.push_back(std::string("sock: ") + s.tracepoint + " via " + contract_name(c.attach) + " " +
-                                    s.function + " (no " + tp + "): " + s.fallback_caveat);
+                                        c.via + " (no " + tp + "): " + c.caveat);
         } else {
             // Here the function exists only if neither fentry nor kprobes work.
-            const std::string why = fn ? "fentry/fexit do not load here and there are no kprobes"
-                                       : std::string("no BTF for kernel function ") + s.function;
+            std::string why = fn ? "fentry/fexit do not load here and there are no kprobes"
+                                 : std::string("no BTF for kernel function ") + s.function;
+            if (*s.syscalls) why += ", and tracefs lacks " + std::string(s.syscalls);
             c.caveat = s.missing;
             if (s.required && plan.error.empty())  // the first (the reads) says it all
                 plan.error = std::string("sock: the kernel offers no way to see ") + s.missing + ": no " + tp +
@@ -92,16 +103,24 @@ KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most,
     offer.fentry_error = fentry_probe("tcp_sendmsg");
     offer.fentry = offer.fentry_error.empty();
     offer.kprobes = kprobes_available();
+    offer.syscall_exits = true;
+    const auto have_exits = [&](const auto& names) {
+        for (const char* name : names)
+            offer.syscall_exits &= KernelTracepoints::has_tracefs("syscalls", std::string("sys_exit_") + name);
+    };
+    have_exits(kSyscallReads);
+    have_exits(kSyscallWrites);
     if (!at_most.empty()) offer = restrict_offer(std::move(offer), at_most);
     return offer;
 }
 
 KernelOffer restrict_offer(KernelOffer offer, const std::string& at_most) {
     if (at_most.empty() || at_most == "tp_btf") return offer;
-    if (at_most != "fentry" && at_most != "kprobe")
-        throw Error(Exit::usage, "QSCOPE_SOCK_ATTACH=" + at_most + ": expected tp_btf, fentry or kprobe");
+    if (at_most != "fentry" && at_most != "kprobe" && at_most != "syscall")
+        throw Error(Exit::usage, "QSCOPE_SOCK_ATTACH=" + at_most + ": expected tp_btf, fentry, kprobe or syscall");
     for (const HookSpec& s : kSpecs) offer.tracepoints.erase(s.tracepoint);
-    if (at_most == "kprobe") offer.fentry = false;
+    if (at_most != "fentry") offer.fentry = false;
+    if (at_most == "syscall") offer.kprobes = false;
     return offer;
 }
 

@@ -6,7 +6,8 @@
 // (sock_send_length, 6.3), arrivals and accept-queue joins (sk_data_ready, 6.6). Each has one
 // BPF body behind several entry points (bpf/sock.bpf.c): the tracepoint (tp_btf); else
 // fexit/fentry on the kernel function every such event passes through; else kprobe(+kretprobe)
-// on it.
+// on it; else, for reads and writes, the exits of the syscalls that make them (tracepoints
+// syscalls/sys_exit_*, on fds that are tracked sockets).
 #pragma once
 #include <set>
 #include <string>
@@ -24,7 +25,13 @@ struct KernelOffer {
     bool fentry = false;                // fentry/fexit programs load and attach here
     std::string fentry_error;           // why not, when probed ("" otherwise)
     bool kprobes = false;               // the kernel has kprobes
+    bool syscall_exits = false;         // tracefs has every syscalls/sys_exit_* of kSyscallReads/Writes
 };
+
+// The syscalls whose exits stand in for sock_recv_length and sock_send_length when nothing
+// better is offered (bpf/sock.bpf.c qs_sys_exit_<name>).
+inline constexpr const char* kSyscallReads[] = {"read", "readv", "recvfrom", "recvmsg"};
+inline constexpr const char* kSyscallWrites[] = {"write", "writev", "sendto", "sendmsg", "sendfile64"};
 
 enum class SockHook { recv, send, data_ready };
 
@@ -52,8 +59,9 @@ SockAttachPlan plan_sock_attach(const KernelOffer& offer);
 // `at_most`: restrict_offer's.
 KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most, bool always = false);
 
-// QSCOPE_SOCK_ATTACH=fentry|kprobe (tests): ignore the faster ways in, so a kernel that has
-// the tracepoints can exercise a fallback. "" leaves the offer as is; anything else throws.
+// QSCOPE_SOCK_ATTACH=fentry|kprobe|syscall (tests): ignore the faster ways in, so a kernel
+// that has the tracepoints can exercise a fallback. "" leaves the offer as is; anything else
+// throws.
 KernelOffer restrict_offer(KernelOffer offer, const std::string& at_most);
 
 }  // namespace qscope

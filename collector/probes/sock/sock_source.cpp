@@ -290,6 +290,10 @@ private:
         // return value by position.
         if (!offer.functions.empty())
             skel_->rodata->tcp_recvmsg_nargs = static_cast<__u32>(tps.function_args("tcp_recvmsg"));
+        // The Unix sweep's iterator is the one a kernel may refuse alone (engine/kernel_features.h):
+        // without it the object would not load at all.
+        sweep_error_ = iter_probe("bpf_map_elem");
+        if (!sweep_error_.empty()) bpf_program__set_autoload(p.qs_unix_sweep, false);
         const SockAttachPlan plan = plan_sock_attach(offer);
         if (!plan.error.empty()) throw Error(Exit::kernel, plan.error);
         warnings_.insert(warnings_.end(), plan.warnings.begin(), plan.warnings.end());
@@ -299,11 +303,26 @@ private:
             {SockHook::send, {p.qs_send, p.qs_send_fexit, p.qs_send_kprobe, p.qs_send_kretprobe}},
             {SockHook::data_ready, {p.qs_data_ready, p.qs_data_ready_fentry, p.qs_data_ready_kprobe, nullptr}},
         };
+        // The syscall exits behind the reads and the writes (qs_sys_exit_<name>).
+        const auto sys_exits = [&](SockHook hook) {
+            std::vector<bpf_program*> out;
+            const auto add = [&](const auto& names) {
+                for (const char* n : names)
+                    out.push_back(bpf_object__find_program_by_name(skel_->obj, (std::string("qs_sys_exit_") + n).c_str()));
+            };
+            if (hook == SockHook::recv) add(kSyscallReads);
+            if (hook == SockHook::send) add(kSyscallWrites);
+            return out;
+        };
         bool kprobe_pairs = false;
         for (const auto& [hook, progs] : entries) {
             const HookChoice& c = plan.of(hook);
             for (bpf_program* prog : progs)
                 if (prog) bpf_program__set_autoload(prog, false);
+            for (bpf_program* prog : sys_exits(hook)) {
+                bpf_program__set_autoload(prog, c.attach == AttachType::tracepoint);
+                if (c.attach == AttachType::tracepoint) sys_exit_progs_.push_back(prog);
+            }
             switch (c.attach) {
                 case AttachType::tp_btf: bpf_program__set_autoload(progs[0], true); break;
                 case AttachType::fentry:
@@ -317,7 +336,8 @@ private:
                     break;
                 default: break;
             }
-            if (c.attach != AttachType::none) attach_.push_back({ProbeFamily::sock, c.tracepoint, c.attach, c.via});
+            attach_.push_back(c.attach != AttachType::none ? ProbeAttach{ProbeFamily::sock, c.tracepoint, c.attach, c.via}
+                                                           : hook_off(ProbeFamily::sock, c.tracepoint, c.caveat));
         }
         // Unix reads and writes reach only the tracepoints, never tcp_recvmsg/tcp_sendmsg.
         const bool unix_seen = plan.of(SockHook::recv).attach == AttachType::tp_btf &&
@@ -337,8 +357,11 @@ private:
              tps.has_tracefs("syscalls", "sys_exit_accept4")},
             {p.qs_accept_exit, "tracepoint syscalls/sys_exit_accept: no accept wait for accept()", false,
              tps.has_tracefs("syscalls", "sys_exit_accept")},
-            {p.qs_kfree_skb, "tp_btf/kfree_skb with rx_sk: ACK-stage overflows counted from sk_drops only", false,
-             tps.btf_args("kfree_skb") >= 4},
+            // The drop reason came after rx_sk: 6.12 has rx_sk, not SKB_DROP_REASON_TCP_LISTEN_OVERFLOW.
+            {p.qs_kfree_skb, "tp_btf/kfree_skb with rx_sk and SKB_DROP_REASON_TCP_LISTEN_OVERFLOW: ACK-stage overflows "
+                             "counted from sk_drops only", false,
+             tps.btf_args("kfree_skb") >= 4 &&
+                 tps.has_enum_value("skb_drop_reason", "SKB_DROP_REASON_TCP_LISTEN_OVERFLOW")},
             {p.qs_rst_in, "tp_btf/tcp_receive_reset: downstream resets received not counted", false,
              tps.has_btf("tcp_receive_reset")},
             {p.qs_rst_out, "tp_btf/tcp_send_reset: downstream resets sent not counted", false,
@@ -348,16 +371,22 @@ private:
         };
         for (auto& h : hooks) {
             if (h.available) {
-                const std::string sec = bpf_program__section_name(h.prog);
-                const bool classic = sec.rfind("tracepoint/", 0) == 0;
-                attach_.push_back({ProbeFamily::sock, sec.substr(sec.rfind('/') + 1),
-                                   classic ? AttachType::tracepoint : AttachType::tp_btf, sec.substr(sec.find('/') + 1)});
+                attach_.push_back(program_attach(ProbeFamily::sock, h.prog));
                 continue;
             }
             if (h.required)
                 throw Error(Exit::kernel, "sock: the kernel lacks " + h.what + ", needed to follow requests");
             bpf_program__set_autoload(h.prog, false);
             warnings_.push_back("sock: hook unavailable: " + h.what);
+            attach_.push_back(hook_off(ProbeFamily::sock, program_attach(ProbeFamily::sock, h.prog).hook, h.what));
+        }
+        // The iterators: connections open before the attach (task_file), the threads' own
+        // sockets (task), the Unix sweep (bpf_map_elem). Each once, whatever walks it.
+        std::set<std::string> iters;
+        for (bpf_program* prog : {p.qs_seed, p.qs_seed_busy, p.qs_unix_scan, p.qs_unix_sweep}) {
+            ProbeAttach a = program_attach(ProbeFamily::sock, prog);
+            if (!bpf_program__autoload(prog)) a = hook_off(ProbeFamily::sock, a.hook, a.via + ": " + sweep_error_);
+            if (iters.insert(a.hook).second) attach_.push_back(std::move(a));
         }
     }
 
@@ -367,16 +396,20 @@ private:
         const std::set<bpf_program*> required = {p.qs_set_state,     p.qs_recv,          p.qs_send,
                                                  p.qs_recv_fexit,    p.qs_send_fexit,    p.qs_recv_kprobe,
                                                  p.qs_recv_kretprobe, p.qs_send_kprobe,  p.qs_send_kretprobe};
-        for (bpf_program* prog :
-             {p.qs_set_state, p.qs_recv, p.qs_recv_fexit, p.qs_recv_kprobe, p.qs_recv_kretprobe, p.qs_send,
-              p.qs_send_fexit, p.qs_send_kprobe, p.qs_send_kretprobe, p.qs_data_ready, p.qs_data_ready_fentry,
-              p.qs_data_ready_kprobe, p.qs_accept4_exit, p.qs_accept_exit, p.qs_kfree_skb, p.qs_rst_in,
-              p.qs_rst_out, p.qs_close_enter}) {
+        std::vector<bpf_program*> progs = {
+            p.qs_set_state,   p.qs_recv,          p.qs_recv_fexit,        p.qs_recv_kprobe,  p.qs_recv_kretprobe,
+            p.qs_send,        p.qs_send_fexit,    p.qs_send_kprobe,       p.qs_send_kretprobe, p.qs_data_ready,
+            p.qs_data_ready_fentry, p.qs_data_ready_kprobe, p.qs_accept4_exit, p.qs_accept_exit, p.qs_kfree_skb,
+            p.qs_rst_in,      p.qs_rst_out,       p.qs_close_enter};
+        progs.insert(progs.end(), sys_exit_progs_.begin(), sys_exit_progs_.end());
+        for (bpf_program* prog : progs) {
             if (!bpf_program__autoload(prog)) continue;
             Link l(bpf_program__attach(prog));
             if (!l) {
                 const int err = errno;
-                if (required.count(prog))
+                // A syscall exit standing in for the reads or writes is as required as they are.
+                if (required.count(prog) ||
+                    std::find(sys_exit_progs_.begin(), sys_exit_progs_.end(), prog) != sys_exit_progs_.end())
                     throw_bpf_error(std::string("sock: attaching ") + bpf_program__name(prog), err);
                 warnings_.push_back(std::string("sock: could not attach ") + bpf_program__name(prog) + ": " +
                                     errno_text(err));
@@ -408,6 +441,11 @@ private:
     // the others (no tracepoint sees a Unix socket close). Once per tick, so a close is seen
     // within a tick.
     void scan_unix() {
+        if (!sweep_error_.empty() && skel_->rodata->follow_unix) {
+            const std::string w = "sock: iter/bpf_map_elem unavailable (" + sweep_error_ + "): closed Unix connections "
+                                  "are seen only at their close() (sys_enter_close), not at an exit or a dup'd fd's close";
+            if (std::find(warnings_.begin(), warnings_.end(), w) == warnings_.end()) warnings_.push_back(w);
+        }
         __atomic_fetch_add(&skel_->bss->unix_gc_gen, 1, __ATOMIC_RELEASE);
         for (int pid : iter_pids())
             run_iter(skel_->progs.qs_unix_scan, pid, "Unix listeners and closes of Unix connections are not seen");
@@ -417,8 +455,9 @@ private:
         linfo.map.map_fd = static_cast<__u32>(bpf_map__fd(skel_->maps.unix_live));
         opts.link_info = &linfo;
         opts.link_info_len = sizeof(linfo);
-        drain_iter(Link(bpf_program__attach_iter(skel_->progs.qs_unix_sweep, &opts)), "sock: iter/bpf_map_elem",
-                   "closed Unix connections stay counted");
+        if (sweep_error_.empty())
+            drain_iter(Link(bpf_program__attach_iter(skel_->progs.qs_unix_sweep, &opts)), "sock: iter/bpf_map_elem",
+                       "closed Unix connections stay counted");
     }
 
     // The machine's Unix listeners (queue depth and backlog), by inode: one small dump per
@@ -806,6 +845,8 @@ private:
     uint64_t attached_ns_ = 0;
     std::vector<std::string> warnings_;
     std::vector<ProbeAttach> attach_;  // how each hook was reached, for the snapshot
+    std::vector<bpf_program*> sys_exit_progs_;  // the syscall exits in use (attach type tracepoint)
+    std::string sweep_error_;                   // why iter/bpf_map_elem does not load here ("": it does)
     std::string listen_error_;
     std::string unix_error_;
     std::map<uint64_t, UnixDiagSocket> unix_listen_diag_;  // the machine's Unix listeners, by inode

@@ -29,7 +29,21 @@ struct TopOptions {
     bool no_color = false;
 };
 
+struct RecordOptions {
+    Selector target;             // resolved once: a recording is of one process
+    std::string output;
+    double duration_seconds = 0; // 0: until interrupted (or the target exits)
+};
+
+struct SnapshotReplayOptions {
+    std::string file;            // a recording (docs/recording.md)
+    std::string from, to;        // empty: the recording's start, its last tick
+    bool json = false;
+};
+
 int run_snapshot(const Config& cfg, const SnapshotOptions& opt);  // collector/app_snapshot.cpp
+int run_record(const Config& cfg, const RecordOptions& opt);      // cli/record.cpp
+int run_snapshot_replay(const SnapshotReplayOptions& opt);        // cli/record.cpp
 int run_export(const Config& cfg, const ExportOptions& opt);      // collector/cli/exporter.cpp
 int run_top(const Config& cfg, const TopOptions& opt);            // cli/top.cpp
 // What qscope can observe on this kernel, printed for an operator; 0 when a run would be

@@ -161,7 +161,9 @@ int main(int argc, char** argv) {
         "Needs root (or CAP_BPF+CAP_PERFMON). Nothing in the target changes.\n\n"
         "  qscope top --pid 1234                       live dashboard (default on a terminal)\n"
         "  qscope snapshot --pid 1234 --duration 10 --json   observe 10 s, print one JSON object\n"
-        "  qscope export --pid 1234 --listen 127.0.0.1:9464  serve Prometheus /metrics\n\n"
+        "  qscope export --pid 1234 --listen 127.0.0.1:9464  serve Prometheus /metrics\n"
+        "  qscope record --pid 1234 -o spike.qsrec       record every tick; then, for any window of it:\n"
+        "  qscope snapshot --replay spike.qsrec --from 60 --to 90 --json\n\n"
         "A PID names one process for its life. To follow a service across restarts, select it by\n"
         "something that outlives its PIDs: --pidfile FILE, --comm NAME, --cmdline REGEX, --port N,\n"
         "--cgroup PATH. `top` and `export` then wait for it, and re-attach when it comes back:\n"
@@ -196,6 +198,29 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0.1, 86400.0))
         ->capture_default_str();
     snap->add_flag("--json", sopt.json, "print the JSON contract (docs/json.md) instead of a report");
+    SnapshotReplayOptions ropt;
+    const std::string tgrp = "Replay (instead of a target)";
+    snap->add_option("--replay", ropt.file, "print the window of a recording (qscope record) instead of observing")
+        ->type_name("FILE")
+        ->group(tgrp);
+    const std::string time_help = ": seconds since the recording's start (12.5), @UNIX seconds or a UTC HH:MM:SS";
+    snap->add_option("--from", ropt.from, "with --replay: the window's start" + time_help)->type_name("T")->group(tgrp);
+    snap->add_option("--to", ropt.to, "with --replay: the window's end (default: the last tick)" + time_help)
+        ->type_name("T")
+        ->group(tgrp);
+
+    RecordOptions recopt;
+    auto* rec = app.add_subcommand(
+        "record", "write every tick's snapshot to a file (compressed; a cut or killed file replays up to its last "
+                  "whole tick) for `snapshot --replay` (docs/recording.md)");
+    add_target_flags(rec, cfg, tflags, false);
+    add_common(rec, cfg);
+    rec->add_option("-o,--output", recopt.output, "the recording's file (created 0600, replaced if it exists)")
+        ->type_name("FILE")
+        ->required();
+    rec->add_option("-d,--duration", recopt.duration_seconds, "seconds to record (default: until Ctrl-C or the "
+                                                              "target exits)")
+        ->check(CLI::Range(0.0, 31.0 * 86400));
 
     auto* exp = app.add_subcommand("export", "serve Prometheus /metrics until interrupted");
     add_target_flags(exp, cfg, tflags, true);
@@ -248,7 +273,25 @@ int main(int argc, char** argv) {
         return static_cast<int>(Exit::usage);
     }
     install_stop_signals();
-    if (!*snap && !*exp && !*top) {
+    if (*snap && !ropt.file.empty()) {
+        ropt.json = sopt.json;
+        try {
+            if (tflags.pid_given() || !tflags.given.empty())
+                throw Error(Exit::usage, "--replay reads a recording: give it no target");
+            return run_snapshot_replay(ropt);
+        } catch (const Error& e) {
+            std::fprintf(stderr, "qscope: %s\n", e.what());
+            return e.exit_code();
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "qscope: internal error: %s\n", e.what());
+            return static_cast<int>(Exit::failure);
+        }
+    }
+    if ((!ropt.from.empty() || !ropt.to.empty()) && ropt.file.empty()) {
+        std::fprintf(stderr, "qscope: --from and --to choose a window of a recording: give --replay FILE\n");
+        return static_cast<int>(Exit::usage);
+    }
+    if (!*snap && !*exp && !*top && !*rec) {
         std::cout << app.help();
         return static_cast<int>(Exit::usage);
     }
@@ -257,7 +300,9 @@ int main(int argc, char** argv) {
         if (*exp) eopt.targets = export_targets(target, target_args, config_file);
         topt.target = target;
         sopt.target = target.selector;
+        recopt.target = target.selector;
         if (*snap) return run_snapshot(cfg, sopt);
+        if (*rec) return run_record(cfg, recopt);
         if (*exp) return run_export(cfg, eopt);
         return run_top(cfg, topt);
     } catch (const Error& e) {

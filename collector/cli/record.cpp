@@ -1,0 +1,158 @@
+// `qscope record` and `qscope snapshot --replay`: the flight recorder (docs/recording.md).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/app.h"
+#include "engine/collector.h"
+#include "model/errors.h"
+#include "output/json_writer.h"
+#include "probes/probes.h"
+#include "record/format.h"
+#include "record/window.h"
+#include "sys/proc_stat.h"
+
+namespace qscope {
+namespace {
+
+// The recording's file. Each frame goes out in one write(2): the page cache keeps what was
+// written when qscope is killed, so a `kill -9` loses at most the frame being written.
+class RecordFile {
+public:
+    explicit RecordFile(const std::string& path) : path_(path) {
+        // 0600: a recording holds command lines, peers and stacks.
+        fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd_ < 0) throw Error(Exit::usage, "--output " + path + ": " + errno_text(errno));
+    }
+    ~RecordFile() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    RecordFile(const RecordFile&) = delete;
+    RecordFile& operator=(const RecordFile&) = delete;
+
+    void write(const std::string& bytes) {
+        size_t done = 0;
+        while (done < bytes.size()) {
+            const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) throw Error(Exit::failure, "writing " + path_ + ": " + errno_text(errno));
+            done += static_cast<size_t>(n);
+        }
+        written_ += bytes.size();
+    }
+    uint64_t written() const { return written_; }
+
+private:
+    std::string path_;
+    int fd_ = -1;
+    uint64_t written_ = 0;
+};
+
+std::string hostname() {
+    char h[256] = {};
+    if (::gethostname(h, sizeof(h) - 1) != 0) return "";
+    return h;
+}
+
+int64_t unix_ms_now() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int run_record(const Config& given, const RecordOptions& opt) {
+    Config cfg = given;
+    cfg.pid = resolve_once(opt.target);
+    RecordFile out(opt.output);  // before the attach: a bad path fails at once
+    Collector col(cfg);
+    for (auto& s : default_sources(cfg)) col.add_source(std::move(s));
+    const int64_t started = unix_ms_now();
+    col.start();
+    std::shared_ptr<const Snapshot> snap = col.tick();
+
+    record::RecordHeader h;
+    h.qscope_version = QSCOPE_VERSION;
+    h.selector = opt.target.text();
+    h.pid = cfg.pid;
+    h.comm = snap->target.comm;
+    h.cmdline = snap->target.cmdline;
+    h.start_time_ticks = snap->target.start_time_ticks;
+    h.hostname = hostname();
+    h.interval_seconds = cfg.interval_seconds;
+    h.started_unix_ms = started;
+    out.write(record::file_header() + record::header_frame(h));
+    out.write(record::tick_frame(*snap));
+    std::fprintf(stderr, "qscope: recording PID %d (%s) to %s every %.1fs%s\n", cfg.pid, h.comm.c_str(),
+                 opt.output.c_str(), cfg.interval_seconds,
+                 opt.duration_seconds > 0 ? (" for " + std::to_string(opt.duration_seconds) + "s").c_str()
+                                          : ", until interrupted");
+
+    const uint64_t start = monotonic_ns();
+    const uint64_t end = opt.duration_seconds > 0 ? start + static_cast<uint64_t>(opt.duration_seconds * 1e9) : 0;
+    uint64_t ticks = 1;
+    while (!g_stop_requested && col.target_alive()) {
+        const uint64_t now = monotonic_ns();
+        if (end && now >= end) break;
+        uint64_t step = static_cast<uint64_t>(cfg.interval_seconds * 1e9);
+        if (end) step = std::min(step, end - now);
+        sleep_unless_stopped(step / 1e9);
+        snap = col.tick();
+        out.write(record::tick_frame(*snap));
+        ++ticks;
+    }
+    std::fprintf(stderr, "qscope: wrote %llu ticks (%llu bytes) to %s\n", static_cast<unsigned long long>(ticks),
+                 static_cast<unsigned long long>(out.written()), opt.output.c_str());
+    if (snap->target.exited) {
+        std::fprintf(stderr, "qscope: %s\n", snap->target.exit_note.c_str());
+        return static_cast<int>(Exit::target_exited);
+    }
+    return 0;
+}
+
+record::Recording read_recording(const std::string& path) {
+    std::string bytes;
+    errno = 0;
+    if (!read_file(path, bytes)) throw Error(Exit::usage, "--replay " + path + ": " + errno_text(errno ? errno : EIO));
+    record::Recording rec = record::parse(bytes);
+    // What is whole is replayed; one line says where the rest stops being readable.
+    std::string where;
+    if (rec.stopped)
+        where = "readable up to byte " + std::to_string(rec.readable_bytes) + " of " + std::to_string(bytes.size()) +
+                " (" + std::to_string(rec.ticks.size()) + " ticks), then " + *rec.stopped;
+    if (rec.ticks.empty())
+        throw Error(Exit::usage, path + ": no whole tick to replay" + (where.empty() ? "" : ": " + where));
+    if (!where.empty()) std::fprintf(stderr, "qscope: %s: %s\n", path.c_str(), where.c_str());
+    return rec;
+}
+
+int run_snapshot_replay(const SnapshotReplayOptions& opt) {
+    const record::Recording rec = read_recording(opt.file);
+    const int64_t start = rec.header.started_unix_ms;
+    record::WindowBounds b;
+    auto bound = [&](const std::string& flag, const std::string& text) -> std::optional<int64_t> {
+        if (text.empty()) return std::nullopt;
+        auto t = record::parse_time(text, start);
+        if (!t)
+            throw Error(Exit::usage, flag + " " + text +
+                                         ": a time is seconds since the recording's start (12.5), @UNIX seconds "
+                                         "(@1764619200.5) or a UTC time of day (20:31:05)");
+        return t;
+    };
+    b.from_unix_ms = bound("--from", opt.from);
+    b.to_unix_ms = bound("--to", opt.to);
+    const record::WindowResult w = record::window(rec.ticks, b);
+    if (!w.snap) throw Error(Exit::usage, "--replay " + opt.file + ": " + w.error);
+    if (opt.json)
+        std::cout << render_json(*w.snap) << std::endl;
+    else
+        std::cout << render_report(*w.snap);
+    return 0;
+}
+
+}  // namespace qscope

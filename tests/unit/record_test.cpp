@@ -188,11 +188,14 @@ TEST_CASE("record: times are seconds since the start, @unix seconds or a UTC tim
     CHECK_FALSE(parse_time("@", start));
 }
 
-// tests/unit/fixtures/recording.qsrec: a version-1 file, written once by this case (hidden:
+// tests/unit/fixtures/recording.qsrec: a version-1 file, and recording_tick.bin: one tick's
+// payload, written once by this case (hidden:
 // `qscope_unit_tests "[.write-fixture]"`). Files written by an older qscope must keep
 // replaying; the fuzzer seeds from it too.
 TEST_CASE("record: write the version-1 fixture", "[.write-fixture]") {
     std::ofstream(QSCOPE_SOURCE_DIR "/tests/unit/fixtures/recording.qsrec", std::ios::binary) << recording(3);
+    // A tick's payload alone (the fuzzer's framed mode).
+    std::ofstream(QSCOPE_SOURCE_DIR "/tests/unit/fixtures/recording_tick.bin", std::ios::binary) << encode(rich());
 }
 
 TEST_CASE("record: a version-1 file from the fixtures still replays", "[record]") {

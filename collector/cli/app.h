@@ -41,9 +41,17 @@ struct SnapshotReplayOptions {
     bool json = false;
 };
 
+struct TopReplayOptions {
+    std::string file;            // a recording
+    std::string at;              // the tick shown first (a time); empty: the first
+    int iterations = 0;          // 0: until 'q'; N: paint N frames and exit
+    bool no_color = false;
+};
+
 int run_snapshot(const Config& cfg, const SnapshotOptions& opt);  // collector/app_snapshot.cpp
 int run_record(const Config& cfg, const RecordOptions& opt);      // cli/record.cpp
 int run_snapshot_replay(const SnapshotReplayOptions& opt);        // cli/record.cpp
+int run_top_replay(const TopReplayOptions& opt);                  // cli/record.cpp
 int run_export(const Config& cfg, const ExportOptions& opt);      // collector/cli/exporter.cpp
 int run_top(const Config& cfg, const TopOptions& opt);            // cli/top.cpp
 // What qscope can observe on this kernel, printed for an operator; 0 when a run would be

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <string>
 
@@ -135,6 +136,20 @@ static std::vector<NamedTarget> export_targets(const NamedTarget& single, const 
     return out;
 }
 
+// A replay (`--replay FILE`) reads a recording, not a target: its errors, one line each.
+static int replay_guarded(const TargetFlags& tf, const std::function<int()>& run) {
+    try {
+        if (tf.pid_given() || !tf.given.empty()) throw Error(Exit::usage, "--replay reads a recording: give it no target");
+        return run();
+    } catch (const Error& e) {
+        std::fprintf(stderr, "qscope: %s\n", e.what());
+        return e.exit_code();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qscope: internal error: %s\n", e.what());
+        return static_cast<int>(Exit::failure);
+    }
+}
+
 // CLI11 has an exit code per parse error kind; ours is one: 2, bad usage. --help and
 // --version stay 0.
 static int usage_exit(CLI::App& app, const CLI::ParseError& e) {
@@ -190,6 +205,15 @@ int main(int argc, char** argv) {
     top->add_flag("--allow-remote", topt.allow_remote, "permit a non-loopback --listen address");
     top->add_option("-n,--iterations", topt.iterations, "draw N frames, then exit (scripts, CI)");
     top->add_flag("--no-color", topt.no_color, "monochrome (also honoured: NO_COLOR=1)");
+    TopReplayOptions tropt;
+    top->add_option("--replay", tropt.file,
+                    "show a recording (qscope record) instead of a live target, with a time cursor: Space play/pause, "
+                    ", . step, c next critical, g go to a time, + - speed")
+        ->type_name("FILE")
+        ->group("Replay (instead of a target)");
+    top->add_option("--at", tropt.at, "with --replay: the tick shown first (seconds since the start, @UNIX or HH:MM:SS UTC)")
+        ->type_name("T")
+        ->group("Replay (instead of a target)");
 
     auto* snap = app.add_subcommand("snapshot", "observe for --duration seconds, then print one report (or JSON) and exit");
     add_target_flags(snap, cfg, tflags, false);
@@ -275,17 +299,12 @@ int main(int argc, char** argv) {
     install_stop_signals();
     if (*snap && !ropt.file.empty()) {
         ropt.json = sopt.json;
-        try {
-            if (tflags.pid_given() || !tflags.given.empty())
-                throw Error(Exit::usage, "--replay reads a recording: give it no target");
-            return run_snapshot_replay(ropt);
-        } catch (const Error& e) {
-            std::fprintf(stderr, "qscope: %s\n", e.what());
-            return e.exit_code();
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "qscope: internal error: %s\n", e.what());
-            return static_cast<int>(Exit::failure);
-        }
+        return replay_guarded(tflags, [&] { return run_snapshot_replay(ropt); });
+    }
+    if (*top && !tropt.file.empty()) {
+        tropt.iterations = topt.iterations;
+        tropt.no_color = topt.no_color;
+        return replay_guarded(tflags, [&] { return run_top_replay(tropt); });
     }
     if ((!ropt.from.empty() || !ropt.to.empty()) && ropt.file.empty()) {
         std::fprintf(stderr, "qscope: --from and --to choose a window of a recording: give --replay FILE\n");

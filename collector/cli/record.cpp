@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 
 #include "cli/app.h"
@@ -16,6 +17,7 @@
 #include "record/format.h"
 #include "record/window.h"
 #include "sys/proc_stat.h"
+#include "tui/dashboard.h"
 
 namespace qscope {
 namespace {
@@ -85,7 +87,8 @@ int run_record(const Config& given, const RecordOptions& opt) {
     h.start_time_ticks = snap->target.start_time_ticks;
     h.hostname = hostname();
     h.interval_seconds = cfg.interval_seconds;
-    h.started_unix_ms = started;
+    // "Seconds since the start" count from the first tick, the first thing a replay shows.
+    h.started_unix_ms = snap->taken_at_unix_ms ? snap->taken_at_unix_ms : started;
     out.write(record::file_header() + record::header_frame(h));
     out.write(record::tick_frame(*snap));
     std::fprintf(stderr, "qscope: recording PID %d (%s) to %s every %.1fs%s\n", cfg.pid, h.comm.c_str(),
@@ -129,6 +132,57 @@ record::Recording read_recording(const std::string& path) {
         throw Error(Exit::usage, path + ": no whole tick to replay" + (where.empty() ? "" : ": " + where));
     if (!where.empty()) std::fprintf(stderr, "qscope: %s: %s\n", path.c_str(), where.c_str());
     return rec;
+}
+
+namespace {
+
+// The tick a window or a cursor at `t` starts from: the last at or before it (the first when
+// `t` precedes them all).
+size_t tick_at(const std::vector<Snapshot>& ticks, int64_t t) {
+    size_t at = 0;
+    for (size_t i = 0; i < ticks.size(); ++i)
+        if (ticks[i].taken_at_unix_ms <= t) at = i;
+    return at;
+}
+
+// "spike.qsrec on web-1 from 20:31:05 UTC" (the header shows the target's pid and comm)
+std::string recording_of(const std::string& path, const record::RecordHeader& h) {
+    std::string of = path;
+    if (!h.hostname.empty()) of += " on " + h.hostname;
+    const time_t t = static_cast<time_t>(h.started_unix_ms / 1000);
+    struct tm tm {};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, " from %H:%M:%S UTC", &tm);
+    return of + buf;
+}
+
+}  // namespace
+
+int run_top_replay(const TopReplayOptions& opt) {
+    const record::Recording rec = read_recording(opt.file);
+    const int64_t start = rec.header.started_unix_ms;
+    size_t first = 0;
+    if (!opt.at.empty()) {
+        const auto t = record::parse_time(opt.at, start);
+        if (!t) throw Error(Exit::usage, "--at " + opt.at + ": not a time (12.5, @UNIX or HH:MM:SS UTC)");
+        first = tick_at(rec.ticks, *t);
+    }
+    if (!isatty(STDOUT_FILENO)) throw Error(Exit::usage, "top --replay: stdout is not a terminal; use `qscope snapshot --replay` for text");
+    tui::Dashboard dash(rec.header.pid, rec.header.interval_seconds > 0 ? rec.header.interval_seconds : 1, !opt.no_color);
+    tui::ReplaySource src;
+    src.ticks = &rec.ticks;
+    src.of = recording_of(opt.file, rec.header);
+    src.start = first;
+    src.seek_time = [&](const std::string& text) -> std::optional<size_t> {
+        const auto t = record::parse_time(text, start);
+        if (!t || *t < rec.ticks.front().taken_at_unix_ms - 1000 || *t > rec.ticks.back().taken_at_unix_ms + 1000)
+            return std::nullopt;
+        return tick_at(rec.ticks, *t);
+    };
+    dash.replay(src, {.reset_window = [] {}, .request_jvm_dump = [] {}, .stop_requested = [] { return g_stop_requested.load(); }},
+                opt.iterations);
+    return 0;
 }
 
 int run_snapshot_replay(const SnapshotReplayOptions& opt) {

@@ -33,6 +33,12 @@ struct RecordOptions {
     Selector target;             // resolved once: a recording is of one process
     std::string output;
     double duration_seconds = 0; // 0: until interrupted (or the target exits)
+    // --ring: keep the last ring_seconds in memory instead, written to a file named after
+    // --output on SIGUSR1 and, with record_on_critical, when the verdict turns critical
+    // (at most once per cooldown_seconds).
+    double ring_seconds = 0;
+    bool record_on_critical = false;
+    double cooldown_seconds = 300;
 };
 
 struct SnapshotReplayOptions {

@@ -12,6 +12,7 @@
 #include "cli/targets.h"
 #include "engine/selector.h"
 #include "model/errors.h"
+#include "record/ring.h"
 #include "sys/proc_stat.h"
 
 using namespace qscope;
@@ -245,6 +246,24 @@ int main(int argc, char** argv) {
     rec->add_option("-d,--duration", recopt.duration_seconds, "seconds to record (default: until Ctrl-C or the "
                                                               "target exits)")
         ->check(CLI::Range(0.0, 31.0 * 86400));
+    rec->add_option_function<std::string>(
+           "--ring",
+           [&](const std::string& v) {
+               const auto span = record::parse_span(v);
+               if (!span) throw CLI::ValidationError("--ring", v + ": a span such as 10m, 90s, 1h");
+               recopt.ring_seconds = *span;
+           },
+           "keep only the last SPAN of ticks in memory (about 1.3 KB a tick for a small server, never more than "
+           "64 MiB: the oldest go first) and write them to OUTPUT-YYYYMMDD-HHMMSS on SIGUSR1 (kill -USR1)")
+        ->type_name("SPAN");
+    rec->add_option_function<std::string>(
+           "--record-on", [&](const std::string&) { recopt.record_on_critical = true; },
+           "with --ring: also write them when the verdict is critical (then at most once per --cooldown)")
+        ->type_name("critical")
+        ->check(CLI::IsMember({"critical"}));
+    rec->add_option("--cooldown", recopt.cooldown_seconds, "with --record-on: seconds between two automatic writes")
+        ->check(CLI::Range(1.0, 86400.0))
+        ->capture_default_str();
 
     auto* exp = app.add_subcommand("export", "serve Prometheus /metrics until interrupted");
     add_target_flags(exp, cfg, tflags, true);
@@ -320,6 +339,8 @@ int main(int argc, char** argv) {
         topt.target = target;
         sopt.target = target.selector;
         recopt.target = target.selector;
+        if (recopt.record_on_critical && recopt.ring_seconds <= 0)
+            throw Error(Exit::usage, "--record-on critical writes the ring: give --ring SPAN too (e.g. --ring 10m)");
         if (*snap) return run_snapshot(cfg, sopt);
         if (*rec) return run_record(cfg, recopt);
         if (*exp) return run_export(cfg, eopt);

@@ -1,8 +1,11 @@
 // `qscope record` and `qscope snapshot --replay`: the flight recorder (docs/recording.md).
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include "output/json_writer.h"
 #include "probes/probes.h"
 #include "record/format.h"
+#include "record/ring.h"
 #include "record/window.h"
 #include "sys/proc_stat.h"
 #include "tui/dashboard.h"
@@ -61,6 +65,32 @@ std::string hostname() {
     return h;
 }
 
+std::atomic<bool> g_dump_requested{false};
+void on_usr1(int) { g_dump_requested = true; }
+
+// spike.qsrec → spike-20261201-205300.qsrec: one file per dump, named by its time (UTC).
+std::string dump_path(const std::string& output, int64_t unix_ms) {
+    const time_t t = static_cast<time_t>(unix_ms / 1000);
+    struct tm tm {};
+    gmtime_r(&t, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "-%Y%m%d-%H%M%S", &tm);
+    const size_t slash = output.rfind('/');
+    const size_t dot = output.rfind('.');
+    const bool ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+    return ext ? output.substr(0, dot) + stamp + output.substr(dot) : output + stamp;
+}
+
+// The ring written whole, then renamed: a reader never sees half a dump.
+void write_dump(const std::string& path, const std::string& bytes) {
+    const std::string tmp = path + ".tmp";
+    {
+        RecordFile f(tmp);
+        f.write(bytes);
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) throw Error(Exit::failure, "renaming " + tmp + ": " + errno_text(errno));
+}
+
 int64_t unix_ms_now() {
     using namespace std::chrono;
     return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
@@ -71,7 +101,18 @@ int64_t unix_ms_now() {
 int run_record(const Config& given, const RecordOptions& opt) {
     Config cfg = given;
     cfg.pid = resolve_once(opt.target);
-    RecordFile out(opt.output);  // before the attach: a bad path fails at once
+    const bool ring = opt.ring_seconds > 0;
+    // Streaming: the file, before the attach, so a bad path fails at once. A ring writes
+    // its files when asked.
+    std::optional<RecordFile> out;
+    if (!ring) out.emplace(opt.output);
+    record::Ring kept(opt.ring_seconds);
+    if (ring) {
+        struct sigaction sa {};
+        sa.sa_handler = on_usr1;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGUSR1, &sa, nullptr);
+    }
     Collector col(cfg);
     for (auto& s : default_sources(cfg)) col.add_source(std::move(s));
     const int64_t started = unix_ms_now();
@@ -89,16 +130,42 @@ int run_record(const Config& given, const RecordOptions& opt) {
     h.interval_seconds = cfg.interval_seconds;
     // "Seconds since the start" count from the first tick, the first thing a replay shows.
     h.started_unix_ms = snap->taken_at_unix_ms ? snap->taken_at_unix_ms : started;
-    out.write(record::file_header() + record::header_frame(h));
-    out.write(record::tick_frame(*snap));
-    std::fprintf(stderr, "qscope: recording PID %d (%s) to %s every %.1fs%s\n", cfg.pid, h.comm.c_str(),
-                 opt.output.c_str(), cfg.interval_seconds,
-                 opt.duration_seconds > 0 ? (" for " + std::to_string(opt.duration_seconds) + "s").c_str()
-                                          : ", until interrupted");
+    if (out) out->write(record::file_header() + record::header_frame(h));
+    kept.set_header(h);
+
+    int64_t last_dump_ms = 0;
+    auto dump = [&](const char* why) {
+        const std::string path = dump_path(opt.output, snap->taken_at_unix_ms);
+        write_dump(path, kept.file());
+        last_dump_ms = snap->taken_at_unix_ms;
+        std::fprintf(stderr, "qscope: %s: wrote the last %zu ticks (%zu bytes) to %s\n", why, kept.ticks(),
+                     kept.bytes(), path.c_str());
+    };
+    uint64_t ticks = 0;
+    auto keep = [&] {
+        ++ticks;
+        if (out) return out->write(record::tick_frame(*snap));
+        kept.push(*snap);
+        if (g_dump_requested.exchange(false)) dump("SIGUSR1");
+        if (opt.record_on_critical && snap->verdict.severity == Severity::critical &&
+            (!last_dump_ms || snap->taken_at_unix_ms - last_dump_ms >= opt.cooldown_seconds * 1000))
+            dump("the verdict turned critical");
+    };
+    keep();
+    if (ring)
+        std::fprintf(stderr,
+                     "qscope: keeping the last %.0fs of PID %d (%s) in memory; SIGUSR1%s writes them to %s, named by "
+                     "the time\n",
+                     opt.ring_seconds, cfg.pid, h.comm.c_str(), opt.record_on_critical ? " or a critical verdict" : "",
+                     opt.output.c_str());
+    else
+        std::fprintf(stderr, "qscope: recording PID %d (%s) to %s every %.1fs%s\n", cfg.pid, h.comm.c_str(),
+                     opt.output.c_str(), cfg.interval_seconds,
+                     opt.duration_seconds > 0 ? (" for " + std::to_string(opt.duration_seconds) + "s").c_str()
+                                              : ", until interrupted");
 
     const uint64_t start = monotonic_ns();
     const uint64_t end = opt.duration_seconds > 0 ? start + static_cast<uint64_t>(opt.duration_seconds * 1e9) : 0;
-    uint64_t ticks = 1;
     while (!g_stop_requested && col.target_alive()) {
         const uint64_t now = monotonic_ns();
         if (end && now >= end) break;
@@ -106,11 +173,11 @@ int run_record(const Config& given, const RecordOptions& opt) {
         if (end) step = std::min(step, end - now);
         sleep_unless_stopped(step / 1e9);
         snap = col.tick();
-        out.write(record::tick_frame(*snap));
-        ++ticks;
+        keep();
     }
-    std::fprintf(stderr, "qscope: wrote %llu ticks (%llu bytes) to %s\n", static_cast<unsigned long long>(ticks),
-                 static_cast<unsigned long long>(out.written()), opt.output.c_str());
+    if (out)
+        std::fprintf(stderr, "qscope: wrote %llu ticks (%llu bytes) to %s\n", static_cast<unsigned long long>(ticks),
+                     static_cast<unsigned long long>(out->written()), opt.output.c_str());
     if (snap->target.exited) {
         std::fprintf(stderr, "qscope: %s\n", snap->target.exit_note.c_str());
         return static_cast<int>(Exit::target_exited);

@@ -12,7 +12,8 @@
 // replay prints what is whole and one line saying where the file stops being readable, and
 // never crashes. Tolerances: none on the compared fields (the pool is saturated and every
 // worker holds a request throughout, so the gauges do not move between the two qscopes'
-// ticks); the window's bounds match to one tick interval (0.5 s).
+// ticks); the window's bounds match to one tick interval (0.5 s). The always-on ring has its
+// own case and oracles, at the end.
 //
 // Ports 18700-18799 belong to this test.
 #include <signal.h>
@@ -21,6 +22,8 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <random>
+#include <sstream>
+#include <chrono>
 
 #include "harness.h"
 
@@ -222,4 +225,84 @@ TEST_CASE("record: the thread view replays; damaged and killed recordings replay
     INFO("stderr: " << r.err);
     REQUIRE(r.rc == 0);
     CHECK(r.json["verdict"]["stage"] == "gate");
+}
+
+// The always-on ring: `record --ring 20s --record-on critical` on a program whose 12
+// threads sleep, then (when the test creates a file) all queue at one lock another thread
+// holds: the verdict turns critical (ten or more waiting at a gate). Then SIGUSR1. Each
+// write must hold the seconds before its trigger: a tick from before the test created the
+// file, whose verdict is not critical. Oracles: the test's own clock when it created the
+// file; the program's own threads (12 waiters by construction: a lock held for good).
+TEST_CASE("record: the ring is written on a critical verdict and on SIGUSR1, with the seconds before",
+          "[record][integration]") {
+    if (!require_root()) return;
+    struct ScratchDir {
+        std::string path;
+        ~ScratchDir() { sh("rm -rf " + path); }
+    } scratch{temp_dir("qs-ring")};
+    const std::string go = scratch.path + "/go";
+    const char* program = R"(
+import os, sys, threading, time
+lock = threading.Lock()
+lock.acquire()  # held for good: every waiter below queues at it
+def waiter():
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.05)
+    lock.acquire()
+ts = [threading.Thread(target=waiter) for _ in range(12)]
+for t in ts: t.start()
+print('READY port=0', flush=True)
+time.sleep(120)
+)";
+    Proc target = spawn({"/usr/bin/python3", "-c", program, go});
+    REQUIRE(!target.wait_for_output("READY", 10).empty());
+    Proc recorder = spawn({qscope_bin(), "record", "--pid", std::to_string(target.pid()), "--output",
+                           scratch.path + "/ring.qsrec", "--ring", "20s", "--record-on", "critical", "--cooldown", "600",
+                           "--interval", "0.5", "--no-requests"});
+    REQUIRE(wait_attached(recorder.pid(), 30));
+    sleep_s(3);  // idle ticks: what the ring must keep from before the trigger
+    auto unix_ms = [] {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    };
+    const int64_t go_at = unix_ms();
+    std::ofstream(go) << "go\n";
+    auto dumps = [&] {
+        std::vector<std::string> out;
+        std::istringstream in(sh("ls " + scratch.path + " | grep '^ring-.*\\.qsrec$' || true"));
+        for (std::string l; std::getline(in, l);) out.push_back(scratch.path + "/" + l);
+        return out;
+    };
+    const double end = now_s() + 12;
+    while (dumps().empty() && now_s() < end) sleep_s(0.2);
+    INFO("recorder stderr: " << recorder.err());
+    REQUIRE(dumps().size() == 1);
+    CHECK(recorder.err().find("the verdict turned critical: wrote the last ") != std::string::npos);
+
+    auto check_before = [&](const std::string& file) {
+        INFO(file);
+        // The whole dump: its last tick is the trigger's or later.
+        auto all = run_qscope({"snapshot", "--replay", file, "--json"}, 30);
+        REQUIRE(all.rc == 0);
+        CHECK(all.json["verdict"]["severity"] == "critical");
+        CHECK(all.json["verdict"]["stage"] == "gate");
+        CHECK(all.json["verdict"]["waiting"] == 12);
+        // A tick from before the trigger, not critical: the seconds before it.
+        auto before = run_qscope({"snapshot", "--replay", file, "--to", at(go_at - 500), "--json"}, 30);
+        INFO("stderr: " << before.err);
+        REQUIRE(before.rc == 0);
+        CHECK(before.json["taken_at_unix_ms"].get<int64_t>() < go_at);
+        CHECK(before.json["verdict"]["severity"] != "critical");
+    };
+    check_before(dumps()[0]);
+
+    sleep_s(1.5);  // dumps are named by the second
+    recorder.signal(SIGUSR1);
+    const double end2 = now_s() + 5;
+    while (dumps().size() < 2 && now_s() < end2) sleep_s(0.2);
+    REQUIRE(dumps().size() == 2);
+    CHECK(recorder.err().find("SIGUSR1: wrote the last ") != std::string::npos);
+    check_before(dumps()[1]);  // ls sorts by name: by time
+    recorder.signal(SIGINT);
+    CHECK(recorder.wait(20) == 0);
 }

@@ -9,6 +9,7 @@
 
 #include "output/json_writer.h"
 #include "record/format.h"
+#include "record/ring.h"
 #include "record/window.h"
 #include "tui_fixtures.h"
 
@@ -207,4 +208,32 @@ TEST_CASE("record: a version-1 file from the fixtures still replays", "[record]"
     CHECK(r.header.selector == "pid:4242");
     CHECK(render_json(r.ticks[2]).find("pool to 127.0.0.1:5432") != std::string::npos);
     CHECK(r.ticks[2].downstream[1].call_total.count() == 3187);
+}
+
+TEST_CASE("record: the ring keeps the last span of ticks, bounded in bytes, as a whole recording", "[record]") {
+    Ring ring(2.5);
+    ring.set_header(header());
+    for (int i = 0; i < 10; ++i) {
+        Snapshot s = rich();
+        s.tick = i;
+        s.taken_at_unix_ms = 1764459600000 + 1000 * i;
+        ring.push(s);
+    }
+    const Recording r = parse(ring.file());
+    REQUIRE_FALSE(r.stopped);
+    REQUIRE(r.ticks.size() == 3);  // ticks 7, 8, 9: within 2.5 s of the newest
+    CHECK(r.ticks.front().tick == 7);
+    CHECK(r.header.started_unix_ms == r.ticks.front().taken_at_unix_ms);
+    // The byte bound wins over the span: the newest tick always stays.
+    Ring small(3600, 1);
+    small.set_header(header());
+    for (int i = 0; i < 3; ++i) small.push(rich());
+    CHECK(small.ticks() == 1);
+    CHECK(parse_span("10m") == 600);
+    CHECK(parse_span("90s") == 90);
+    CHECK(parse_span("1h") == 3600);
+    CHECK(parse_span("45") == 45);
+    CHECK_FALSE(parse_span("0"));
+    CHECK_FALSE(parse_span("10 minutes"));
+    CHECK_FALSE(parse_span(""));
 }

@@ -137,10 +137,14 @@ static std::vector<NamedTarget> export_targets(const NamedTarget& single, const 
     return out;
 }
 
-// A replay (`--replay FILE`) reads a recording, not a target: its errors, one line each.
-static int replay_guarded(const TargetFlags& tf, const std::function<int()>& run) {
+// A replay (`--replay FILE`) reads a recording, not a target.
+static void no_target(const TargetFlags& tf) {
+    if (tf.pid_given() || !tf.given.empty()) throw Error(Exit::usage, "--replay reads a recording: give it no target");
+}
+
+// A subcommand's errors, one line each, with their exit codes.
+static int guarded(const std::function<int()>& run) {
     try {
-        if (tf.pid_given() || !tf.given.empty()) throw Error(Exit::usage, "--replay reads a recording: give it no target");
         return run();
     } catch (const Error& e) {
         std::fprintf(stderr, "qscope: %s\n", e.what());
@@ -318,12 +322,18 @@ int main(int argc, char** argv) {
     install_stop_signals();
     if (*snap && !ropt.file.empty()) {
         ropt.json = sopt.json;
-        return replay_guarded(tflags, [&] { return run_snapshot_replay(ropt); });
+        return guarded([&] {
+            no_target(tflags);
+            return run_snapshot_replay(ropt);
+        });
     }
     if (*top && !tropt.file.empty()) {
         tropt.iterations = topt.iterations;
         tropt.no_color = topt.no_color;
-        return replay_guarded(tflags, [&] { return run_top_replay(tropt); });
+        return guarded([&] {
+            no_target(tflags);
+            return run_top_replay(tropt);
+        });
     }
     if ((!ropt.from.empty() || !ropt.to.empty()) && ropt.file.empty()) {
         std::fprintf(stderr, "qscope: --from and --to choose a window of a recording: give --replay FILE\n");
@@ -333,7 +343,7 @@ int main(int argc, char** argv) {
         std::cout << app.help();
         return static_cast<int>(Exit::usage);
     }
-    try {
+    return guarded([&] {
         const NamedTarget target = one_target(cfg, tflags, !target_args.empty() || !config_file.empty());
         if (*exp) eopt.targets = export_targets(target, target_args, config_file);
         topt.target = target;
@@ -345,11 +355,5 @@ int main(int argc, char** argv) {
         if (*rec) return run_record(cfg, recopt);
         if (*exp) return run_export(cfg, eopt);
         return run_top(cfg, topt);
-    } catch (const Error& e) {
-        std::fprintf(stderr, "qscope: %s\n", e.what());
-        return e.exit_code();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "qscope: internal error: %s\n", e.what());
-        return static_cast<int>(Exit::failure);
-    }
+    });
 }

@@ -50,6 +50,11 @@ make_seeds() {
   printf 'pool_borrow()+0x3e (qs_server)' > "$c/fuzz_frames/frame"
   printf '(anonymous namespace)::serve_connection(int) const+0x10 (libfoo.so.1)' > "$c/fuzz_frames/cxx"
   printf 'http-nio-8080-exec-17' > "$c/fuzz_frames/comm"
+  # Recordings: the first byte 0 (a whole file) or 1 (a tick's payload), from the unit tests'
+  # fixtures (tests/unit/record_test.cpp writes them).
+  mkdir -p "$c"/fuzz_recording
+  { printf '\x00'; cat "$root/tests/unit/fixtures/recording.qsrec"; } > "$c/fuzz_recording/file"
+  { printf '\x01'; cat "$root/tests/unit/fixtures/recording_tick.bin"; } > "$c/fuzz_recording/payload"
   mkdir -p "$c"/fuzz_selectors
   printf '# targets\nshop   port:8080\nstock cmdline:java .*stock\\.jar\ndb pidfile:/run/pg.pid\n' > "$c/fuzz_selectors/config"
   cat /proc/self/cgroup > "$c/fuzz_selectors/cgroup"

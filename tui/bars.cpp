@@ -1,6 +1,7 @@
 #include "tui/bars.h"
 
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 
 #include "model/processes.h"
@@ -32,14 +33,30 @@ Line key_hints(const Snapshot* s, bool u) {
     return l;
 }
 
+// A replay's footer: where the cursor is and the keys that move it.
+Line replay_hints(const ReplayState& r) {
+    if (r.prompting) return {{"go to: ", Role::header}, {r.prompt + "_", Role::normal},
+                             {"  (12.5 s since the start, @unix, HH:MM:SS UTC; Enter, Esc)", Role::dim}};
+    return {{"q", Role::header},     {" quit  ", Role::dim}, {"Space", Role::header}, {" play/pause  ", Role::dim},
+            {", .", Role::header},   {" step  ", Role::dim}, {"c", Role::header},     {" next critical  ", Role::dim},
+            {"g", Role::header},     {" go to  ", Role::dim}, {"+ -", Role::header},  {" speed  ", Role::dim}};
+}
+
+std::string speed_text(double speed) {
+    char b[16];
+    std::snprintf(b, sizeof b, speed < 1 ? "%.2gx" : "%.0fx", speed);
+    return b;
+}
+
 }  // namespace
 
 void draw_header(Grid& g, const Snapshot& s, const UiState& ui) {
     const int w = g.width();
     const std::string d = dot(ui.unicode);
-    Line left = {{"qscope ", Role::header},
-                 {"pid " + std::to_string(s.target.pid) + " ", Role::normal},
-                 {s.target.comm, Role::header}};
+    Line left = {{"qscope ", Role::header}};
+    if (!ui.replay.live()) left.push_back({"replay ", Role::warn});
+    left.insert(left.end(), {{"pid " + std::to_string(s.target.pid) + " ", Role::normal},
+                 {s.target.comm, Role::header}});
     // A process tree: what is observed, "3 processes: master process, 2 worker process".
     if (const std::string procs = describe_processes(s.target); !procs.empty())
         left.push_back({d + procs, Role::normal});
@@ -48,9 +65,17 @@ void draw_header(Grid& g, const Snapshot& s, const UiState& ui) {
     if (std::abs(s.window_seconds - s.attached_seconds) > 0.5)
         left.push_back({d + "window " + fmt_elapsed(s.window_seconds), Role::normal});
     if (s.lost_events) left.push_back({d + "lost " + fmt_count(s.lost_events), Role::warn});
+    if (!ui.replay.live()) left.push_back({d + ui.replay.of, Role::normal});
     Line right;
     if (s.target.exited) right.push_back({" EXITED ", Role::critical});
-    if (ui.paused) right.push_back({" PAUSED ", Role::selected});
+    if (!ui.replay.live()) {
+        const ReplayState& r = ui.replay;
+        right.push_back({" REPLAY " + std::to_string(r.index + 1) + "/" + std::to_string(r.count) + " " +
+                             (r.playing ? std::string(ui.unicode ? "▶ " : "> ") + speed_text(r.speed) : "PAUSED") + " ",
+                         Role::selected});
+    } else if (ui.paused) {
+        right.push_back({" PAUSED ", Role::selected});
+    }
     const std::string clock = clock_text(s.taken_at_unix_ms);
     right.push_back({" tick " + std::to_string(s.tick) + (clock.empty() ? "" : d + clock), Role::dim});
     const int rw = line_width(right);
@@ -94,6 +119,8 @@ void draw_footer(Grid& g, int y, const Snapshot* s, const UiState& ui) {
     Line l;
     if (!ui.flash.empty()) {
         l = {{ui.flash, Role::warn}};
+    } else if (!ui.replay.live() && (ui.replay.prompting || !s || s->partial.empty())) {
+        l = replay_hints(ui.replay);
     } else if (s && s->target.exited) {
         l = {{s->target.exit_note.empty() ? "target exited" : s->target.exit_note, Role::critical}};
     } else if (s && !s->partial.empty()) {

@@ -6,8 +6,20 @@
 
 namespace qscope::tui {
 
-std::vector<std::pair<std::string, std::string>> key_help(bool unicode) {
+std::vector<std::pair<std::string, std::string>> replay_key_help() {
     return {
+        {"Space", "replay: play / pause"},
+        {", .", "replay: one tick back / forward (pauses)"},
+        {"c", "replay: go to the next critical verdict"},
+        {"g", "replay: go to a time (seconds since the start, @unix or HH:MM:SS UTC)"},
+        {"+ -", "replay: play faster / slower"},
+    };
+}
+
+std::vector<std::pair<std::string, std::string>> key_help(bool unicode, bool replay) {
+    std::vector<std::pair<std::string, std::string>> keys = replay ? replay_key_help()
+                                                                   : std::vector<std::pair<std::string, std::string>>{};
+    const std::vector<std::pair<std::string, std::string>> common = {
         {"q", "quit (also Ctrl-C)"},
         {"p", "pause / resume the display (collection continues)"},
         {unicode ? "Tab ⇧Tab ← →" : "Tab S-Tab Left Right", "move between panels"},
@@ -19,6 +31,9 @@ std::vector<std::pair<std::string, std::string>> key_help(bool unicode) {
         {"Esc", "close open stacks and messages"},
         {"?", "this help (any key closes it)"},
     };
+    for (const auto& k : common)
+        if (!replay || (k.first != "p" && k.first != "r" && k.first != "j")) keys.push_back(k);
+    return keys;
 }
 
 namespace {
@@ -77,11 +92,60 @@ Action toggle_stack(UiState& ui, const Snapshot* shown) {
     return Action::none;
 }
 
+// The replay's own keys; Action::none for a key the live bindings handle. A typed time
+// (`g`) takes every key until Enter or Esc.
+Action replay_key(UiState& ui, int key) {
+    ReplayState& r = ui.replay;
+    if (r.prompting) {
+        if (key == kKeyEnter || key == '\n' || key == '\r') {
+            r.prompting = false;
+            return Action::seek_time;
+        }
+        if (key == kKeyEscape) {
+            r.prompting = false;
+            r.prompt.clear();
+            return Action::redraw;
+        }
+        if (key == 127 || key == 8) {
+            if (!r.prompt.empty()) r.prompt.pop_back();
+        } else if (key >= 0x20 && key < 0x7f && r.prompt.size() < 40) {
+            r.prompt.push_back(static_cast<char>(key));
+        }
+        return Action::redraw;
+    }
+    switch (key) {
+        case ' ':
+        case 'p':
+            r.playing = !r.playing;
+            return Action::redraw;
+        case ',': r.playing = false; return Action::step_back;
+        case '.': r.playing = false; return Action::step_forward;
+        case 'c': return Action::seek_critical;
+        case 'g':
+            r.prompting = true;
+            r.prompt.clear();
+            return Action::redraw;
+        case '+':
+            r.speed = std::min(r.speed * 2, 64.0);
+            return Action::redraw;
+        case '-':
+            r.speed = std::max(r.speed / 2, 0.25);
+            return Action::redraw;
+        case 'r':
+        case 'j':
+            ui.flash = "a replay shows what was recorded: no window to reset, no JVM to ask";
+            return Action::redraw;
+        default: return Action::none;
+    }
+}
+
 }  // namespace
 
 // A flat table from key to command; commands longer than a line are the functions above.
 Action handle_key(UiState& ui, int key, const Snapshot* shown) {
-    if (key == 'q') return Action::quit;
+    if (key == 'q' && !ui.replay.prompting) return Action::quit;
+    if (!ui.replay.live() && !ui.help)
+        if (const Action a = replay_key(ui, key); a != Action::none) return a;
     if (ui.help) {  // any other key just closes the overlay
         ui.help = false;
         return Action::redraw;

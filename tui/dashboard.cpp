@@ -115,6 +115,99 @@ std::shared_ptr<const Snapshot> Dashboard::run(const Controls& controls, int max
     return newest;
 }
 
+namespace {
+
+// The sparklines a live top would have drawn at tick `at`: the ticks before it, fed in order.
+History history_until(const std::vector<Snapshot>& ticks, size_t at, size_t capacity) {
+    History h(capacity);
+    for (size_t i = at + 1 > capacity ? at + 1 - capacity : 0; i <= at; ++i) h.feed(ticks[i]);
+    return h;
+}
+
+std::optional<size_t> next_critical(const std::vector<Snapshot>& ticks, size_t from) {
+    for (size_t i = from + 1; i < ticks.size(); ++i)
+        if (ticks[i].verdict.severity == Severity::critical) return i;
+    return std::nullopt;
+}
+
+}  // namespace
+
+void Dashboard::replay(const ReplaySource& src, const Controls& controls, int max_frames) {
+    const std::vector<Snapshot>& ticks = *src.ticks;
+    ui_.attach_progress.clear();
+    ReplayState& r = ui_.replay;
+    r.of = src.of;
+    r.count = ticks.size();
+    r.index = std::min(src.start, ticks.size() - 1);
+    const size_t capacity = history_capacity(ui_.interval_seconds);
+    History hist = history_until(ticks, r.index, capacity);
+    auto moved = [&](size_t to) {
+        if (to == r.index + 1) {
+            hist.feed(ticks[to]);
+        } else {
+            hist = history_until(ticks, to, capacity);
+        }
+        r.index = to;
+    };
+    using clock = std::chrono::steady_clock;
+    clock::time_point last_step = clock::now();
+    int frames = 0;
+    FlashTimer flash;
+    bool dirty = true;
+    while (!controls.stop_requested()) {
+        if (dirty) {
+            int w, h;
+            term_.size(w, h);
+            term_.paint(render(&ticks[r.index], w, h, ui_, hist));
+            if (max_frames > 0 && ++frames >= max_frames) return;
+            dirty = false;
+        }
+        input_.wait(r.playing ? 20 : 100);
+        for (int key; (key = input_.next_key()) != kNoKey;) {
+            if (key == kResized) {
+                dirty = true;
+                continue;
+            }
+            const Action a = handle_key(ui_, key, &ticks[r.index]);
+            if (a == Action::quit) return;
+            if (a == Action::step_back && r.index > 0) moved(r.index - 1);
+            if (a == Action::step_forward && r.index + 1 < ticks.size()) moved(r.index + 1);
+            if (a == Action::seek_critical) {
+                if (auto at = next_critical(ticks, r.index)) {
+                    moved(*at);
+                    r.playing = false;
+                } else {
+                    ui_.flash = "no critical verdict after this tick";
+                }
+            }
+            if (a == Action::seek_time) {
+                if (auto at = src.seek_time ? src.seek_time(r.prompt) : std::nullopt)
+                    moved(*at);
+                else
+                    ui_.flash = "go to " + r.prompt + ": not a time in the recording";
+                r.prompt.clear();
+            }
+            if (a != Action::none) last_step = clock::now();
+            dirty |= a != Action::none;
+        }
+        // Playing: the next tick after its recorded interval, divided by the speed.
+        if (r.playing && r.index + 1 < ticks.size()) {
+            const double gap = std::max<int64_t>(ticks[r.index + 1].taken_at_unix_ms - ticks[r.index].taken_at_unix_ms, 1) /
+                               1000.0 / r.speed;
+            if (std::chrono::duration<double>(clock::now() - last_step).count() >= std::min(gap, 10.0)) {
+                moved(r.index + 1);
+                last_step = clock::now();
+                dirty = true;
+            }
+        } else if (r.playing) {
+            r.playing = false;
+            ui_.flash = "end of the recording";
+            dirty = true;
+        }
+        dirty |= flash.expire(ui_.flash);
+    }
+}
+
 void print_frame(const Snapshot* snap, const History& history, int pid, double interval_seconds, std::ostream& out) {
     const UiState ui = initial_ui(pid, interval_seconds, utf8_locale());
     int w, h;

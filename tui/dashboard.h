@@ -8,6 +8,7 @@
 #include <iosfwd>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,16 @@ struct Controls {
     std::function<bool()> stop_requested;    // a stop signal arrived: leave the loop
 };
 
+// `top --replay`: a recording's ticks (each a snapshot as the live collector published it)
+// under a time cursor. The dashboard only reads them; parsing times is the caller's.
+struct ReplaySource {
+    const std::vector<Snapshot>* ticks = nullptr;  // at least one
+    std::string of;                                // what was recorded, for the header
+    size_t start = 0;                              // the tick shown first
+    // The tick a typed time names; nullopt when it names none (the footer says so).
+    std::function<std::optional<size_t>(const std::string&)> seek_time;
+};
+
 class Dashboard {
 public:
     // Takes over the terminal and paints "attaching to pid…" at once, before the probes
@@ -40,6 +51,8 @@ public:
     // Until `q`, a stop request or, with max_frames > 0, that many frames painted.
     // Returns the newest snapshot posted (null if none).
     std::shared_ptr<const Snapshot> run(const Controls& controls, int max_frames);
+    // Plays `src` until `q` or a stop request (or, with max_frames > 0, that many frames).
+    void replay(const ReplaySource& src, const Controls& controls, int max_frames);
 
 private:
     void draw(const Snapshot* s);

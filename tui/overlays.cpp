@@ -39,7 +39,7 @@ std::string view_of(const std::string& source) {
 }  // namespace
 
 void draw_help(Grid& g, const UiState& ui) {
-    const auto keys = key_help(ui.unicode);
+    const auto keys = key_help(ui.unicode, !ui.replay.live());
     int kw = 0, dw = 0;
     for (const auto& [k, d] : keys) {
         kw = std::max(kw, cell_width(k));

@@ -12,6 +12,17 @@ enum class Panel : int { listeners, requests, downstream, threads, waits, carrie
 constexpr int kPanelCount = 6;
 const char* panel_name(Panel p);
 
+// `top --replay`: the time cursor over a recording's ticks. `of` empty: live.
+struct ReplayState {
+    std::string of;                  // the recording: "spike.qsrec on web-1 from 20:31:05 UTC"
+    size_t index = 0, count = 0;     // the tick shown, of how many
+    double speed = 1;                // recorded seconds played per second
+    bool playing = true;
+    bool prompting = false;          // `g`: typing the time to go to
+    std::string prompt;
+    bool live() const { return of.empty(); }
+};
+
 struct UiState {
     int pid = 0;                     // shown while attaching
     Panel focus = Panel::downstream;
@@ -26,6 +37,7 @@ struct UiState {
     std::string flash;               // a transient one-line message in the footer
     // While attaching: each probe family (collector source name) and whether it is loaded.
     std::vector<std::pair<std::string, bool>> attach_progress;
+    ReplayState replay;
 };
 
 }  // namespace qscope::tui

@@ -29,7 +29,35 @@ struct TopOptions {
     bool no_color = false;
 };
 
+struct RecordOptions {
+    Selector target;             // resolved once: a recording is of one process
+    std::string output;
+    double duration_seconds = 0; // 0: until interrupted (or the target exits)
+    // --ring: keep the last ring_seconds in memory instead, written to a file named after
+    // --output on SIGUSR1 and, with record_on_critical, when the verdict turns critical
+    // (at most once per cooldown_seconds).
+    double ring_seconds = 0;
+    bool record_on_critical = false;
+    double cooldown_seconds = 300;
+};
+
+struct SnapshotReplayOptions {
+    std::string file;            // a recording (docs/recording.md)
+    std::string from, to;        // empty: the recording's start, its last tick
+    bool json = false;
+};
+
+struct TopReplayOptions {
+    std::string file;            // a recording
+    std::string at;              // the tick shown first (a time); empty: the first
+    int iterations = 0;          // 0: until 'q'; N: paint N frames and exit
+    bool no_color = false;
+};
+
 int run_snapshot(const Config& cfg, const SnapshotOptions& opt);  // collector/app_snapshot.cpp
+int run_record(const Config& cfg, const RecordOptions& opt);      // cli/record.cpp
+int run_snapshot_replay(const SnapshotReplayOptions& opt);        // cli/record.cpp
+int run_top_replay(const TopReplayOptions& opt);                  // cli/record.cpp
 int run_export(const Config& cfg, const ExportOptions& opt);      // collector/cli/exporter.cpp
 int run_top(const Config& cfg, const TopOptions& opt);            // cli/top.cpp
 // What qscope can observe on this kernel, printed for an operator; 0 when a run would be

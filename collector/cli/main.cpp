@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "cli/targets.h"
 #include "engine/selector.h"
 #include "model/errors.h"
+#include "record/ring.h"
 #include "sys/proc_stat.h"
 
 using namespace qscope;
@@ -135,6 +137,24 @@ static std::vector<NamedTarget> export_targets(const NamedTarget& single, const 
     return out;
 }
 
+// A replay (`--replay FILE`) reads a recording, not a target.
+static void no_target(const TargetFlags& tf) {
+    if (tf.pid_given() || !tf.given.empty()) throw Error(Exit::usage, "--replay reads a recording: give it no target");
+}
+
+// A subcommand's errors, one line each, with their exit codes.
+static int guarded(const std::function<int()>& run) {
+    try {
+        return run();
+    } catch (const Error& e) {
+        std::fprintf(stderr, "qscope: %s\n", e.what());
+        return e.exit_code();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qscope: internal error: %s\n", e.what());
+        return static_cast<int>(Exit::failure);
+    }
+}
+
 // CLI11 has an exit code per parse error kind; ours is one: 2, bad usage. --help and
 // --version stay 0.
 static int usage_exit(CLI::App& app, const CLI::ParseError& e) {
@@ -161,7 +181,9 @@ int main(int argc, char** argv) {
         "Needs root (or CAP_BPF+CAP_PERFMON). Nothing in the target changes.\n\n"
         "  qscope top --pid 1234                       live dashboard (default on a terminal)\n"
         "  qscope snapshot --pid 1234 --duration 10 --json   observe 10 s, print one JSON object\n"
-        "  qscope export --pid 1234 --listen 127.0.0.1:9464  serve Prometheus /metrics\n\n"
+        "  qscope export --pid 1234 --listen 127.0.0.1:9464  serve Prometheus /metrics\n"
+        "  qscope record --pid 1234 -o spike.qsrec       record every tick; then, for any window of it:\n"
+        "  qscope snapshot --replay spike.qsrec --from 60 --to 90 --json\n\n"
         "A PID names one process for its life. To follow a service across restarts, select it by\n"
         "something that outlives its PIDs: --pidfile FILE, --comm NAME, --cmdline REGEX, --port N,\n"
         "--cgroup PATH. `top` and `export` then wait for it, and re-attach when it comes back:\n"
@@ -188,6 +210,15 @@ int main(int argc, char** argv) {
     top->add_flag("--allow-remote", topt.allow_remote, "permit a non-loopback --listen address");
     top->add_option("-n,--iterations", topt.iterations, "draw N frames, then exit (scripts, CI)");
     top->add_flag("--no-color", topt.no_color, "monochrome (also honoured: NO_COLOR=1)");
+    TopReplayOptions tropt;
+    top->add_option("--replay", tropt.file,
+                    "show a recording (qscope record) instead of a live target, with a time cursor: Space play/pause, "
+                    ", . step, c next critical, g go to a time, + - speed")
+        ->type_name("FILE")
+        ->group("Replay (instead of a target)");
+    top->add_option("--at", tropt.at, "with --replay: the tick shown first (seconds since the start, @UNIX or HH:MM:SS UTC)")
+        ->type_name("T")
+        ->group("Replay (instead of a target)");
 
     auto* snap = app.add_subcommand("snapshot", "observe for --duration seconds, then print one report (or JSON) and exit");
     add_target_flags(snap, cfg, tflags, false);
@@ -196,6 +227,47 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0.1, 86400.0))
         ->capture_default_str();
     snap->add_flag("--json", sopt.json, "print the JSON contract (docs/json.md) instead of a report");
+    SnapshotReplayOptions ropt;
+    const std::string tgrp = "Replay (instead of a target)";
+    snap->add_option("--replay", ropt.file, "print the window of a recording (qscope record) instead of observing")
+        ->type_name("FILE")
+        ->group(tgrp);
+    const std::string time_help = ": seconds since the recording's start (12.5), @UNIX seconds or a UTC HH:MM:SS";
+    snap->add_option("--from", ropt.from, "with --replay: the window's start" + time_help)->type_name("T")->group(tgrp);
+    snap->add_option("--to", ropt.to, "with --replay: the window's end (default: the last tick)" + time_help)
+        ->type_name("T")
+        ->group(tgrp);
+
+    RecordOptions recopt;
+    auto* rec = app.add_subcommand(
+        "record", "write every tick's snapshot to a file (compressed; a cut or killed file replays up to its last "
+                  "whole tick) for `snapshot --replay` (docs/recording.md)");
+    add_target_flags(rec, cfg, tflags, false);
+    add_common(rec, cfg);
+    rec->add_option("-o,--output", recopt.output, "the recording's file (created 0600, replaced if it exists)")
+        ->type_name("FILE")
+        ->required();
+    rec->add_option("-d,--duration", recopt.duration_seconds, "seconds to record (default: until Ctrl-C or the "
+                                                              "target exits)")
+        ->check(CLI::Range(0.0, 31.0 * 86400));
+    rec->add_option_function<std::string>(
+           "--ring",
+           [&](const std::string& v) {
+               const auto span = record::parse_span(v);
+               if (!span) throw CLI::ValidationError("--ring", v + ": a span such as 10m, 90s, 1h");
+               recopt.ring_seconds = *span;
+           },
+           "keep only the last SPAN of ticks in memory (about 1.3 KB a tick for a small server, never more than "
+           "64 MiB: the oldest go first) and write them to OUTPUT-YYYYMMDD-HHMMSS on SIGUSR1 (kill -USR1)")
+        ->type_name("SPAN");
+    rec->add_option_function<std::string>(
+           "--record-on", [&](const std::string&) { recopt.record_on_critical = true; },
+           "with --ring: also write them when the verdict is critical (then at most once per --cooldown)")
+        ->type_name("critical")
+        ->check(CLI::IsMember({"critical"}));
+    rec->add_option("--cooldown", recopt.cooldown_seconds, "with --record-on: seconds between two automatic writes")
+        ->check(CLI::Range(1.0, 86400.0))
+        ->capture_default_str();
 
     auto* exp = app.add_subcommand("export", "serve Prometheus /metrics until interrupted");
     add_target_flags(exp, cfg, tflags, true);
@@ -248,23 +320,40 @@ int main(int argc, char** argv) {
         return static_cast<int>(Exit::usage);
     }
     install_stop_signals();
-    if (!*snap && !*exp && !*top) {
+    if (*snap && !ropt.file.empty()) {
+        ropt.json = sopt.json;
+        return guarded([&] {
+            no_target(tflags);
+            return run_snapshot_replay(ropt);
+        });
+    }
+    if (*top && !tropt.file.empty()) {
+        tropt.iterations = topt.iterations;
+        tropt.no_color = topt.no_color;
+        return guarded([&] {
+            no_target(tflags);
+            return run_top_replay(tropt);
+        });
+    }
+    if ((!ropt.from.empty() || !ropt.to.empty()) && ropt.file.empty()) {
+        std::fprintf(stderr, "qscope: --from and --to choose a window of a recording: give --replay FILE\n");
+        return static_cast<int>(Exit::usage);
+    }
+    if (!*snap && !*exp && !*top && !*rec) {
         std::cout << app.help();
         return static_cast<int>(Exit::usage);
     }
-    try {
+    return guarded([&] {
         const NamedTarget target = one_target(cfg, tflags, !target_args.empty() || !config_file.empty());
         if (*exp) eopt.targets = export_targets(target, target_args, config_file);
         topt.target = target;
         sopt.target = target.selector;
+        recopt.target = target.selector;
+        if (recopt.record_on_critical && recopt.ring_seconds <= 0)
+            throw Error(Exit::usage, "--record-on critical writes the ring: give --ring SPAN too (e.g. --ring 10m)");
         if (*snap) return run_snapshot(cfg, sopt);
+        if (*rec) return run_record(cfg, recopt);
         if (*exp) return run_export(cfg, eopt);
         return run_top(cfg, topt);
-    } catch (const Error& e) {
-        std::fprintf(stderr, "qscope: %s\n", e.what());
-        return e.exit_code();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "qscope: internal error: %s\n", e.what());
-        return static_cast<int>(Exit::failure);
-    }
+    });
 }

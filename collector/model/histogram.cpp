@@ -19,6 +19,16 @@ Histogram Histogram::from_kernel(const qs_hist& h) {
     return out;
 }
 
+bool Histogram::from_slots(const std::vector<uint64_t>& slots, uint64_t sum_ns, uint64_t max_ns, Histogram& out) {
+    if (slots.size() != QS_HIST_SLOTS) return false;
+    out.slots_ = slots;
+    out.count_ = 0;
+    for (uint64_t s : slots) out.count_ += s;
+    out.sum_ns_ = sum_ns;
+    out.max_ns_ = max_ns;
+    return true;
+}
+
 void Histogram::add(uint64_t v, uint64_t n) {
     slots_[qs_hist_slot(v)] += n;
     count_ += n;

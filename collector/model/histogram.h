@@ -23,6 +23,8 @@ class Histogram {
 public:
     Histogram() : slots_(QS_HIST_SLOTS, 0) {}
     static Histogram from_kernel(const qs_hist& h);
+    // From stored slots (a recording); false when `slots` is not QS_HIST_SLOTS long.
+    static bool from_slots(const std::vector<uint64_t>& slots, uint64_t sum_ns, uint64_t max_ns, Histogram& out);
 
     void add(uint64_t value_ns, uint64_t n = 1);   // for user-space-fed histograms and tests
     void merge(const Histogram& o);

@@ -121,13 +121,7 @@ TEST_CASE("alerts: a real pool gate fires QscopePoolSaturated; the target's exit
     Proc load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", std::to_string(kServerPort),
                        "--connections", "12", "--duration", "60"});
     {
-        const double end = now_s() + 10;
-        json c;
-        while (now_s() < end) {
-            c = read_counters(counters);
-            if (!c.is_null() && c.value("completed", 0) > 20 && c.value("pool_waiters_max", 0) >= 1) break;
-            sleep_s(0.1);
-        }
+        const json c = wait_for_pool_gate(counters, 10);
         INFO("qs_server counters: " << c.dump());
         REQUIRE(c.value("pool_waiters_max", 0) >= 1);  // workers really queue at the pool
     }

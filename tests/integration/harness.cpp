@@ -373,6 +373,17 @@ nlohmann::json read_counters(const std::string& path) {
     }
 }
 
+nlohmann::json wait_for_pool_gate(const std::string& counters_path, double timeout_seconds) {
+    const double end = now_s() + timeout_seconds;
+    nlohmann::json c;
+    while (now_s() < end) {
+        c = read_counters(counters_path);
+        if (!c.is_null() && c.value("completed", 0) > 20 && c.value("pool_waiters_max", 0) >= 1) break;
+        sleep_s(0.1);
+    }
+    return c;
+}
+
 std::string http_get(const std::string& host, uint16_t port, const std::string& path, double timeout) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     timeval tv{static_cast<time_t>(timeout), static_cast<suseconds_t>((timeout - static_cast<int>(timeout)) * 1e6)};

@@ -117,6 +117,9 @@ std::pair<double, double> thread_schedstat(pid_t pid, pid_t tid);
 uint64_t proc_rss_kib(pid_t pid);
 // Reads a one-line JSON counters file written by our targets; null if absent/partial.
 nlohmann::json read_counters(const std::string& path);
+// Polls qs_server's counters until it has completed requests and a worker has waited at its
+// pool (the pool-gate scenario is on); returns the last read.
+nlohmann::json wait_for_pool_gate(const std::string& counters_path, double timeout_seconds);
 // A file removed when this goes out of scope. Declare it before the process that writes it
 // (e.g. a target's --counters-file): the process is stopped first, then the file goes, even
 // when a REQUIRE ends the test early.

@@ -427,3 +427,79 @@ TEST_CASE("qscope top --port follows the server across a restart", "[top][integr
     t.keys("q");
     CHECK(t.wait_for([](const std::string& s) { return has(s, "EXIT=0"); }, 10));
 }
+
+// `top --replay` (issue 18) driven in tmux: a real recording of qs_server (the thread view,
+// 0.5 s ticks), then the fixture recording (tests/unit/fixtures/recording.qsrec: 3 ticks,
+// every verdict critical) for the seek to the next critical verdict. Oracle: the screen
+// tmux shows; the cursor's position against the recording's own tick count (the recorder's
+// "wrote N ticks").
+TEST_CASE("qscope top --replay: the replay header, step, pause, seek and speed", "[top][integration]") {
+    if (!require_root()) return;
+    if (sh("command -v tmux >/dev/null && echo yes") != "yes\n") {
+        skip("tmux not installed (the terminal oracle for this test)");
+        return;
+    }
+    const std::string file = "/tmp/qscope-top-replay-" + std::to_string(getpid()) + ".qsrec";
+    const ScratchFile scratch(file);
+    size_t ticks = 0;
+    {
+        auto server = start_target("qs_server", {"--port", std::to_string(kServerPort), "--workers", "2"});
+        auto r = run_qscope({"record", "--pid", std::to_string(server.proc.pid()), "--output", file, "--interval",
+                             "0.5", "--duration", "3", "--no-requests"},
+                            60);
+        INFO("record: " << r.err);
+        REQUIRE(r.rc == 0);
+        std::smatch m;
+        REQUIRE(std::regex_search(r.err, m, std::regex("wrote ([0-9]+) ticks")));
+        ticks = std::stoul(m[1]);
+        REQUIRE(ticks >= 5);
+    }
+    Tmux t(120, 40);
+    REQUIRE(t.ok());
+    const std::string n = "/" + std::to_string(ticks) + " ";
+    t.type(qscope_bin() + " top --replay " + file + "; echo EXIT=$?");
+    t.keys("Enter");
+    REQUIRE(t.wait_for([&](const std::string& s) { return has(s, "REPLAY ") && has(s, "? help"); }, 10));
+    {
+        const std::string s = t.screen();
+        INFO(s);
+        CHECK(has(s, "qscope replay pid "));
+        CHECK(has(s, "qs_server"));
+        CHECK(has(s, "Space play/pause"));
+    }
+    // Playing at 1x from the first tick: it reaches the end of the recording and stops there.
+    REQUIRE(t.wait_for([&](const std::string& s) { return has(s, "REPLAY " + std::to_string(ticks) + n + "PAUSED"); },
+                       ticks * 0.5 + 5));
+    t.keys(",");  // one tick back, paused
+    CHECK(t.wait_for([&](const std::string& s) { return has(s, "REPLAY " + std::to_string(ticks - 1) + n + "PAUSED"); }, 5));
+    t.keys("g");
+    CHECK(t.wait_for([](const std::string& s) { return has(s, "go to: _"); }, 5));
+    t.type("0.6");
+    t.keys("Enter");  // the last tick at or before 0.6 s since the start: the second
+    CHECK(t.wait_for([&](const std::string& s) { return has(s, "REPLAY 2" + n + "PAUSED"); }, 5));
+    t.keys(".");
+    CHECK(t.wait_for([&](const std::string& s) { return has(s, "REPLAY 3" + n + "PAUSED"); }, 5));
+    t.keys("+");
+    t.keys("+");
+    t.keys("Space");  // play at 4x
+    CHECK(t.wait_for([&](const std::string& s) { return has(s, "4x"); }, 5));
+    CHECK(t.wait_for([&](const std::string& s) { return has(s, "REPLAY " + std::to_string(ticks) + n + "PAUSED"); }, 5));
+    t.keys("q");
+    REQUIRE(t.wait_for([](const std::string& s) { return has(s, "EXIT=0"); }, 5));
+    expect_restored(t, "after q in a replay");
+
+    // The next critical verdict: every tick of the fixture is critical.
+    t.type(qscope_bin() + " top --replay " + source_dir() + "/tests/unit/fixtures/recording.qsrec --at 0; echo EXIT=$?");
+    t.keys("Enter");
+    REQUIRE(t.wait_for([](const std::string& s) { return has(s, "REPLAY 3/3 PAUSED"); }, 10));  // played to the end
+    t.keys(",");
+    t.keys(",");
+    CHECK(t.wait_for([](const std::string& s) { return has(s, "REPLAY 1/3 PAUSED"); }, 5));
+    t.keys("c");
+    CHECK(t.wait_for([](const std::string& s) { return has(s, "REPLAY 2/3 PAUSED") && has(s, "CRITICAL"); }, 5));
+    t.keys("c");
+    t.keys("c");
+    CHECK(t.wait_for([](const std::string& s) { return has(s, "no critical verdict after this tick"); }, 5));
+    t.keys("q");
+    REQUIRE(t.wait_for([](const std::string& s) { return has(s, "EXIT=0"); }, 5));
+}

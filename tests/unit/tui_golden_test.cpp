@@ -125,3 +125,47 @@ TEST_CASE("golden: empty snapshot (no probes landed) and monochrome ASCII", "[tu
     const Snapshot p = pool_saturated();
     check_golden("pool_saturated_ascii_80x24", &p, 80, 24, ascii, history_for(p));
 }
+
+// `top --replay`: the header says it is a replay, of what, where the cursor is and how it
+// plays; the footer gives the replay's keys, or the time being typed after `g`.
+TEST_CASE("golden: replay header and cursor", "[tui][golden]") {
+    const Snapshot s = pool_saturated();
+    const History h = history_for(s);
+    UiState ui = ui_at();
+    ui.replay.of = "spike.qsrec on web-1 from 23:40:00 UTC";
+    ui.replay.index = 67;
+    ui.replay.count = 300;
+    ui.replay.speed = 4;
+    check_golden("replay_playing_120x40", &s, 120, 40, ui, h);
+    ui.replay.playing = false;
+    ui.replay.prompting = true;
+    ui.replay.prompt = "23:41:0";
+    check_golden("replay_paused_goto_80x24", &s, 80, 24, ui, h);
+    ui.replay.prompting = false;
+    ui.unicode = false;
+    ui.replay.playing = true;
+    ui.replay.speed = 0.5;
+    check_golden("replay_ascii_80x24", &s, 80, 24, ui, h);
+}
+
+TEST_CASE("replay keys move the cursor and leave the live bindings alone", "[tui]") {
+    UiState ui = ui_at();
+    CHECK(handle_key(ui, ',', nullptr) == Action::none);  // live: not a key
+    ui.replay.of = "x.qsrec";
+    CHECK(handle_key(ui, ',', nullptr) == Action::step_back);
+    CHECK_FALSE(ui.replay.playing);
+    CHECK(handle_key(ui, ' ', nullptr) == Action::redraw);
+    CHECK(ui.replay.playing);
+    CHECK(handle_key(ui, '.', nullptr) == Action::step_forward);
+    CHECK(handle_key(ui, 'c', nullptr) == Action::seek_critical);
+    CHECK(handle_key(ui, '+', nullptr) == Action::redraw);
+    CHECK(ui.replay.speed == 2);
+    CHECK(handle_key(ui, 'g', nullptr) == Action::redraw);
+    for (char c : std::string("12q")) handle_key(ui, c, nullptr);  // q is typed, not quit
+    CHECK(ui.replay.prompt == "12q");
+    CHECK(handle_key(ui, 127, nullptr) == Action::redraw);
+    CHECK(handle_key(ui, kKeyEnter, nullptr) == Action::seek_time);
+    CHECK(ui.replay.prompt == "12");
+    CHECK(handle_key(ui, 'r', nullptr) == Action::redraw);  // nothing to reset in a recording
+    CHECK(handle_key(ui, 'q', nullptr) == Action::quit);
+}

@@ -1,0 +1,279 @@
+// `qscope record` and `qscope snapshot --replay`: the flight recorder (docs/recording.md).
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <optional>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+
+#include "cli/app.h"
+#include "engine/collector.h"
+#include "model/errors.h"
+#include "output/json_writer.h"
+#include "probes/probes.h"
+#include "record/format.h"
+#include "record/ring.h"
+#include "record/window.h"
+#include "sys/proc_stat.h"
+#include "tui/dashboard.h"
+
+namespace qscope {
+namespace {
+
+// The recording's file. Each frame goes out in one write(2): the page cache keeps what was
+// written when qscope is killed, so a `kill -9` loses at most the frame being written.
+class RecordFile {
+public:
+    explicit RecordFile(const std::string& path) : path_(path) {
+        // 0600: a recording holds command lines, peers and stacks.
+        fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd_ < 0) throw Error(Exit::usage, "--output " + path + ": " + errno_text(errno));
+    }
+    ~RecordFile() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    RecordFile(const RecordFile&) = delete;
+    RecordFile& operator=(const RecordFile&) = delete;
+
+    void write(const std::string& bytes) {
+        size_t done = 0;
+        while (done < bytes.size()) {
+            const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) throw Error(Exit::failure, "writing " + path_ + ": " + errno_text(errno));
+            done += static_cast<size_t>(n);
+        }
+        written_ += bytes.size();
+    }
+    uint64_t written() const { return written_; }
+
+private:
+    std::string path_;
+    int fd_ = -1;
+    uint64_t written_ = 0;
+};
+
+std::string hostname() {
+    char h[256] = {};
+    if (::gethostname(h, sizeof(h) - 1) != 0) return "";
+    return h;
+}
+
+std::atomic<bool> g_dump_requested{false};
+void on_usr1(int) { g_dump_requested = true; }
+
+// spike.qsrec → spike-20261201-205300.qsrec: one file per dump, named by its time (UTC).
+std::string dump_path(const std::string& output, int64_t unix_ms) {
+    const time_t t = static_cast<time_t>(unix_ms / 1000);
+    struct tm tm {};
+    gmtime_r(&t, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "-%Y%m%d-%H%M%S", &tm);
+    const size_t slash = output.rfind('/');
+    const size_t dot = output.rfind('.');
+    const bool ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+    return ext ? output.substr(0, dot) + stamp + output.substr(dot) : output + stamp;
+}
+
+// The ring written whole, then renamed: a reader never sees half a dump.
+void write_dump(const std::string& path, const std::string& bytes) {
+    const std::string tmp = path + ".tmp";
+    {
+        RecordFile f(tmp);
+        f.write(bytes);
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) throw Error(Exit::failure, "renaming " + tmp + ": " + errno_text(errno));
+}
+
+int64_t unix_ms_now() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int run_record(const Config& given, const RecordOptions& opt) {
+    Config cfg = given;
+    cfg.pid = resolve_once(opt.target);
+    const bool ring = opt.ring_seconds > 0;
+    // Streaming: the file, before the attach, so a bad path fails at once. A ring writes
+    // its files when asked.
+    std::optional<RecordFile> out;
+    if (!ring) out.emplace(opt.output);
+    record::Ring kept(opt.ring_seconds);
+    if (ring) {
+        struct sigaction sa {};
+        sa.sa_handler = on_usr1;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGUSR1, &sa, nullptr);
+    }
+    Collector col(cfg);
+    for (auto& s : default_sources(cfg)) col.add_source(std::move(s));
+    const int64_t started = unix_ms_now();
+    col.start();
+    std::shared_ptr<const Snapshot> snap = col.tick();
+
+    record::RecordHeader h;
+    h.qscope_version = QSCOPE_VERSION;
+    h.selector = opt.target.text();
+    h.pid = cfg.pid;
+    h.comm = snap->target.comm;
+    h.cmdline = snap->target.cmdline;
+    h.start_time_ticks = snap->target.start_time_ticks;
+    h.hostname = hostname();
+    h.interval_seconds = cfg.interval_seconds;
+    // "Seconds since the start" count from the first tick, the first thing a replay shows.
+    h.started_unix_ms = snap->taken_at_unix_ms ? snap->taken_at_unix_ms : started;
+    if (out) out->write(record::file_header() + record::header_frame(h));
+    kept.set_header(h);
+
+    int64_t last_dump_ms = 0;
+    auto dump = [&](const char* why) {
+        const std::string path = dump_path(opt.output, snap->taken_at_unix_ms);
+        write_dump(path, kept.file());
+        last_dump_ms = snap->taken_at_unix_ms;
+        std::fprintf(stderr, "qscope: %s: wrote the last %zu ticks (%zu bytes) to %s\n", why, kept.ticks(),
+                     kept.bytes(), path.c_str());
+    };
+    uint64_t ticks = 0;
+    auto keep = [&] {
+        ++ticks;
+        if (out) return out->write(record::tick_frame(*snap));
+        kept.push(*snap);
+        if (g_dump_requested.exchange(false)) dump("SIGUSR1");
+        if (opt.record_on_critical && snap->verdict.severity == Severity::critical &&
+            (!last_dump_ms || snap->taken_at_unix_ms - last_dump_ms >= opt.cooldown_seconds * 1000))
+            dump("the verdict turned critical");
+    };
+    keep();
+    if (ring)
+        std::fprintf(stderr,
+                     "qscope: keeping the last %.0fs of PID %d (%s) in memory; SIGUSR1%s writes them to %s, named by "
+                     "the time\n",
+                     opt.ring_seconds, cfg.pid, h.comm.c_str(), opt.record_on_critical ? " or a critical verdict" : "",
+                     opt.output.c_str());
+    else
+        std::fprintf(stderr, "qscope: recording PID %d (%s) to %s every %.1fs%s\n", cfg.pid, h.comm.c_str(),
+                     opt.output.c_str(), cfg.interval_seconds,
+                     opt.duration_seconds > 0 ? (" for " + std::to_string(opt.duration_seconds) + "s").c_str()
+                                              : ", until interrupted");
+
+    const uint64_t start = monotonic_ns();
+    const uint64_t end = opt.duration_seconds > 0 ? start + static_cast<uint64_t>(opt.duration_seconds * 1e9) : 0;
+    while (!g_stop_requested && col.target_alive()) {
+        const uint64_t now = monotonic_ns();
+        if (end && now >= end) break;
+        uint64_t step = static_cast<uint64_t>(cfg.interval_seconds * 1e9);
+        if (end) step = std::min(step, end - now);
+        sleep_unless_stopped(step / 1e9);
+        snap = col.tick();
+        keep();
+    }
+    if (out)
+        std::fprintf(stderr, "qscope: wrote %llu ticks (%llu bytes) to %s\n", static_cast<unsigned long long>(ticks),
+                     static_cast<unsigned long long>(out->written()), opt.output.c_str());
+    if (snap->target.exited) {
+        std::fprintf(stderr, "qscope: %s\n", snap->target.exit_note.c_str());
+        return static_cast<int>(Exit::target_exited);
+    }
+    return 0;
+}
+
+record::Recording read_recording(const std::string& path) {
+    std::string bytes;
+    errno = 0;
+    if (!read_file(path, bytes)) throw Error(Exit::usage, "--replay " + path + ": " + errno_text(errno ? errno : EIO));
+    record::Recording rec = record::parse(bytes);
+    // What is whole is replayed; one line says where the rest stops being readable.
+    std::string where;
+    if (rec.stopped)
+        where = "readable up to byte " + std::to_string(rec.readable_bytes) + " of " + std::to_string(bytes.size()) +
+                " (" + std::to_string(rec.ticks.size()) + " ticks), then " + *rec.stopped;
+    if (rec.ticks.empty())
+        throw Error(Exit::usage, path + ": no whole tick to replay" + (where.empty() ? "" : ": " + where));
+    if (!where.empty()) std::fprintf(stderr, "qscope: %s: %s\n", path.c_str(), where.c_str());
+    return rec;
+}
+
+namespace {
+
+// The tick a window or a cursor at `t` starts from: the last at or before it (the first when
+// `t` precedes them all).
+size_t tick_at(const std::vector<Snapshot>& ticks, int64_t t) {
+    size_t at = 0;
+    for (size_t i = 0; i < ticks.size(); ++i)
+        if (ticks[i].taken_at_unix_ms <= t) at = i;
+    return at;
+}
+
+// "spike.qsrec on web-1 from 20:31:05 UTC" (the header shows the target's pid and comm)
+std::string recording_of(const std::string& path, const record::RecordHeader& h) {
+    std::string of = path;
+    if (!h.hostname.empty()) of += " on " + h.hostname;
+    const time_t t = static_cast<time_t>(h.started_unix_ms / 1000);
+    struct tm tm {};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, " from %H:%M:%S UTC", &tm);
+    return of + buf;
+}
+
+}  // namespace
+
+int run_top_replay(const TopReplayOptions& opt) {
+    const record::Recording rec = read_recording(opt.file);
+    const int64_t start = rec.header.started_unix_ms;
+    size_t first = 0;
+    if (!opt.at.empty()) {
+        const auto t = record::parse_time(opt.at, start);
+        if (!t) throw Error(Exit::usage, "--at " + opt.at + ": not a time (12.5, @UNIX or HH:MM:SS UTC)");
+        first = tick_at(rec.ticks, *t);
+    }
+    if (!isatty(STDOUT_FILENO)) throw Error(Exit::usage, "top --replay: stdout is not a terminal; use `qscope snapshot --replay` for text");
+    tui::Dashboard dash(rec.header.pid, rec.header.interval_seconds > 0 ? rec.header.interval_seconds : 1, !opt.no_color);
+    tui::ReplaySource src;
+    src.ticks = &rec.ticks;
+    src.of = recording_of(opt.file, rec.header);
+    src.start = first;
+    src.seek_time = [&](const std::string& text) -> std::optional<size_t> {
+        const auto t = record::parse_time(text, start);
+        if (!t || *t < rec.ticks.front().taken_at_unix_ms - 1000 || *t > rec.ticks.back().taken_at_unix_ms + 1000)
+            return std::nullopt;
+        return tick_at(rec.ticks, *t);
+    };
+    dash.replay(src, {.reset_window = [] {}, .request_jvm_dump = [] {}, .stop_requested = [] { return g_stop_requested.load(); }},
+                opt.iterations);
+    return 0;
+}
+
+int run_snapshot_replay(const SnapshotReplayOptions& opt) {
+    const record::Recording rec = read_recording(opt.file);
+    const int64_t start = rec.header.started_unix_ms;
+    record::WindowBounds b;
+    auto bound = [&](const std::string& flag, const std::string& text) -> std::optional<int64_t> {
+        if (text.empty()) return std::nullopt;
+        auto t = record::parse_time(text, start);
+        if (!t)
+            throw Error(Exit::usage, flag + " " + text +
+                                         ": a time is seconds since the recording's start (12.5), @UNIX seconds "
+                                         "(@1764619200.5) or a UTC time of day (20:31:05)");
+        return t;
+    };
+    b.from_unix_ms = bound("--from", opt.from);
+    b.to_unix_ms = bound("--to", opt.to);
+    const record::WindowResult w = record::window(rec.ticks, b);
+    if (!w.snap) throw Error(Exit::usage, "--replay " + opt.file + ": " + w.error);
+    if (opt.json)
+        std::cout << render_json(*w.snap) << std::endl;
+    else
+        std::cout << render_report(*w.snap);
+    return 0;
+}
+
+}  // namespace qscope

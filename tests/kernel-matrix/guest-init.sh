@@ -15,9 +15,10 @@ mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
 mkdir -p /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 ip link set lo up
-# Modules the kernel would autoload through modprobe (sock_diag for TCP), in dependency order.
-for m in inet_diag tcp_diag; do
-    for f in /lib/qscope-modules/$m.ko*; do [ -e "$f" ] && insmod "$f"; done
+# Modules the kernel would autoload through modprobe (sock_diag for TCP and Unix sockets), in
+# dependency order.
+for m in inet_diag tcp_diag unix_diag; do
+    [ -e /lib/qscope-modules/$m.ko ] && insmod /lib/qscope-modules/$m.ko
 done
 ulimit -l unlimited 2>/dev/null
 echo "KM uname $(uname -r)"

@@ -6,11 +6,14 @@
 // tolerances of tests/integration/{requests,downstream,waits}_test.cpp.
 //
 // QSCOPE_KM_KERNEL: the package pattern (default Debian 12's 6.1 cloud kernel).
+// QSCOPE_KM_MODES: the attach types the socket cases run under (default "auto kprobe"): auto is
+// qscope's own choice, checked against the guest kernel's own list of sock tracepoints.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <vector>
 #include <sstream>
 
 #include "harness.h"
@@ -19,6 +22,21 @@ using namespace qs_test;
 using nlohmann::json;
 
 namespace {
+
+// The attach types the socket cases ran under (QSCOPE_KM_MODES; vm.sh passes them on).
+std::vector<std::string> modes() {
+    const char* m = std::getenv("QSCOPE_KM_MODES");
+    std::istringstream in(m && *m ? m : "auto kprobe");
+    std::vector<std::string> out;
+    for (std::string w; in >> w;) out.push_back(w);
+    return out;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+    std::string s;
+    for (const auto& w : v) s += (s.empty() ? "" : sep) + w;
+    return s;
+}
 
 struct Guest {
     int rc = -1;
@@ -35,7 +53,7 @@ Guest boot(const std::string& script, const std::string& lockdown) {
     const double t0 = now_s();
     RunResult r = run({"bash", source_dir() + "/tests/kernel-matrix/vm.sh", QSCOPE_BINARY_DIR, kernel,
                        source_dir() + "/tests/kernel-matrix/" + script, "420"},
-                      480, {{"QSCOPE_VM_LOCKDOWN", lockdown}});
+                      480, {{"QSCOPE_VM_LOCKDOWN", lockdown}, {"QSCOPE_KM_MODES", join(modes(), " ")}});
     std::printf("kernel-matrix: %s %s%s: vm.sh exit %d after %.0f s\n%s", kernel.c_str(), script.c_str(),
                 lockdown.empty() ? "" : (" lockdown=" + lockdown).c_str(), r.rc, now_s() - t0, r.err.c_str());
     g.rc = r.rc;
@@ -101,15 +119,38 @@ bool booted(const Guest& g = guest()) {
 std::string attach_summary(const json& snap) {
     std::string s;
     for (const auto& a : snap["probe_attach"])
-        s += "  " + a["hook"].get<std::string>() + ": " + a["attach"].get<std::string>() + " " +
-             a["via"].get<std::string>() + "\n";
+        s += "  " + a["family"].get<std::string>() + " " + a["hook"].get<std::string>() + ": " +
+             a["attach"].get<std::string>() + " " + a["via"].get<std::string>() +
+             (a.contains("off") ? " (off: " + a["off"].get<std::string>() + ")" : "") + "\n";
     return s;
 }
 
-std::string attach_of(const json& snap, const std::string& hook) {
+std::string attach_of(const json& snap, const std::string& hook, const std::string& family = "sock") {
     for (const auto& a : snap["probe_attach"])
-        if (a["hook"] == hook) return a["attach"].get<std::string>() + " " + a["via"].get<std::string>();
+        if (a["family"] == family && a["hook"] == hook) return a["attach"].get<std::string>() + " " + a["via"].get<std::string>();
     return "";
+}
+
+// The attach type and function or tracepoint expected for a sock hook under `mode`. For auto:
+// the tracepoint when the guest's tracefs lists it (events/sock), else the fexit/fentry fallback.
+std::string expected_attach(const std::string& mode, const std::string& hook) {
+    static const std::map<std::string, std::pair<std::string, std::string>> fallback = {
+        {"sock_recv_length", {"tcp_recvmsg", "ret"}},
+        {"sock_send_length", {"tcp_sendmsg", "ret"}},
+        {"sk_data_ready", {"sock_def_readable", ""}},
+    };
+    const auto& [fn, at] = fallback.at(hook);
+    if (mode == "syscall") {
+        if (hook == "sock_recv_length") return "tracepoint syscalls/sys_exit_{read,readv,recvfrom,recvmsg}";
+        if (hook == "sock_send_length") return "tracepoint syscalls/sys_exit_{write,writev,sendto,sendmsg,sendfile64}";
+        return "none ";  // no syscall sees arrivals
+    }
+    if (mode == "kprobe") return std::string(at.empty() ? "kprobe " : "kretprobe ") + fn;
+    if (mode == "fentry") return std::string(at.empty() ? "fentry " : "fexit ") + fn;
+    std::istringstream tps(block_text("sock-tracepoints"));
+    for (std::string tp; tps >> tp;)
+        if (tp == hook) return "tp_btf " + hook;
+    return std::string(at.empty() ? "fentry " : "fexit ") + fn;
 }
 
 // /proc/net/tcp{,6}: sockets in ESTABLISHED (st 01) with local port `port`; how many have
@@ -151,8 +192,9 @@ TEST_CASE("kernel matrix: qscope check in the guest", "[kernel-matrix]") {
     const Guest& g = guest();
     const std::string check = block_text("check");
     INFO(check);
-    std::printf("kernel-matrix: guest %s; smoke ran %s (guest uptime, s)\n%s", g.notes.at("uname").c_str(),
-                g.notes.at("smoke-seconds").c_str(), check.c_str());
+    std::printf("kernel-matrix: guest %s; smoke ran %s (guest uptime, s); modes %s; sock tracepoints: %s\n%s",
+                g.notes.at("uname").c_str(), g.notes.at("smoke-seconds").c_str(), join(modes(), " ").c_str(),
+                block_text("sock-tracepoints").c_str(), check.c_str());
     CHECK(g.notes.at("check-exit") == "0");
     CHECK(check.find("Verdict: qscope can run here (requests and threads).") != std::string::npos);
     CHECK(check.find("BTF: /sys/kernel/btf/vmlinux") != std::string::npos);
@@ -161,7 +203,7 @@ TEST_CASE("kernel matrix: qscope check in the guest", "[kernel-matrix]") {
 
 TEST_CASE("kernel matrix: in flight max, completions, latency vs qs_server (each attach type)", "[kernel-matrix]") {
     if (!booted()) return;
-    for (const std::string mode : {"auto", "kprobe"}) {
+    for (const std::string& mode : modes()) {
         const std::string c = "requests-" + mode;
         const json s = block_json(c + ".snapshot");
         const json k = block_json(c + ".counters");
@@ -171,16 +213,8 @@ TEST_CASE("kernel matrix: in flight max, completions, latency vs qs_server (each
         REQUIRE(s.is_object());
         REQUIRE(k.is_object());
         std::printf("kernel-matrix: %s attach types:\n%s", c.c_str(), attach_summary(s).c_str());
-        if (mode == "auto") {
-            // Debian 12's 6.1: the tracepoints are missing, fentry works.
-            CHECK(attach_of(s, "sock_recv_length") == "fexit tcp_recvmsg");
-            CHECK(attach_of(s, "sock_send_length") == "fexit tcp_sendmsg");
-            CHECK(attach_of(s, "sk_data_ready") == "fentry sock_def_readable");
-        } else {
-            CHECK(attach_of(s, "sock_recv_length") == "kretprobe tcp_recvmsg");
-            CHECK(attach_of(s, "sock_send_length") == "kretprobe tcp_sendmsg");
-            CHECK(attach_of(s, "sk_data_ready") == "kprobe sock_def_readable");
-        }
+        for (const char* hook : {"sock_recv_length", "sock_send_length", "sk_data_ready"})
+            CHECK(attach_of(s, hook) == expected_attach(mode, hook));
         CHECK(attach_of(s, "inet_sock_set_state") == "tp_btf inet_sock_set_state");
         const json& r = s["requests"];
         CHECK(r["in_flight_max"].get<uint64_t>() == k["in_flight_max"].get<uint64_t>());
@@ -197,7 +231,8 @@ TEST_CASE("kernel matrix: in flight max, completions, latency vs qs_server (each
 
 TEST_CASE("kernel matrix: connections and unread requests (connector queue) vs /proc/net/tcp", "[kernel-matrix]") {
     if (!booted()) return;
-    for (const std::string mode : {"auto", "kprobe"}) {
+    for (const std::string& mode : modes()) {
+        if (mode == "syscall") continue;  // no way into arrivals (smoke.sh does not run it)
         const std::string c = "unread-" + mode;
         const json s = block_json(c + ".snapshot");
         const TcpCount t = proc_net_tcp(block_text(c + ".proc-net-tcp"), 28130);
@@ -206,8 +241,7 @@ TEST_CASE("kernel matrix: connections and unread requests (connector queue) vs /
                << " established, " << t.with_unread << " with unread bytes\ncounters: " << block_text(c + ".counters"));
         CHECK(guest().notes.at(c + ".qscope-exit") == "0");
         REQUIRE(s.is_object());
-        CHECK(attach_of(s, "sk_data_ready") ==
-              (mode == "auto" ? "fentry sock_def_readable" : "kprobe sock_def_readable"));
+        CHECK(attach_of(s, "sk_data_ready") == expected_attach(mode, "sk_data_ready"));
         const json& r = s["requests"];
         CHECK(t.established == 12);
         CHECK(r["connections"].get<int>() == t.established);
@@ -236,7 +270,11 @@ TEST_CASE("kernel matrix: downstream busy vs the pool's count, calls vs completi
     CHECK(d["busy_max"].get<uint64_t>() == k["pool_busy_max"].get<uint64_t>());
     CHECK(d["busy"].get<uint64_t>() == 0);
     CHECK(d["calls"].get<uint64_t>() == k["completed"].get<uint64_t>());
-    CHECK(d["call_seconds"]["p50"].get<double>() == Approx(0.020).epsilon(0.10));
+    // Against the server's own median call time: under TCG the peer's 20 ms sleep overshoots
+    // by milliseconds (22.7 ms seen on 6.12), so the nominal delay is no oracle here.
+    const double own_p50 = k["call_p50_us"].get<double>() / 1e6;
+    CHECK(own_p50 >= 0.020);
+    CHECK(d["call_seconds"]["p50"].get<double>() == Approx(own_p50).epsilon(0.10));
 }
 
 TEST_CASE("kernel matrix: futex waiters at the pool gate vs the server's count and /proc", "[kernel-matrix]") {
@@ -282,9 +320,22 @@ TEST_CASE("kernel matrix: futex waiters at the pool gate vs the server's count a
     for (const auto& w : s["waits"])
         if (w["group"] == "qs-worker" && w["syscall"] == "futex") gate += w.value("waiters_now", 0);
     CHECK(std::abs(gate - (N - K)) <= 1);
+    // Every family's hooks in probe_attach, against the guest kernel's own tracefs listing.
+    std::printf("kernel-matrix: waits snapshot, every hook:\n%s", attach_summary(s).c_str());
+    for (const char* tp : {"sched_switch", "sched_wakeup", "sched_wakeup_new"})
+        CHECK(attach_of(s, tp, "sched") == std::string("tp_btf ") + tp);
+    CHECK(attach_of(s, "task", "sched") == "iterator iter.s/task");
+    CHECK(attach_of(s, "sched_process_fork", "tree") == "tp_btf sched_process_fork");
+    CHECK(attach_of(s, "sched_process_exit", "tree") == "tp_btf sched_process_exit");
+    std::istringstream polls(block_text("poll-tracepoints"));
+    int listed = 0;
+    for (std::string ev; polls >> ev; listed++)
+        CHECK(attach_of(s, ev, "sched") == "tracepoint syscalls/" + ev);
+    CHECK(listed >= 12);  // epoll_wait, epoll_pwait, epoll_pwait2, poll, ppoll, select, pselect6
+    CHECK(attach_of(s, "JVM_VirtualThreadPinnedEvent", "jvm") == "none ");  // qs_server is no JVM
 }
 
-TEST_CASE("kernel matrix: lockdown is named; integrity still runs, confidentiality cannot", "[kernel-matrix]") {
+TEST_CASE("kernel matrix: lockdown is named; integrity still runs, confidentiality cannot", "[kernel-matrix][lockdown]") {
     for (const std::string mode : {"integrity", "confidentiality"}) {
         const Guest g = boot("lockdown.sh", mode);
         if (!booted(g)) continue;

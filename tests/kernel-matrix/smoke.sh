@@ -42,83 +42,90 @@ tasks() {
 
 stop() { for p in "$@"; do kill "$p" 2>/dev/null; done; for p in "$@"; do wait "$p" 2>/dev/null; done; }
 
+# Runs `qs_server SERVER-ARGS` (its counters in /dev/shm/CASE.json) and `qscope snapshot` on it
+# for SECONDS, with QSCOPE_SOCK_ATTACH=MODE unless MODE is auto; returns once qscope has
+# attached, leaving $srv and $q. The shape every case shares: server, qscope, then the load.
+#   attach_case CASE MODE SECONDS SERVER-ARGS...
+attach_case() {
+    c=$1; mode=$2; seconds=$3; shift 3
+    env=""
+    [ "$mode" != auto ] && env="QSCOPE_SOCK_ATTACH=$mode"
+    rm -f /dev/shm/$c.json
+    qs_server --counters-file /dev/shm/$c.json "$@" > /tmp/srv.out 2>&1 &
+    srv=$!
+    ready /tmp/srv.out
+    env $env qscope snapshot --pid $srv --duration $seconds --json --no-threads > /tmp/snap.json 2> /tmp/snap.err &
+    q=$!
+    attached $q
+}
+
+# Waits for qscope's snapshot to end and prints its exit status.
+snapshot_done() {
+    wait $q
+    echo "KM $1.qscope-exit $?"
+}
+
+# Stops PIDS, prints qscope's JSON and stderr and the server's counters.
+#   finish_case CASE PIDS...
+finish_case() {
+    c=$1; shift
+    stop "$@"
+    block $c.snapshot /tmp/snap.json
+    block $c.stderr /tmp/snap.err
+    block $c.counters /dev/shm/$c.json
+}
+
+# Sets KM_MODES (vm.sh, from QSCOPE_KM_MODES): the attach types the socket cases run under.
+[ -f /qscope/env ] && . /qscope/env
+modes=${KM_MODES:-auto kprobe}
+
 t0=$(cut -d' ' -f1 /proc/uptime)
 qscope check > /tmp/check.txt 2>&1
 echo "KM check-exit $?"
 block check /tmp/check.txt
+# The kernel's own list of its sock tracepoints: which ones the default path can use.
+ls /sys/kernel/tracing/events/sock > /tmp/tp.txt 2>&1
+block sock-tracepoints /tmp/tp.txt
+# ... and of the poll syscalls' tracepoints (the event-loop hooks).
+ls /sys/kernel/tracing/events/syscalls | grep -E '^sys_(enter|exit)_(epoll_wait|epoll_pwait|epoll_pwait2|poll|ppoll|select|pselect6)$' > /tmp/polls.txt
+block poll-tracepoints /tmp/polls.txt
 
 # ---- requests: in flight max, completed, latency vs qs_server's counters ------------------
 # (requests_test "in flight max, completions and latency"); run once per attach type asked.
-for mode in ${KM_MODES:-auto kprobe}; do
-    c=requests-$mode
-    env=""
-    [ "$mode" != auto ] && env="QSCOPE_SOCK_ATTACH=$mode"
-    rm -f /dev/shm/req.json
-    qs_server --port 28110 --workers 6 --service-ms 50 --counters-file /dev/shm/req.json > /tmp/srv.out 2>&1 &
-    srv=$!
-    ready /tmp/srv.out
-    env $env qscope snapshot --pid $srv --duration 7 --json --no-threads > /tmp/snap.json 2> /tmp/snap.err &
-    q=$!
-    attached $q
+for mode in $modes; do
+    attach_case requests-$mode $mode 7 --port 28110 --workers 6 --service-ms 50
     qs_load --host 127.0.0.1 --port 28110 --connections 10 --duration 3 > /tmp/load.json 2>&1
-    wait $q
-    echo "KM $c.qscope-exit $?"
-    stop $srv
-    block $c.snapshot /tmp/snap.json
-    block $c.stderr /tmp/snap.err
-    block $c.counters /dev/shm/req.json
-    block $c.load /tmp/load.json
+    snapshot_done requests-$mode
+    finish_case requests-$mode $srv
+    block requests-$mode.load /tmp/load.json
 done
 
 # ---- connector queue: connections and unread requests vs /proc/net/tcp --------------------
 # 12 keep-alive clients, 4 workers that each keep one connection: 8 connections wait in the
 # server's own queue with their request unread. qscope attaches first, so the unread ones are
-# counted from arrivals (sk_data_ready or its fallback), not from the seeding walk.
-for mode in ${KM_MODES:-auto kprobe}; do
-    c=unread-$mode
-    env=""
-    [ "$mode" != auto ] && env="QSCOPE_SOCK_ATTACH=$mode"
-    rm -f /dev/shm/unread.json
-    qs_server --port 28130 --workers 4 --service-ms 300 --counters-file /dev/shm/unread.json > /tmp/srv.out 2>&1 &
-    srv=$!
-    ready /tmp/srv.out
-    env $env qscope snapshot --pid $srv --duration 4 --json --no-threads > /tmp/snap.json 2> /tmp/snap.err &
-    q=$!
-    attached $q
+# counted from arrivals (sk_data_ready or its fallback), not from the seeding walk. The syscall
+# path has no way into arrivals (no syscall sees them), so it is not run here.
+for mode in $modes; do
+    [ "$mode" = syscall ] && continue
+    attach_case unread-$mode $mode 4 --port 28130 --workers 4 --service-ms 300
     qs_load --host 127.0.0.1 --port 28130 --connections 12 --duration 8 > /tmp/load.json 2>&1 &
     ld=$!
-    wait $q
-    echo "KM $c.qscope-exit $?"
+    snapshot_done unread-$mode
+    # The oracle at the snapshot's end, before the clients go.
     cat /proc/net/tcp /proc/net/tcp6 > /tmp/tcp.txt 2>/dev/null
-    cp /dev/shm/unread.json /tmp/counters.json
-    stop $ld $srv
-    block $c.snapshot /tmp/snap.json
-    block $c.stderr /tmp/snap.err
-    block $c.proc-net-tcp /tmp/tcp.txt
-    block $c.counters /tmp/counters.json
+    finish_case unread-$mode $ld $srv
+    block unread-$mode.proc-net-tcp /tmp/tcp.txt
 done
 
 # ---- downstream: busy vs the server's pool count, calls vs its completions ----------------
 # (downstream_test): 3 pooled connections to a peer that answers after 20 ms.
-c=downstream
-rm -f /dev/shm/ds.json
 qs_downstream --port 28210 --delay-ms 20 > /tmp/ds.out 2>&1 &
 ds=$!
 ready /tmp/ds.out
-qs_server --port 28211 --workers 6 --pool 3 --downstream 127.0.0.1:28210 --counters-file /dev/shm/ds.json \
-    > /tmp/srv.out 2>&1 &
-srv=$!
-ready /tmp/srv.out
-qscope snapshot --pid $srv --duration 7 --json --no-threads > /tmp/snap.json 2> /tmp/snap.err &
-q=$!
-attached $q
+attach_case downstream auto 7 --port 28211 --workers 6 --pool 3 --downstream 127.0.0.1:28210
 qs_load --host 127.0.0.1 --port 28211 --connections 6 --duration 3 > /tmp/load.json 2>&1
-wait $q
-echo "KM $c.qscope-exit $?"
-stop $srv $ds
-block $c.snapshot /tmp/snap.json
-block $c.stderr /tmp/snap.err
-block $c.counters /dev/shm/ds.json
+snapshot_done downstream
+finish_case downstream $srv $ds
 
 # ---- waits: the pool gate's futex waiters vs the server's count and /proc -----------------
 # (waits_test "pool gate"): 8 workers, a pool of 3, 16 clients: 5 workers wait at the gate.

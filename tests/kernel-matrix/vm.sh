@@ -7,9 +7,11 @@
 #     KERNEL  a Debian package name pattern, e.g. 'linux-image-6.1.0-*-cloud-amd64-unsigned'
 #             (the newest matching name in the local apt lists is used)
 #
+# QSCOPE_KM_MODES: the attach types smoke.sh runs the socket cases under ("auto kprobe" when
+# unset; auto is qscope's own choice, the others QSCOPE_SOCK_ATTACH values).
 # The .deb and its extracted kernel are cached under BUILD_DIR/kernel-matrix/cache: a re-run
 # downloads nothing. QSCOPE_KM_DIR moves that directory (cache, initramfs, console log).
-# Needs: qemu-system-x86, busybox-static, cpio (.ci/setup).
+# Needs: qemu-system-x86, busybox-static, cpio, xz-utils (.ci/setup).
 set -euo pipefail
 build=$(cd "$1" && pwd)
 pattern=$2
@@ -21,7 +23,7 @@ cache=$km/cache
 mkdir -p "$cache"
 
 die() { echo "vm.sh: $*" >&2; exit 1; }
-for tool in qemu-system-x86_64 cpio gzip; do command -v $tool >/dev/null || die "$tool missing (run .ci/setup)"; done
+for tool in qemu-system-x86_64 cpio gzip xz; do command -v $tool >/dev/null || die "$tool missing (run .ci/setup)"; done
 [[ -x /bin/busybox ]] || die "/bin/busybox missing (busybox-static; run .ci/setup)"
 
 # ---- the kernel: newest package matching the pattern, downloaded once ------------------
@@ -38,10 +40,18 @@ if [[ ! -f $kdir/vmlinuz ]]; then
   cp "$kdir.tmp"/root/boot/vmlinuz-* "$kdir.tmp/vmlinuz"
   cp "$kdir.tmp"/root/boot/config-* "$kdir.tmp/config"
   basename "$kdir.tmp"/root/boot/vmlinuz-* | sed 's/^vmlinuz-//' > "$kdir.tmp/release"
-  # sock_diag for TCP (the listeners' queues) is a module in Debian's kernels: keep it.
+  # sock_diag for TCP and Unix sockets (the listeners' queues) is a module in Debian's
+  # kernels: keep it. 6.1 ships them plain, 6.12 as .ko.xz (CONFIG_MODULE_COMPRESS_XZ), which
+  # busybox's insmod cannot read: decompressed here (the signature sits inside, before xz).
   mkdir -p "$kdir.tmp/modules"
-  for m in inet_diag tcp_diag; do
-    find "$kdir.tmp/root/lib/modules" -name "$m.ko*" -exec cp {} "$kdir.tmp/modules/" \;
+  for m in inet_diag tcp_diag unix_diag; do
+    f=$(find "$kdir.tmp/root/lib/modules" -name "$m.ko*" | head -1)
+    [[ -n $f ]] || continue
+    case $f in
+      *.ko.xz) xz -dc "$f" > "$kdir.tmp/modules/$m.ko" ;;
+      *.ko.zst) zstd -qdc "$f" > "$kdir.tmp/modules/$m.ko" ;;
+      *.ko) cp "$f" "$kdir.tmp/modules/" ;;
+    esac
   done
   rm -rf "$kdir.tmp/root" "$kdir.tmp"/*.deb
   rm -rf "$kdir" && mv "$kdir.tmp" "$kdir"
@@ -71,6 +81,8 @@ mkdir -p "$stage/lib/qscope-modules"
 cp "$kdir"/modules/* "$stage/lib/qscope-modules/" 2>/dev/null || true
 cp "$here/guest-init.sh" "$stage/init"
 cp "$guest_script" "$stage/qscope/guest.sh"
+# The guest script's settings (it sources /qscope/env): the socket cases' attach types.
+printf 'KM_MODES="%s"\n' "${QSCOPE_KM_MODES:-}" > "$stage/qscope/env"
 chmod +x "$stage/init" "$stage/qscope/guest.sh"
 initrd=$km/initrd-$release.gz
 (cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1) > "$initrd"
@@ -80,11 +92,19 @@ rm -rf "$stage"
 log=$km/console-$release.log
 echo "vm.sh: booting $pkg ($release) under QEMU TCG, timeout ${timeout_s}s; console in $log" >&2
 start=$SECONDS
-rc=0
-timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 1024 -smp 2 \
-  -nographic -no-reboot -kernel "$kdir/vmlinuz" -initrd "$initrd" \
-  -append "console=ttyS0 panic=-1 quiet loglevel=3${QSCOPE_VM_LOCKDOWN:+ lockdown=$QSCOPE_VM_LOCKDOWN}" \
-  </dev/null >"$log" 2>&1 || rc=$?
+# A boot that dies before /init runs is retried once: 6.12 under TCG with 2 vCPUs sometimes
+# oopses at boot on an int3 in patched kernel text (sched_clock_cpu, from the static-key
+# patching racing the other vCPU; seen once in 5 boots), before anything of qscope runs.
+for attempt in 1 2; do
+  rc=0
+  timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 1024 -smp 2 \
+    -nographic -no-reboot -kernel "$kdir/vmlinuz" -initrd "$initrd" \
+    -append "console=ttyS0 panic=-1 quiet loglevel=3${QSCOPE_VM_LOCKDOWN:+ lockdown=$QSCOPE_VM_LOCKDOWN}" \
+    </dev/null >"$log" 2>&1 || rc=$?
+  grep -q "KM uname" "$log" && break
+  echo "vm.sh: attempt $attempt: the kernel died before /init ran (console in $log.$attempt)" >&2
+  cp "$log" "$log.$attempt"
+done
 echo "vm.sh: guest ran $((SECONDS - start)) s (qemu exit $rc)" >&2
 tr -d '\r' <"$log"
 [[ $rc -eq 0 ]] || die "qemu exited $rc (124: timed out)"

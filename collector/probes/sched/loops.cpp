@@ -83,7 +83,7 @@ void LoopTracker::start(bpf_object* obj, __u64* epoch, double stall_seconds, std
         attach.push_back(hook_off(ProbeFamily::sched, bpf_program__name(sampler), failed));
     } else {
         ProbeAttach a = program_attach(ProbeFamily::sched, sampler);
-        a.via = "perf_event cpu-clock " + std::to_string(kSampleHz) + " Hz";
+        a.via = "cpu-clock " + std::to_string(kSampleHz) + " Hz";
         attach.push_back(std::move(a));
     }
 }

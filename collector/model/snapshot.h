@@ -30,6 +30,14 @@ enum class ProbeFamily { sock, sched, jvm, tree };  // tree: the process-tree fi
 // How a probe reached its kernel hook: the tracepoint itself, or on an older kernel that
 // lacks it the kernel function behind it (docs/kernel.md "Older kernels"; model/attach.cpp).
 enum class AttachType { tp_btf, tracepoint, fentry, fexit, kprobe, kretprobe, iterator, none, uprobe, perf_event };
+// The last value of each enum: recordings (collector/record) refuse a byte beyond it as
+// corruption, so a value appended to an enum is appended here too, in the same commit.
+constexpr Stage kLastStage = Stage::none;
+constexpr Severity kLastSeverity = Severity::critical;
+constexpr WaitKind kLastWaitKind = WaitKind::other;
+constexpr CarrierState kLastCarrierState = CarrierState::blocked;
+constexpr ProbeFamily kLastProbeFamily = ProbeFamily::tree;
+constexpr AttachType kLastAttachType = AttachType::perf_event;
 const char* contract_name(AttachType v);
 
 // The contract's string for each value: "accept_queue", "critical", "futex", "stalled", "sock".

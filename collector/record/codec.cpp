@@ -8,19 +8,19 @@ namespace qscope::record {
 namespace {
 
 // The last value of each enum the format stores: a byte beyond it is corruption.
-constexpr uint64_t last_value(Stage) { return static_cast<uint64_t>(Stage::none); }
-constexpr uint64_t last_value(Severity) { return static_cast<uint64_t>(Severity::critical); }
-constexpr uint64_t last_value(WaitKind) { return static_cast<uint64_t>(WaitKind::other); }
-constexpr uint64_t last_value(CarrierState) { return static_cast<uint64_t>(CarrierState::blocked); }
-constexpr uint64_t last_value(ProbeFamily) { return static_cast<uint64_t>(ProbeFamily::jvm); }
-constexpr uint64_t last_value(AttachType) { return static_cast<uint64_t>(AttachType::none); }
+constexpr uint64_t last_value(Stage) { return static_cast<uint64_t>(kLastStage); }
+constexpr uint64_t last_value(Severity) { return static_cast<uint64_t>(kLastSeverity); }
+constexpr uint64_t last_value(WaitKind) { return static_cast<uint64_t>(kLastWaitKind); }
+constexpr uint64_t last_value(CarrierState) { return static_cast<uint64_t>(kLastCarrierState); }
+constexpr uint64_t last_value(ProbeFamily) { return static_cast<uint64_t>(kLastProbeFamily); }
+constexpr uint64_t last_value(AttachType) { return static_cast<uint64_t>(kLastAttachType); }
 
 // ---- the field lists: one per struct, in declaration order; append new fields at the end ----
 template <class V> void fields(V& v, RecordHeader& x) {
     v(x.qscope_version); v(x.selector); v(x.pid); v(x.comm); v(x.cmdline); v(x.start_time_ticks);
     v(x.hostname); v(x.interval_seconds); v(x.started_unix_ms);
 }
-template <class V> void fields(V& v, ProbeAttach& x) { v(x.family); v(x.hook); v(x.attach); v(x.via); }
+template <class V> void fields(V& v, ProbeAttach& x) { v(x.family); v(x.hook); v(x.attach); v(x.via); v(x.off); }
 template <class V> void fields(V& v, ProcessInfo& x) { v(x.pid); v(x.comm); v(x.role); v(x.threads); }
 template <class V> void fields(V& v, TargetInfo& x) {
     v(x.pid); v(x.comm); v(x.cmdline); v(x.threads); v(x.processes); v(x.follows_children);
@@ -31,7 +31,7 @@ template <class V> void fields(V& v, Quantiles& x) { v(x.p50); v(x.p90); v(x.p99
 template <class V> void fields(V& v, Listener& x) {
     v(x.port); v(x.addr); v(x.unix_path); v(x.backlog); v(x.accept_queue); v(x.accept_queue_max); v(x.accepted);
     v(x.accept_wait); v(x.overflows); v(x.processes); v(x.workers); v(x.accepted_total); v(x.overflows_total);
-    v(x.accept_wait_total);
+    v(x.accept_wait_total); v(x.connections); v(x.acceptor_tid); v(x.acceptor_blocked_in); v(x.seconds_since_accept);
 }
 template <class V> void fields(V& v, PortRequests& x) {
     v(x.port); v(x.unix_path); v(x.in_flight); v(x.waiting_unread); v(x.completed_total);
@@ -40,7 +40,10 @@ template <class V> void fields(V& v, PortRequests& x) {
 template <class V> void fields(V& v, Requests& x) {
     v(x.in_flight); v(x.in_flight_max); v(x.waiting_unread); v(x.waiting_unread_max); v(x.completed);
     v(x.rate_per_second); v(x.latency); v(x.oldest_in_flight_seconds); v(x.oldest_unread_seconds); v(x.status);
-    v(x.connections); v(x.ports);
+    v(x.connections); v(x.ports); v(x.tls);
+}
+template <class V> void fields(V& v, TlsSeen& x) {
+    v(x.probing); v(x.libraries); v(x.connections); v(x.plaintext_connections); v(x.h2_connections);
 }
 template <class V> void fields(V& v, DownstreamPeer& x) {
     v(x.peer); v(x.connections); v(x.busy); v(x.busy_max); v(x.calls); v(x.call); v(x.oldest_busy_seconds);

@@ -1,5 +1,7 @@
 #include "model/snapshot.h"
 
+#include "model/loops.h"
+
 namespace qscope {
 
 const char* contract_name(Stage v) {
@@ -76,6 +78,10 @@ std::vector<ProbeFamily> ProbeFamilies::list() const {
 
 bool pool_saturated(const DownstreamPeer& d) {
     return d.connections > 0 && (d.busy >= d.connections || (d.busy_max >= d.connections && d.busy > 0));
+}
+
+bool carriers_saturated(const Carriers& c) {
+    return c.detected && c.procs > 0 && c.busy >= kLoopSaturated * c.procs;
 }
 
 }  // namespace qscope

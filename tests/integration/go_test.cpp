@@ -14,10 +14,12 @@
 //  - cpu: GOMAXPROCS=2, a CPU-bound handler, 100 clients. carriers.procs == the program's
 //    runtime.GOMAXPROCS(0); each carrier's utilization within 0.10 of its CPU + runqueue share
 //    (schedstat) and the carriers' busy within 0.25 of the sum; busy >= 1.8 of 2 (saturated);
-//    parked_in_runtime within 10 of the program's in-flight count minus the 2 running; the
-//    verdict names the Go scheduler's Ps.
+//    parked_in_runtime within 10 of the program's in-flight count minus the 2 running, and
+//    qscope's in flight within 10 of the program's; the verdict names the Go scheduler's Ps.
 // Ports 26100-26199.
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -179,6 +181,11 @@ TEST_CASE("go pool: requests parked in the Go runtime wait at the pool", "[go][i
     CHECK(std::abs(static_cast<double>(r.acquire_after) - r.after["waiting"].get<double>()) <= 2);
     CHECK(oracle >= 90);  // the scenario holds: ~96 goroutines wait for a connection
     const double parked = s["parked_in_runtime"].get<double>();
+    std::printf("go pool: parked %.0f vs goroutines in main.acquireConn %llu/%llu (before/after) and waiting %lld; "
+                "threads %d, idle %d\n",
+                parked, static_cast<unsigned long long>(r.acquire_before),
+                static_cast<unsigned long long>(r.acquire_after), r.after["waiting"].get<long long>(),
+                c["threads"].get<int>(), c["idle"].get<int>());
     CHECK(std::abs(parked - oracle) <= 6);
     CHECK(std::abs(parked - r.after["waiting"].get<double>()) <= 6);
 
@@ -247,8 +254,15 @@ TEST_CASE("go cpu: GOMAXPROCS=2, every P busy, goroutines parked behind them", "
     CHECK(cpu_sum >= 1.0);                  // really CPU-bound (the box is shared)
 
     // Parked: everything in flight beyond the goroutines on the 2 Ps.
+    // The connection readers run on the same 2 Ps as the handlers: part of the 100 requests
+    // wait unread (the connector), the rest in the handler, most of them for a P.
     const double in_flight = (r.before["in_flight"].get<double>() + r.after["in_flight"].get<double>()) / 2;
-    CHECK(in_flight >= 90);
+    std::printf("go cpu: busy %.3f of %d (schedstat CPU+runqueue %.3f, CPU %.3f); parked %.0f vs program in flight "
+                "%.1f - 2; qscope in flight %.0f\n",
+                c["busy"].get<double>(), c["procs"].get<int>(), oracle_busy, cpu_sum,
+                s["parked_in_runtime"].get<double>(), in_flight, s["requests"]["in_flight"].get<double>());
+    CHECK(in_flight >= 50);
+    CHECK(std::abs(s["requests"]["in_flight"].get<double>() - in_flight) <= 10);
     CHECK(std::abs(s["parked_in_runtime"].get<double>() - (in_flight - 2)) <= 10);
     CHECK(r.after["computing"].get<double>() >= in_flight - 10);  // they wait inside the handler, for a P
 

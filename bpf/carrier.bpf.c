@@ -64,6 +64,8 @@ static __always_inline int read_mounted(__u64 jt, __s32 nr)
 {
 	if (mount_mode == QS_MOUNT_GENERIC)
 		return !qs_sys_carrier_idle(nr);
+	if (mount_mode == QS_MOUNT_GO)
+		return !qs_sys_go_idle(nr);
 	if (!jt)
 		return 0;
 	if (mount_mode == QS_MOUNT_CONT_ENTRY) {

@@ -18,6 +18,7 @@ enum qs_mount_mode {
 	QS_MOUNT_GENERIC = 0,	 /* blocked in anything but futex/epoll waits */
 	QS_MOUNT_CONT_ENTRY = 1, /* *(u64 *)(jt + off_a) != 0: JavaThread::_cont_entry (JDK 21+) */
 	QS_MOUNT_OOPHANDLES = 2, /* **(jt + off_a) != **(jt + off_b): _vthread vs _threadObj */
+	QS_MOUNT_GO = 3,	 /* Go's Ms: blocked in anything but qs_sys_go_idle (futex, epoll, sleep) */
 };
 
 enum qs_carrier_run_state {

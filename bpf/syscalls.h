@@ -118,6 +118,15 @@ static __always_inline int qs_sys_carrier_idle(long long nr)
 	return c == QS_SC_FUTEX || c == QS_SC_EPOLL;
 }
 
+/* A Go M with no goroutine to run: parked on its note in futex (runtime.stopm, notesleep,
+ * templateThread), the netpoller in epoll_pwait, or sleeping in nanosleep (sysmon's usleep,
+ * a spinning M's usleep(3) in runqgrab). A goroutine's own sleeps are runtime timers, never
+ * a nanosleep, so the sleep class holds no goroutine here. */
+static __always_inline int qs_sys_go_idle(long long nr)
+{
+	return qs_sys_carrier_idle(nr) || qs_sys_class(nr) == QS_SC_SLEEP;
+}
+
 /* Waiting for work (the verdict): what a thread sits in when it holds no request. Wider
  * than carrier idle because it judges any thread, and sees only waits on no socket and no
  * file (those are downstream calls or file I/O, judged by their resource):

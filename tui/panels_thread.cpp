@@ -260,6 +260,14 @@ PanelBody carriers_panel(const Snapshot& s, const UiState& ui, int width) {
                      {d + std::to_string(c.idle) + " idle", Role::normal},
                      {d + std::to_string(c.runnable) + " runnable", count_role(c.runnable, Role::warn)},
                      {d + std::to_string(c.stalled) + " stalled", count_role(c.stalled, Role::critical)}});
+    if (c.procs > 0) {
+        // Go: how many of the Ps the carriers kept busy; all of them is the scheduler's limit.
+        char busy[32];
+        std::snprintf(busy, sizeof busy, "%.2f", c.busy);
+        add_text_row(b, {{"GOMAXPROCS " + std::to_string(c.procs) + ": ", Role::dim},
+                         {std::string("busy ") + busy + " of " + std::to_string(c.procs) + " Ps",
+                          carriers_saturated(c) ? Role::critical : Role::normal}});
+    }
     if (!c.per_carrier.empty()) add_state_strip(b, c, width, ui.unicode);
     if (!c.stalls.empty()) add_stall_table(b, s, ui, width);
     if (!c.loops.empty()) add_loop_table(b, s, ui, width);

@@ -63,6 +63,28 @@ std::string lock_wait_frame(const std::vector<std::string>& frames) {
     return {};
 }
 
+std::string go_idle_frame(const std::vector<std::string>& frames) {
+    // The innermost match names the wait; any of them means the M holds no goroutine.
+    static constexpr std::string_view kGoIdle[] = {
+        "runtime.stopm",     "runtime.mPark",        "runtime.notesleep",   "runtime.notetsleepg",
+        "runtime.notetsleep", "runtime.templateThread", "runtime.netpoll",   "runtime.sysmon",
+        "runtime.gcstopm",   "runtime.stoplockedm",  "runtime.stopTheWorldWithSema"};
+    for (const auto& f : frames) {
+        const std::string fn = frame_function(f);
+        for (auto idle : kGoIdle)
+            if (fn == idle) return fn;
+    }
+    return {};
+}
+
+bool go_cgo_call(const std::vector<std::string>& frames) {
+    for (const auto& f : frames) {
+        const std::string fn = frame_function(f);
+        if (fn == "runtime.cgocall" || fn == "runtime.asmcgocall") return true;
+    }
+    return false;
+}
+
 std::string first_app_frame(const std::vector<std::string>& frames) {
     std::string last_runtime;
     for (const auto& f : frames) {

@@ -35,4 +35,15 @@ std::string lock_wait_frame(const std::vector<std::string>& frames);
 // is dispatched from, never where it spent its time.
 bool is_event_loop_frame(const std::string& frame);
 
+// Go's runtime. An M (an OS thread of Go's scheduler) with no goroutine to run waits under
+// one of these frames: parked on its note (runtime.stopm → mPark → notesleep, the
+// templateThread, stopTheWorld's waits), the netpoller (runtime.netpoll in epoll_pwait), or
+// sysmon between its rounds. Returns that frame's function ("runtime.stopm"), or "" when the
+// stack shows none of them: a futex wait outside them (a cgo call's pthread lock) holds the
+// goroutine it runs. Verified on Go 1.19.
+std::string go_idle_frame(const std::vector<std::string>& frames);
+// A goroutine's call into C (runtime.cgocall, runtime.asmcgocall): the M is held for its whole
+// length, like a blocking syscall.
+bool go_cgo_call(const std::vector<std::string>& frames);
+
 }  // namespace qscope

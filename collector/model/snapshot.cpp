@@ -1,5 +1,7 @@
 #include "model/snapshot.h"
 
+#include "model/loops.h"
+
 namespace qscope {
 
 const char* contract_name(Stage v) {
@@ -83,6 +85,10 @@ bool connection_limit_reached(const Listener& l) {
     const bool full = (l.backlog > 0 && l.accept_queue >= l.backlog) || l.overflows > 0;
     const bool stopped = l.seconds_since_accept >= 1.0 && (l.acceptor_tid == 0 || !l.acceptor_blocked_in.empty());
     return full && l.accept_queue > 0 && l.connections > 0 && stopped;
+}
+
+bool carriers_saturated(const Carriers& c) {
+    return c.detected && c.procs > 0 && c.busy >= kLoopSaturated * c.procs;
 }
 
 }  // namespace qscope

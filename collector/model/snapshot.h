@@ -239,6 +239,7 @@ struct CarrierThread {
     int tid = 0;
     std::string name;
     CarrierState state = CarrierState::running;
+    double utilization = 0;             // window: share on a CPU or runnable (holding its work), 0..1
 };
 
 // An event loop's turn that lasted at least the stall threshold: where its time went.
@@ -296,7 +297,7 @@ struct ThreadServing {
 struct Carriers {
     bool detected = false;
     std::string pattern;                // the regex or the built-in pattern's name
-    std::string runtime;                // "jvm" or "generic"
+    std::string runtime;                // "jvm", "go" or "generic"
     bool mount_state_known = false;     // JavaThread fields read (JDK 21+)
     int threads = 0, running = 0, idle = 0, runnable = 0, stalled = 0;
     uint64_t stall_events = 0;          // window
@@ -306,10 +307,17 @@ struct Carriers {
     std::vector<CarrierStall> stalls;   // longest recent first
     std::vector<CarrierThread> per_carrier;
     Histogram stall_total;              // since attach
+    double busy = 0;                    // window: carriers on a CPU or runnable, on average (sum of utilization)
+    int procs = 0;                      // Go: GOMAXPROCS now (runtime.gomaxprocs), 0 otherwise or unread
     // Event loops (any runtime), busiest first; JVM carriers above are unaffected.
     std::vector<EventLoop> loops;
     double loop_stall_threshold_seconds = 0.02;
 };
+
+// Go: every P is taken — the carriers were on a CPU or runnable, on average, for as many
+// threads as GOMAXPROCS for the saturated share of the window (model/loops.h kLoopSaturated).
+// Goroutines beyond them wait in the runtime's run queues for a P.
+bool carriers_saturated(const Carriers& c);
 
 struct StageCount {
     Stage stage = Stage::none;

@@ -457,6 +457,8 @@ SyscallClass syscall_class(int64_t nr) { return static_cast<SyscallClass>(qs_sys
 
 bool carrier_idle_syscall(int64_t nr) { return qs_sys_carrier_idle(nr); }
 
+bool go_idle_syscall(int64_t nr) { return qs_sys_go_idle(nr); }
+
 bool waiting_for_work_syscall(int64_t nr) { return qs_sys_waiting_for_work(nr); }
 
 }  // namespace qscope

@@ -20,6 +20,8 @@ SyscallClass syscall_class(int64_t nr);
 
 // Where a generic runtime parks a carrier with no task (futex, epoll): qs_sys_carrier_idle.
 bool carrier_idle_syscall(int64_t nr);
+// Where a Go M with no goroutine waits (futex, epoll, sleep): qs_sys_go_idle.
+bool go_idle_syscall(int64_t nr);
 // What a thread holding no request sits in, for the verdict: qs_sys_waiting_for_work, whose
 // comment says why reads and sleeps count.
 bool waiting_for_work_syscall(int64_t nr);

@@ -34,8 +34,15 @@ std::string fmt_count(uint64_t n) {
     return out;
 }
 
-// A wait at a gate: a futex, or a lock wait that looks like an idle poll (ProcSleep).
-bool at_a_gate(const Wait& w) { return w.kind == WaitKind::futex || !lock_wait_frame(w.stack).empty(); }
+// A wait at a gate: a futex, or a lock wait that looks like an idle poll (ProcSleep). A Go M
+// parked under the runtime's idle frames (runtime.stopm) waits for work, not at a gate.
+bool at_a_gate(const Wait& w) {
+    if (!go_idle_frame(w.stack).empty()) return false;
+    return w.kind == WaitKind::futex || !lock_wait_frame(w.stack).empty();
+}
+
+// Where requests with no OS thread wait: "the Go runtime", "the runtime" (virtual threads).
+std::string parked_where(const Snapshot& s) { return s.carriers.runtime == "go" ? "the Go runtime" : "the runtime"; }
 
 // A gate's name: the lock-wait frame, else its first application frame ("pool_borrow",
 // "HikariPool.getConnection").
@@ -208,21 +215,21 @@ const DownstreamPeer* busiest_peer(const Snapshot& s) {
     return best && best->busy > 0 ? best : nullptr;
 }
 
-// Parked virtual threads wait for whatever is scarce: a saturated pool if there is one,
-// else the carriers when they are stalled (counted there), else an unnamed gate in the
-// runtime.
+// Parked virtual threads and goroutines wait for whatever is scarce: a saturated pool if
+// there is one, else the carriers when they are stalled or (Go) every P is busy (counted
+// there), else an unnamed gate in the runtime.
 uint64_t parked_at_gate(const Snapshot& s, bool pool_is_saturated) {
-    const bool carriers_stalled = s.carriers.detected && s.carriers.stalled > 0;
-    return (carriers_stalled && !pool_is_saturated) ? 0 : s.parked_in_runtime;
+    const bool carriers_held = s.carriers.detected && (s.carriers.stalled > 0 || carriers_saturated(s.carriers));
+    return (carriers_held && !pool_is_saturated) ? 0 : s.parked_in_runtime;
 }
 
 // Waiters in front of a peer whose every connection is busy: that is a pool, and its size
 // is the limit.
 Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const PoolGate& pool) {
     std::string how = in.futex_waiters ? fmt_count(in.futex_waiters) + " threads waiting"
-                                       : fmt_count(s.parked_in_runtime) + " requests parked in the runtime";
+                                       : fmt_count(s.parked_in_runtime) + " requests parked in " + parked_where(s);
     if (in.futex_waiters && s.parked_in_runtime)
-        how += ", " + fmt_count(s.parked_in_runtime) + " parked in the runtime";
+        how += ", " + fmt_count(s.parked_in_runtime) + " parked in " + parked_where(s);
     return {Stage::gate, "pool to " + pool.peer,
             "requests queue at the pool to " + pool.peer + ": " + fmt_count(pool.busy) + " of " +
                 fmt_count(pool.connections) + " connections busy, " + how,
@@ -236,7 +243,7 @@ Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_to
                                                       fmt_count(in.futex_waiters) +
                                                       (lock ? " waiting in " : " threads blocked in ") + where +
                                                       (in.top_gate ? " (" + in.top_gate->group + ")" : "")
-                                                : fmt_count(s.parked_in_runtime) + " requests parked in the runtime";
+                                                : fmt_count(s.parked_in_runtime) + " requests parked in " + parked_where(s);
     return {Stage::gate, where, detail, gate_total};
 }
 
@@ -272,9 +279,24 @@ std::optional<Candidate> syscall_stage(const Inside& in) {
                      in.syscall_waiters};
 }
 
+// Go with every P busy: the goroutines no pool explains wait in the runtime's run queues.
+std::optional<Candidate> saturated_carriers_stage(const Snapshot& s, uint64_t parked_elsewhere) {
+    const auto& c = s.carriers;
+    char busy[32];
+    std::snprintf(busy, sizeof busy, "%.2f", c.busy);
+    const std::string procs = std::to_string(c.procs);
+    return Candidate{Stage::carriers, c.pattern,
+                     "requests queue for the Go scheduler's " + procs + " Ps (GOMAXPROCS=" + procs + "): carriers busy " +
+                         busy + " of " + procs + " over the window, " + fmt_count(parked_elsewhere) +
+                         " requests parked in the Go runtime",
+                     parked_elsewhere + static_cast<uint64_t>(c.running + c.runnable)};
+}
+
 // Stalled carriers hold up their own virtual threads and the parked ones no pool explains.
 std::optional<Candidate> carriers_stage(const Snapshot& s, uint64_t parked_elsewhere) {
     const auto& c = s.carriers;
+    if (c.detected && c.stalled <= 0 && carriers_saturated(c) && parked_elsewhere > 0)
+        return saturated_carriers_stage(s, parked_elsewhere);
     if (!c.detected || c.stalled <= 0) return std::nullopt;
     return Candidate{Stage::carriers, c.pattern,
                      std::to_string(c.stalled) + " of " + std::to_string(c.threads) + " carrier threads stalled" +

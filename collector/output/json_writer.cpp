@@ -189,7 +189,8 @@ static json carriers_json(const Carriers& c) {
                           {"stack", st.stack}});
     json per = json::array();
     for (const auto& t : c.per_carrier)
-        per.push_back({{"tid", t.tid}, {"name", t.name}, {"state", contract_name(t.state)}});
+        per.push_back({{"tid", t.tid}, {"name", t.name}, {"state", contract_name(t.state)},
+                       {"utilization", t.utilization}});
     return {{"detected", c.detected},
             {"pattern", c.pattern},
             {"runtime", c.runtime},
@@ -205,6 +206,8 @@ static json carriers_json(const Carriers& c) {
             {"stalls", stalls},
             {"per_carrier", per},
             {"loops", loops_json(c.loops)},
+            {"busy", c.busy},
+            {"procs", c.procs},
             {"loop_stall_threshold_seconds", secs(c.loop_stall_threshold_seconds)}};
 }
 
@@ -336,6 +339,11 @@ static void render_threads(std::ostringstream& o, const Snapshot& s) {
         o << "  " << c.pattern << ": " << c.threads << " carriers, " << c.running << " running, " << c.idle
           << " idle, " << c.runnable << " runnable, " << c.stalled << " stalled; " << c.stall_events
           << " stall events\n";
+        if (c.procs > 0) {
+            char busy[32];
+            std::snprintf(busy, sizeof busy, "%.2f", c.busy);
+            o << "    GOMAXPROCS " << c.procs << ": carriers busy " << busy << " on average over the window\n";
+        }
         for (const auto& st : c.stalls)
             o << "    tid " << st.tid << " " << st.reason << " in " << st.syscall << " for " << ms(st.seconds)
               << (st.ongoing ? " (ongoing)" : "") << "\n";

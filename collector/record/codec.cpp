@@ -62,7 +62,7 @@ template <class V> void fields(V& v, Wait& x) {
 template <class V> void fields(V& v, CarrierStall& x) {
     v(x.tid); v(x.syscall); v(x.reason); v(x.seconds); v(x.ongoing); v(x.stack);
 }
-template <class V> void fields(V& v, CarrierThread& x) { v(x.tid); v(x.name); v(x.state); }
+template <class V> void fields(V& v, CarrierThread& x) { v(x.tid); v(x.name); v(x.state); v(x.utilization); }
 template <class V> void fields(V& v, LoopStall& x) {
     v(x.seconds); v(x.on_cpu_seconds); v(x.blocked_seconds); v(x.syscall); v(x.resource); v(x.stack);
 }
@@ -79,7 +79,7 @@ template <class V> void fields(V& v, ThreadServing& x) {
 template <class V> void fields(V& v, Carriers& x) {
     v(x.detected); v(x.pattern); v(x.runtime); v(x.mount_state_known); v(x.threads); v(x.running); v(x.idle);
     v(x.runnable); v(x.stalled); v(x.stall_events); v(x.stall_events_total); v(x.vm_waits); v(x.stalls);
-    v(x.per_carrier); v(x.stall_total); v(x.loops); v(x.loop_stall_threshold_seconds);
+    v(x.per_carrier); v(x.stall_total); v(x.loops); v(x.loop_stall_threshold_seconds); v(x.busy); v(x.procs);
 }
 template <class V> void fields(V& v, StageCount& x) { v(x.stage); v(x.where); v(x.waiting); }
 template <class V> void fields(V& v, PoolGate& x) { v(x.peer); v(x.busy); v(x.connections); v(x.waiters); }

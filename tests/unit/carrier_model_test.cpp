@@ -54,6 +54,40 @@ TEST_CASE("carrier state: generic runtimes idle in futex/epoll only", "[carrier]
     CHECK_FALSE(carrier_idle_syscall(35));
 }
 
+TEST_CASE("carrier state: a Go M also idles in a sleep (sysmon)", "[carrier][go]") {
+    Observation o;
+    o.generic = true;
+    o.go = true;
+    o.proc_state = 'S';
+    o.proc_syscall = 35;  // nanosleep: sysmon's usleep
+    CHECK(classify(o) == CarrierState::idle);
+    o.proc_syscall = 281;  // epoll_pwait: the netpoller
+    CHECK(classify(o) == CarrierState::idle);
+    o.proc_syscall = 0;  // read: a goroutine in a blocking syscall holds the M
+    CHECK(classify(o) == CarrierState::stalled);
+    o.go = false;
+    o.proc_syscall = 35;
+    CHECK(classify(o) == CarrierState::stalled);  // other generic runtimes: a sleep holds the task
+}
+
+TEST_CASE("carrier utilization: on a CPU or runnable over the window", "[carrier]") {
+    qs_carrier k{};
+    k.state_ns[QS_CS_RUNNING] = 300;
+    k.state_ns[QS_CS_RUNNABLE] = 100;
+    k.state_ns[QS_CS_IDLE] = 5000;
+    k.state = QS_CS_IDLE;
+    k.since_ns = 1000;
+    CHECK(busy_ns(k, 2000) == 400);  // idle now: only the states it left
+    k.state = QS_CS_RUNNING;
+    CHECK(busy_ns(k, 2000) == 1400);  // running since 1000
+    k.since_ns = 0;                   // no event since registration: nothing known to add
+    CHECK(busy_ns(k, 2000) == 400);
+    CHECK(utilization(400, 900, 1000, 2000) == Approx(0.5));
+    CHECK(utilization(0, 5000, 1000, 2000) == 1.0);  // clamped
+    CHECK(utilization(500, 400, 1000, 2000) == 0);   // a baseline ahead of the counter
+    CHECK(utilization(0, 100, 2000, 2000) == 0);     // an empty window
+}
+
 TEST_CASE("stall reasons and syscall labels", "[carrier]") {
     CHECK(stall_reason(202, true) == "pinned park");
     CHECK(stall_reason(202, false) == "futex wait");

@@ -22,3 +22,36 @@ TEST_CASE("runtime frames: by module, else by function name; JIT addresses are t
                            "worker_main+0x52"}) == "ConnQueue::pop");
     CHECK(first_app_frame({"futex_wait+0x10 (libc.so.6)"}).empty());
 }
+
+// Go 1.19's Ms, as qscope symbolized their waits in qs_gopool (tests/apps/go), innermost first.
+TEST_CASE("go: an M with no goroutine waits under the runtime's idle frames", "[frames][go]") {
+    const std::vector<std::string> stopm = {"runtime.futex.abi0+0x23 (qs_gopool)", "runtime.futexsleep+0x36 (qs_gopool)",
+                                            "runtime.notesleep+0x87 (qs_gopool)", "runtime.stopm+0x8c (qs_gopool)",
+                                            "runtime.findRunnable+0x9e8 (qs_gopool)", "runtime.schedule+0xbe (qs_gopool)"};
+    CHECK(go_idle_frame(stopm) == "runtime.notesleep");
+    CHECK(go_idle_frame({"runtime.futex.abi0+0x23 (qs_gopool)", "runtime.futexsleep+0x36 (qs_gopool)",
+                         "runtime.notesleep+0x87 (qs_gopool)", "runtime.templateThread+0x71 (qs_gopool)",
+                         "runtime.mstart1+0x93 (qs_gopool)"}) == "runtime.notesleep");
+    CHECK(go_idle_frame({"runtime.epollwait.abi0+0x20 (qs_gopool)", "runtime.netpoll+0xdc (qs_gopool)",
+                         "runtime.findRunnable+0x6a5 (qs_gopool)", "runtime.schedule+0xbe (qs_gopool)"}) ==
+          "runtime.netpoll");
+    CHECK(go_idle_frame({"runtime.futex.abi0+0x23 (qs_gopool)", "runtime.futexsleep+0xaf (qs_gopool)",
+                         "runtime.notetsleep_internal+0xc5 (qs_gopool)", "runtime.notetsleep+0x34 (qs_gopool)",
+                         "runtime.sysmon+0x1c9 (qs_gopool)"}) == "runtime.notetsleep");
+    CHECK(go_idle_frame({"runtime.usleep.abi0+0x3d (qs_gopool)", "runtime.sysmon+0x9c (qs_gopool)"}) ==
+          "runtime.sysmon");
+    // A goroutine's own blocking call holds its M: not idle.
+    CHECK(go_idle_frame({"syscall.Syscall+0x19 (qs_gopool)", "syscall.read+0x4d (qs_gopool)",
+                         "main.slowHandler+0x4a (qs_gopool)"})
+              .empty());
+    // A cgo call blocked on a pthread lock: a futex wait outside the idle frames, a stall.
+    const std::vector<std::string> cgo = {"__futex_abstimed_wait_common+0x174 (libc.so.6)",
+                                          "___pthread_mutex_lock+0x8f (libc.so.6)", "lib_call+0x12 (libfoo.so)",
+                                          "runtime.asmcgocall+0x44 (qs_gopool)", "runtime.cgocall+0x5c (qs_gopool)",
+                                          "main._Cfunc_lib_call+0x2d (qs_gopool)"};
+    CHECK(go_idle_frame(cgo).empty());
+    CHECK(go_cgo_call(cgo));
+    CHECK_FALSE(go_cgo_call(stopm));
+    // By function name, not by prefix: runtime.stopmX is not runtime.stopm.
+    CHECK(go_idle_frame({"runtime.stopmX+0x1 (qs_gopool)"}).empty());
+}

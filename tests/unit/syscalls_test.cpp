@@ -39,6 +39,7 @@ TEST_CASE("syscall classes: the C++ lookup is the BPF predicate", "[syscalls]") 
         CHECK(static_cast<int>(syscall_class(nr)) == qs_sys_class(nr));
         CHECK(carrier_idle_syscall(nr) == (qs_sys_carrier_idle(nr) != 0));
         CHECK(waiting_for_work_syscall(nr) == (qs_sys_waiting_for_work(nr) != 0));
+        CHECK(go_idle_syscall(nr) == (qs_sys_go_idle(nr) != 0));
     }
     CHECK(syscall_class(SYS_futex) == SyscallClass::futex);
     CHECK(syscall_class(SYS_epoll_wait) == SyscallClass::epoll);
@@ -73,4 +74,17 @@ TEST_CASE("carrier idle and waiting for work: two named rules over the same clas
         CHECK_FALSE(waiting_for_work_syscall(syscall_number(busy)));
     }
     CHECK_FALSE(waiting_for_work_syscall(syscall_number("other")));  // a full waits map's row
+}
+
+TEST_CASE("go: an M idles in futex, epoll and sleeps; anything else holds a goroutine", "[syscalls][go]") {
+    for (const char* idle : {"futex", "epoll_pwait", "epoll_wait", "nanosleep", "clock_nanosleep"}) {
+        INFO(idle);
+        CHECK(go_idle_syscall(syscall_number(idle)));
+    }
+    for (const char* busy : {"read", "write", "openat", "fsync", "flock", "wait4", "poll", "connect"}) {
+        INFO(busy);
+        CHECK_FALSE(go_idle_syscall(syscall_number(busy)));
+    }
+    for (int64_t nr = 0; nr < 480; ++nr)
+        if (carrier_idle_syscall(nr)) CHECK(go_idle_syscall(nr));
 }

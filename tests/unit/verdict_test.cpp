@@ -293,3 +293,64 @@ TEST_CASE("Unix sockets: nginx waits on php-fpm's socket; php-fpm's queue is nam
     CHECK(fpm.verdict.where == "unix:/run/php/php8.2-fpm.sock");
     CHECK(fpm.verdict.summary == "26 connections in the accept queue of unix:/run/php/php8.2-fpm.sock (backlog 511)");
 }
+
+// Go: goroutines have no OS thread; the Ms are the carriers (every thread of the program).
+static Snapshot go_snapshot(uint64_t in_flight) {
+    Snapshot s;
+    s.listeners.push_back(listener(8080, 0, 4096));
+    s.requests.in_flight = in_flight;
+    s.carriers.detected = true;
+    s.carriers.runtime = "go";
+    s.carriers.pattern = "Go scheduler threads (Ms, go1.19.8)";
+    s.carriers.procs = 2;
+    for (int i = 0; i < 6; i++) s.carriers.per_carrier.push_back({100 + i, "qs_gopool", CarrierState::idle});
+    s.carriers.threads = 6;
+    ThreadGroup g;
+    g.name = "qs_gopool";
+    g.threads = 6;
+    g.blocked = 5;
+    g.blocked_by["futex"] = 4;  // idle Ms parked on their notes
+    g.blocked_by["epoll_pwait"] = 1;
+    s.thread_groups.push_back(g);
+    return s;
+}
+
+TEST_CASE("go: goroutines parked at a saturated pool, idle Ms not waiting", "[verdict][go]") {
+    Snapshot s = go_snapshot(100);
+    s.carriers.idle = 5;
+    s.carriers.running = 1;
+    s.carriers.busy = 0.2;
+    s.downstream.push_back(peer("127.0.0.1:5432", 4, 4));
+    s.waits.push_back(futex_wait("qs_gopool", 4,
+                                 {"runtime.futex.abi0+0x23 (qs_gopool)", "runtime.futexsleep+0x3c (qs_gopool)",
+                                  "runtime.notesleep+0x87 (qs_gopool)", "runtime.stopm+0x95 (qs_gopool)"}));
+    compute_verdict(s);
+    CHECK(s.parked_in_runtime == 100 - 4 - 1);
+    CHECK(s.verdict.stage == Stage::gate);
+    CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
+    CHECK(s.verdict.summary ==
+          "requests queue at the pool to 127.0.0.1:5432: 4 of 4 connections busy, 95 requests parked in the Go runtime");
+    for (const auto& r : s.verdict.ranking) CHECK(!(r.stage == Stage::gate && r.where.rfind("pool to ", 0) != 0));
+}
+
+TEST_CASE("go: every P busy, goroutines wait for one", "[verdict][go]") {
+    Snapshot s = go_snapshot(100);
+    s.carriers.running = 2;
+    s.carriers.idle = 4;
+    s.carriers.busy = 1.97;
+    compute_verdict(s);
+    CHECK(s.parked_in_runtime == 98);
+    CHECK(s.verdict.stage == Stage::carriers);
+    CHECK(s.verdict.summary ==
+          "requests queue for the Go scheduler's 2 Ps (GOMAXPROCS=2): carriers busy 1.97 of 2 over the window, 98 "
+          "requests parked in the Go runtime");
+    CHECK(s.verdict.waiting == 100);
+    // Not saturated (an app that waits on something qscope does not see): an unnamed gate in
+    // the runtime, as for virtual threads.
+    Snapshot t = go_snapshot(100);
+    t.carriers.running = 1;
+    t.carriers.busy = 0.5;
+    compute_verdict(t);
+    CHECK(t.verdict.stage == Stage::gate);
+    CHECK(t.verdict.summary == "99 requests parked in the Go runtime");
+}

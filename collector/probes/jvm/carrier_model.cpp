@@ -2,6 +2,7 @@
 
 #include <linux/types.h>
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "carrier.h"
@@ -59,6 +60,18 @@ std::string vm_wait_reason(const std::vector<std::string>& stack) {
     return {};
 }
 
+uint64_t busy_ns(const qs_carrier& k, uint64_t now_ns) {
+    uint64_t busy = k.state_ns[QS_CS_RUNNING] + k.state_ns[QS_CS_RUNNABLE];
+    if ((k.state == QS_CS_RUNNING || k.state == QS_CS_RUNNABLE) && k.since_ns && now_ns > k.since_ns)
+        busy += now_ns - k.since_ns;
+    return busy;
+}
+
+double utilization(uint64_t busy_from, uint64_t busy_now, uint64_t from_ns, uint64_t now_ns) {
+    if (now_ns <= from_ns || busy_now <= busy_from) return 0;
+    return std::min(1.0, static_cast<double>(busy_now - busy_from) / static_cast<double>(now_ns - from_ns));
+}
+
 CarrierState classify(const Observation& o) {
     switch (o.bpf_state) {
         case QS_CS_RUNNING: return CarrierState::running;
@@ -72,7 +85,8 @@ CarrierState classify(const Observation& o) {
     if (o.proc_state == 'R' || o.proc_state == 0) return CarrierState::running;
     if (o.generic) {
         if (o.proc_syscall == -2) return CarrierState::idle;
-        return carrier_idle_syscall(o.proc_syscall) ? CarrierState::idle : CarrierState::stalled;
+        const bool idle = o.go ? go_idle_syscall(o.proc_syscall) : carrier_idle_syscall(o.proc_syscall);
+        return idle ? CarrierState::idle : CarrierState::stalled;
     }
     return o.mounted_now == 1 ? CarrierState::stalled : CarrierState::idle;
 }

@@ -7,6 +7,8 @@
 
 #include "model/snapshot.h"
 
+struct qs_carrier;
+
 namespace qscope::carrier {
 
 // What is known about one carrier at a tick.
@@ -16,6 +18,7 @@ struct Observation {
     int mounted_now = -1;       // JVM: JavaThread mount fields read now; -1 unknown
     int64_t proc_syscall = -2;  // /proc/.../syscall: nr, -1 running, -2 unknown
     bool generic = false;       // not a JVM: "mounted" = blocked in a non-idle syscall
+    bool go = false;            // with generic: a Go M, also idle in a sleep (go_idle_syscall)
 };
 
 // running, runnable, idle or stalled (never blocked: that takes a stack, see jvm_source).
@@ -23,6 +26,12 @@ struct Observation {
 // runnable) only covers carriers that have not switched since qscope attached. A generic
 // runtime's carrier is idle in carrier_idle_syscall() (model/syscall_table.h), else stalled.
 CarrierState classify(const Observation& o);
+
+// Nanoseconds the carrier spent on a CPU or runnable up to now_ns (CLOCK_MONOTONIC), from its
+// BPF record: the time of the states it left plus the one it is in, when that one is busy.
+uint64_t busy_ns(const qs_carrier& k, uint64_t now_ns);
+// Busy share of [from_ns, now_ns] given busy_ns() at both ends, 0..1.
+double utilization(uint64_t busy_from, uint64_t busy_now, uint64_t from_ns, uint64_t now_ns);
 
 // The syscall a carrier blocked in: its name (model/syscall_table.h), "-" for none.
 std::string syscall_label(int64_t nr);

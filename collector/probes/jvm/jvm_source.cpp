@@ -1,6 +1,7 @@
-// Carrier threads (JVM virtual-thread carriers, or --carriers REGEX for other runtimes) and
-// the on-demand JVM enrichments (thread-dump aggregation, perf map). BPF side:
-// bpf/carrier.bpf.c; model: carrier_model.h; JVM internals: jvm_vmstructs.h.
+// Carrier threads (JVM virtual-thread carriers, Go's Ms, or --carriers REGEX for other
+// runtimes) and the on-demand JVM enrichments (thread-dump aggregation, perf map). BPF side:
+// bpf/carrier.bpf.c; model: carrier_model.h; JVM internals: jvm_vmstructs.h; Go:
+// go_runtime.h.
 #include <dirent.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,7 +21,9 @@
 #include "carrier.skel.h"
 #include "carrier.h"
 #include "probes/jvm/carrier_model.h"
+#include "probes/jvm/go_runtime.h"
 #include "model/errors.h"
+#include "model/runtime_frames.h"
 #include "probes/jvm/jvm_dump.h"
 #include "probes/jvm/jvm_vmstructs.h"
 #include "engine/source.h"
@@ -99,9 +102,18 @@ public:
             pattern_ = cfg.carriers_regex;
         } else if (jvm_) {
             pattern_ = "ForkJoinPool-N-worker-M (JVM virtual-thread scheduler)";
+        } else if ((go_ = go::find_go(pid_))) {
+            // Every thread of a Go program is an M of its scheduler (a cgo library's own
+            // threads share the comm and cannot be told apart: counted as Ms too).
+            go_mode_ = true;
+            pattern_ = "Go scheduler threads (Ms" + (go_->version.empty() ? "" : ", " + go_->version) + ")";
+            mem_ = std::make_unique<jvm::ProcessMemory>(pid_);
+            if (!go_->why.empty())
+                notes_.push_back("carriers: Go program " + go_->path + ": GOMAXPROCS unknown (" + go_->why +
+                                 "); whether every P is busy is not judged");
         } else {
-            // Not a JVM and no pattern: nothing to watch, no probes attached.
-            hooks_off("the target is not a JVM and no --carriers pattern was given");
+            // Not a JVM or Go, and no pattern: nothing to watch, no probes attached.
+            hooks_off("the target is neither a JVM nor a Go program, and no --carriers pattern was given");
             return;
         }
         jvm_mode_ = jvm_ && jvm_->layout.has_value();
@@ -201,24 +213,37 @@ public:
         if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stall_hist), &zero, &h) == 0)
             c.stall_total = Histogram::from_kernel(h);
 
+        if (go_mode_) c.procs = std::max(0, go::read_gomaxprocs(*mem_, *go_));
         const int map_fd = bpf_map__fd(skel_->maps.carriers);
         std::vector<CarrierStall> ongoing;
-        for (const auto& [tid, info] : carriers_) {
+        for (auto& [tid, info] : carriers_) {
             qs_carrier k{};
             const bool have = bpf_map_lookup_elem(map_fd, &tid, &k) == 0;
             carrier::Observation o;
             o.generic = !jvm_mode_;
+            o.go = go_mode_;
             o.bpf_state = have ? k.state : 0;
             if (o.bpf_state == QS_CS_UNKNOWN) fill_from_proc(tid, info.jt, o);
             CarrierThread t;
             t.tid = tid;
             t.name = info.name;
             t.state = carrier::classify(o);
+            if (have) {
+                const uint64_t busy = carrier::busy_ns(k, now);
+                if (tick.window_reset && tick.index > 0) {
+                    info.busy_base = busy;
+                    info.base_ns = now;
+                }
+                t.utilization = carrier::utilization(info.busy_base, busy, std::max(info.base_ns, tick.window_start_ns), now);
+                c.busy += t.utilization;
+            }
             // Blocked right now with a virtual thread mounted, but on the VM (a safepoint, a GC
             // pause): not a stall of the carrier's task. Shown as "blocked", counted nowhere.
+            // A Go M blocked under one of the runtime's idle frames holds no goroutine: idle.
             std::string vm_now;
-            if (have && k.state == QS_CS_STALLED && jvm_mode_ && cfg_.want_stacks) vm_now = current_vm_wait(tid);
-            if (!vm_now.empty()) t.state = CarrierState::blocked;
+            if (have && k.state == QS_CS_STALLED && (jvm_mode_ || go_mode_) && cfg_.want_stacks)
+                vm_now = current_vm_wait(tid);
+            if (!vm_now.empty()) t.state = go_mode_ ? CarrierState::idle : CarrierState::blocked;
             c.threads++;
             switch (t.state) {
                 case CarrierState::running: c.running++; break;
@@ -254,6 +279,7 @@ public:
             s.tid = r->tid;
             s.syscall = carrier::syscall_label(r->syscall);
             s.reason = carrier::stall_reason(r->syscall, r->pinned);
+            if (go_mode_ && go_cgo_call(r->stack)) s.reason = "cgo call";
             s.seconds = r->duration_ns / 1e9;
             s.stack = r->stack;
             c.stalls.push_back(std::move(s));
@@ -295,9 +321,11 @@ private:
     struct CarrierInfo {
         uint64_t jt = 0;
         std::string name;
+        // Utilization's baseline: carrier::busy_ns() at base_ns (registration or the window's reset).
+        uint64_t busy_base = 0, base_ns = 0;
     };
 
-    std::string runtime() const { return jvm_mode_ ? "jvm" : "generic"; }
+    std::string runtime() const { return jvm_mode_ ? "jvm" : go_mode_ ? "go" : "generic"; }
 
     uint64_t read_counter(uint32_t idx) const {
         uint64_t v = 0;
@@ -312,7 +340,7 @@ private:
         ro->targ_tgid = static_cast<uint32_t>(pid_);
         ro->stall_threshold_ns = kStallThresholdNs;
         ro->want_stacks = cfg.want_stacks ? 1 : 0;
-        ro->mount_mode = QS_MOUNT_GENERIC;
+        ro->mount_mode = go_mode_ ? QS_MOUNT_GO : QS_MOUNT_GENERIC;
         if (jvm_mode_) {
             const auto& l = *jvm_->layout;
             if (l.jt_cont_entry) {
@@ -376,7 +404,7 @@ private:
             s.syscall = r->syscall;
             if (kind == QS_CARRIER_REC_STALL_STACK)
                 self->symbolize(static_cast<const qs_carrier_stall_stack*>(data)->stack, s.stack);
-            s.vm_reason = carrier::vm_wait_reason(s.stack);
+            s.vm_reason = self->not_a_stall(s.stack);
             if (!s.vm_reason.empty()) {
                 self->vm_pending_.push_back(s.start_ns + s.duration_ns);
                 if (self->cfg_.verbose >= 1) {
@@ -414,7 +442,16 @@ private:
         if (stack_buf_->hdr.start_ns != 0 || stack_buf_->stack.tid != key) return {};
         std::vector<std::string> frames;
         symbolize(stack_buf_->stack, frames);
-        return carrier::vm_wait_reason(frames);
+        return not_a_stall(frames);
+    }
+
+    // A mounted block that is no stall of the carrier's task, by its stack: the JVM's own
+    // waits (carrier::vm_wait_reason), or a Go M parked under one of the runtime's idle
+    // frames (model/runtime_frames.h). "" for a stall.
+    std::string not_a_stall(const std::vector<std::string>& stack) const {
+        if (!go_mode_) return carrier::vm_wait_reason(stack);
+        const std::string idle = go_idle_frame(stack);
+        return idle.empty() ? std::string() : "go: idle M in " + idle;
     }
 
     void symbolize(const qs_ustack& st, std::vector<std::string>& out) {
@@ -481,6 +518,10 @@ private:
         for (const auto& [tid, comm] : comm_cache_) {
             CarrierInfo info;
             info.name = comm;
+            if (go_mode_) {
+                found[tid] = info;
+                continue;
+            }
             if (by_regex) {
                 if (!std::regex_search(comm, regex_)) continue;
                 if (jvm_mode_) {
@@ -511,7 +552,7 @@ private:
         if (need_names) filter_by_java_names(found);
         if (cfg_.verbose >= 2)
             std::fprintf(stderr, "qscope: carriers: scan of %d threads found %zu carriers\n", nthreads, found.size());
-        if (!jvm_mode_ && !by_regex && !comm_only_noted_) {
+        if (!jvm_mode_ && !go_mode_ && !by_regex && !comm_only_noted_) {
             comm_only_noted_ = true;
             notes_.push_back("carriers: matched by thread name prefix only; JDK 25's ForkJoinPool-1-delayScheduler "
                              "may be counted as a carrier");
@@ -536,6 +577,7 @@ private:
             k.syscall = -1;
             const uint32_t key = static_cast<uint32_t>(tid);
             if (bpf_map_update_elem(map_fd, &key, &k, BPF_ANY) != 0) continue;  // map full: unwatched
+            info.base_ns = mono_ns();
             if (cfg_.want_stacks) {
                 static qs_carrier_stall_stack zero_slot{};
                 bpf_map_update_elem(slot_fd, &key, &zero_slot, BPF_NOEXIST);  // full: no stacks
@@ -594,6 +636,8 @@ private:
     std::unique_ptr<jvm::ProcessMemory> mem_;
     std::string jcmd_;
     bool jvm_mode_ = false;
+    std::optional<go::GoProcess> go_;
+    bool go_mode_ = false;
     std::regex regex_;
     std::string pattern_;
     std::vector<std::string> notes_;

@@ -326,8 +326,6 @@ std::map<std::string, uint64_t> elf_symbols(const std::string& path, const std::
     return out;
 }
 
-namespace {
-// First PT_LOAD's vaddr, aligned down as the loader maps it.
 std::optional<uint64_t> first_load_vaddr(const std::string& path) {
     elf_version(EV_CURRENT);
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -348,7 +346,6 @@ std::optional<uint64_t> first_load_vaddr(const std::string& path) {
     close(fd);
     return out;
 }
-}  // namespace
 
 std::optional<uint64_t> module_base(const std::string& maps_text, const std::string& module_path) {
     std::istringstream in(maps_text);

@@ -133,6 +133,9 @@ void load_vmstructs(int pid, JvmProcess& p);
 
 // ELF symbol values (st_value) for the given names from .dynsym and .symtab.
 std::map<std::string, uint64_t> elf_symbols(const std::string& path, const std::vector<std::string>& names);
+// First PT_LOAD's vaddr minus its offset, as the loader maps it; the load bias is a
+// module's offset-0 mapping (module_base) minus this.
+std::optional<uint64_t> first_load_vaddr(const std::string& path);
 // Load bias of a module from /proc/PID/maps text: start of its offset-0 mapping minus the
 // vaddr of the first PT_LOAD (0 for a normal shared object).
 std::optional<uint64_t> module_base(const std::string& maps_text, const std::string& module_path);

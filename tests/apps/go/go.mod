@@ -1,0 +1,3 @@
+module qscope/qs_gopool
+
+go 1.19

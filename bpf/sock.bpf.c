@@ -1061,18 +1061,6 @@ static __always_inline struct sock *sock_of_fd(struct task_struct *t, int fd)
 	return BPF_CORE_READ(so, sk);
 }
 
-/* The accepting thread, kept per listener: user space looks at what it does when the accept
- * queue is full (a server at its connection limit parks its acceptor instead of accepting). */
-static __always_inline void note_acceptor(__u32 idx)
-{
-	struct qs_port_stats *p = port_at(idx);
-
-	if (p) {
-		p->acceptor_tid = (__u32)bpf_get_current_pid_tgid();
-		p->last_accept_ns = bpf_ktime_get_ns();
-	}
-}
-
 static __always_inline void on_accept_ret(long ret)
 {
 	struct sock *sk;
@@ -1091,8 +1079,6 @@ static __always_inline void on_accept_ret(long ret)
 	if (c) {
 		qs_on_accept(c, bpf_ktime_get_ns(), &e);
 		apply(c, &e, 0);
-		if (c->dir == QS_DIR_IN)
-			note_acceptor(c->idx);
 		/* In an fd table from now on, though this tick's scan may have passed it already. */
 		if (c->flags & QS_F_UNIX)
 			unix_live_mark(key);
@@ -1120,7 +1106,6 @@ static __always_inline void on_accept_ret(long ret)
 		qs_conn_seed(&nc, QS_DIR_IN, idx, bpf_ktime_get_ns(), unread, 0, &e);
 		e.accepted = 1;
 	}
-	note_acceptor(idx);
 	if (bpf_map_lookup_elem(&conns_lost, &key)) {
 		/* Its handshake was seen, and lost (counted then): a slot freed since takes it. */
 		bpf_map_delete_elem(&conns_lost, &key);

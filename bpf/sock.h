@@ -37,8 +37,7 @@ struct qs_port_stats {
 	__u64 overflow_skb_drops;     /* kfree_skb reason TCP_LISTEN_OVERFLOW (ACK-stage) */
 	__u64 status[QS_STATUS_CLASSES];
 	__u32 port;                   /* host order; 0 = slot unused */
-	__u32 acceptor_tid;           /* the thread that last accept()ed from it: is it still accepting? */
-	__u64 last_accept_ns;         /* bpf_ktime_get_ns() of that accept; 0: none since attach */
+	__u32 pad;
 };
 
 struct qs_peer_key {

@@ -36,7 +36,7 @@ namespace qscope {
 
 static_assert(sizeof(qs_served) == 16, "qs_served layout shared with bpf/sock.h");
 static_assert(sizeof(qs_conn) == 48, "qs_conn layout shared with bpf/conn_state.h");
-static_assert(sizeof(qs_port_stats) == 120, "qs_port_stats layout shared with bpf/sock.h");
+static_assert(sizeof(qs_port_stats) == 112, "qs_port_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_key) == 20, "qs_peer_key layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_stats) == 80, "qs_peer_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_unix_name) == 128, "qs_unix_name layout shared with bpf/sock.h");
@@ -59,26 +59,6 @@ T load(const T& v) {
 }
 
 uint64_t u(int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; }
-
-// What the thread that last accepted from a full listener is blocked in now, when that is
-// neither an accept nor a poll (an acceptor parked at a connection limit): its
-// /proc/TID/syscall, which needs root or ptrace access ("" when unreadable, running, or
-// accepting as usual).
-std::string acceptor_blocked_in(int tid) {
-    std::string text;
-    ProcSyscall sc;
-    if (!read_file("/proc/" + std::to_string(tid) + "/syscall", text) || !parse_proc_syscall(text, sc) ||
-        sc.running || sc.nr < 0)
-        return "";
-    switch (syscall_class(sc.nr)) {
-    case SyscallClass::accept:
-    case SyscallClass::epoll:
-    case SyscallClass::poll:
-        return "";
-    default:
-        return syscall_name(sc.nr);
-    }
-}
 
 struct PortWindow {
     uint64_t accepted = 0, overflows = 0;
@@ -210,16 +190,13 @@ public:
             l.accept_wait_total = cum.hists[QS_PH_ACCEPT_WAIT];
             l.accept_wait = cum.hists[QS_PH_ACCEPT_WAIT].delta(base.hists[QS_PH_ACCEPT_WAIT]).quantiles();
             l.connections += u(load(ps.connections));
-            if (const uint32_t tid = load(ps.acceptor_tid)) l.acceptor_tid = static_cast<int>(tid);
-            const uint64_t last = std::max<uint64_t>(load(ps.last_accept_ns), attached_ns_);
-            l.seconds_since_accept = tick.now_ns > last ? (tick.now_ns - last) / 1e9 : 0;
+            // When the port last accepted: the tick its accept count last moved (a store in the
+            // accept path's BPF program was refused under 6.1's lockdown integrity).
+            auto& seen = last_accept_[i];
+            if (seen.ns == 0 || seen.accepted != cum.accepted) seen = {cum.accepted, seen.ns ? tick.now_ns : attached_ns_};
+            l.seconds_since_accept = tick.now_ns > seen.ns ? (tick.now_ns - seen.ns) / 1e9 : 0;
         }
-        auto publish = [&](Listener& l) {
-            // Only a full queue makes the acceptor's whereabouts matter: one /proc read then.
-            const bool full = (l.backlog && l.accept_queue >= l.backlog) || l.overflows;
-            if (full && l.acceptor_tid) l.acceptor_blocked_in = acceptor_blocked_in(l.acceptor_tid);
-            snap.listeners.push_back(std::move(l));
-        };
+        auto publish = [&](Listener& l) { snap.listeners.push_back(std::move(l)); };
         for (auto& [port, l] : by_port) {
             count_holders(port, l);
             publish(l);
@@ -843,6 +820,10 @@ private:
     uint64_t last_completed_ = 0;
     uint64_t last_rate_ns_ = 0;  // when last_completed_ was read (at first: the attach)
     uint64_t attached_ns_ = 0;
+    struct LastAccept {
+        uint64_t accepted = 0, ns = 0;
+    };
+    std::map<uint32_t, LastAccept> last_accept_;  // per port slot
     std::vector<std::string> warnings_;
     std::vector<ProbeAttach> attach_;  // how each hook was reached, for the snapshot
     std::vector<bpf_program*> sys_exit_progs_;  // the syscall exits in use (attach type tracepoint)

@@ -25,18 +25,24 @@ bench_build() {
   [[ -n ${QSCOPE_BENCH_NO_BUILD:-} ]] || cmake --build "$B" -j2 --target "$@" >/dev/null
 }
 
-# bench_nginx DIR PORT: nginx serving a static 2-byte response on 127.0.0.1:PORT (the worst
-# case: ~4 us per request), its files under DIR (pid in DIR/nginx.pid); one worker, so the
-# worker is the one process qscope targets.
+# bench_nginx DIR PORT [ssl]: nginx serving a static 2-byte response on 127.0.0.1:PORT (the
+# worst case: ~4 us per request), its files under DIR (pid in DIR/nginx.pid); one worker, so
+# the worker is the one process qscope targets. `ssl`: HTTPS, with a self-signed certificate.
 bench_nginx() {
-  local dir=$1 port=$2
+  local dir=$1 port=$2 ssl="" tls=""
   mkdir -p "$dir/nginx/logs"
+  if [[ ${3:-} == ssl ]]; then
+    openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
+      -keyout "$dir/key.pem" -out "$dir/cert.pem" 2>/dev/null
+    ssl=" ssl" tls="ssl_certificate $dir/cert.pem; ssl_certificate_key $dir/key.pem;"
+  fi
   cat >"$dir/nginx.conf" <<NGX
 worker_processes 1;
 pid $dir/nginx.pid;
 error_log $dir/nginx/logs/error.log warn;
 events { worker_connections 1024; }
-http { access_log off; server { listen 127.0.0.1:$port backlog=1024; location / { return 200 "ok"; } } }
+http { access_log off; $tls
+       server { listen 127.0.0.1:$port$ssl backlog=1024; location / { return 200 "ok"; } } }
 NGX
   nginx -c "$dir/nginx.conf" -p "$dir/nginx"
 }

@@ -41,6 +41,8 @@
 #define QS_F_H2 4            /* inbound: a response began with an HTTP/2 frame (see qs_note_protocol) */
 #define QS_F_TLS 8           /* inbound: a response began with a TLS record */
 #define QS_F_UNIX 16         /* a Unix-domain connection: no TCP fields; its close is found by sock.bpf.c */
+#define QS_F_TLS_PLAIN 64    /* inbound TLS: a response's plaintext was classified through libssl (--tls) */
+#define QS_F_TLS_H2 128      /* inbound TLS: that plaintext was HTTP/2 frames (h2 over TLS) */
 
 /* qs_conn.aflags (atomic: arrivals race with reads) */
 #define QS_A_UNREAD   1      /* receive queue holds request bytes the app has not read */
@@ -424,6 +426,21 @@ static __always_inline int qs_response_class(const unsigned char *b, int n)
 	if (qs_is_tls_record(b, n))
 		return QS_STATUS_TLS;
 	return qs_http_status_class(b, n);
+}
+
+/* --tls: the class of a response whose first write carried a TLS record (record ==
+ * QS_STATUS_TLS). hooked: the writing process's libssl is probed; armed: an SSL_write ran on
+ * this thread since its last socket write, and plain is its plaintext's class. A record
+ * written with nothing pending came from outside SSL_write (handshake, session ticket,
+ * alert): QS_TLS_CONTROL, no response. Unprobed, the record stays QS_STATUS_TLS (unknown). */
+#define QS_TLS_CONTROL (-1)
+static __always_inline int qs_tls_write_status(int record, int hooked, int armed, int plain)
+{
+	if (record != QS_STATUS_TLS || !hooked)
+		return record;
+	if (!armed)
+		return QS_TLS_CONTROL;
+	return plain == QS_STATUS_TLS ? QS_STATUS_UNKNOWN : plain;
 }
 
 /* A response of this connection began with `status`: the QS_F_H2 / QS_F_TLS bit it sets for

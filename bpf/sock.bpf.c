@@ -326,6 +326,119 @@ static __always_inline int conn_insert_new(__u64 key, const struct qs_conn *c)
 static __always_inline int response_status(void);
 static __always_inline int in_send_syscall(void);
 
+/* ---- TLS plaintext (--tls): uprobes on the target's libssl --------------------------------
+ * A TLS connection's socket writes carry records, so its status line is read where the
+ * plaintext is still in the clear: at SSL_write/SSL_write_ex's entry, on the thread that then
+ * writes the record (OpenSSL writes through its socket BIO inside SSL_write; nginx calls it
+ * synchronously). The entry leaves the plaintext's class in the thread's task storage, and the
+ * thread's next socket write consumes it, whatever that write is, so a class never outlives the
+ * SSL_write that made it. A record written with nothing pending was written outside SSL_write
+ * (handshake, session tickets, alerts): no response. Where the library buffers the record for
+ * a later write (a memory BIO, as Node.js uses) or the thread that writes is another, the class
+ * would land on the wrong write: only OpenSSL's socket BIO path is claimed (docs/kernel.md). */
+const volatile __u32 tls_plaintext = 0;   /* set by user space with --tls */
+__u64 conns_tls_plain = 0;  /* TLS connections whose plaintext was classified through libssl */
+__u64 conns_tls_h2 = 0;     /* of them, answering in HTTP/2 frames (h2 over TLS, ALPN h2) */
+
+struct qs_tls_pending {
+	__u8 armed;    /* an SSL_write ran on this thread since its last socket write */
+	__u8 status;   /* its plaintext's class (qs_response_class) */
+	__u8 pad[6];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct qs_tls_pending);
+} tls_pending SEC(".maps");
+
+/* tgids whose libssl user space has probed: only there does "a record with nothing pending"
+ * mean a control record (a process forked since the last tick runs unprobed until then). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} tls_hooked SEC(".maps");
+
+static __always_inline void ssl_write_enter(const void *buf, __u64 num)
+{
+	struct qs_tls_pending *p;
+	unsigned char b[12];
+	int status = QS_STATUS_UNKNOWN;
+
+	if (!is_target())
+		return;
+	p = bpf_task_storage_get(&tls_pending, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!p)
+		return;
+	/* Only the status line's 12 bytes, or an HTTP/2 frame header's 9, are ever copied. */
+	if (num >= sizeof(b)) {
+		if (!bpf_probe_read_user(b, sizeof(b), buf))
+			status = qs_response_class(b, sizeof(b));
+	} else if (num >= QS_H2_FRAME_HEADER) {
+		if (!bpf_probe_read_user(b, QS_H2_FRAME_HEADER, buf))
+			status = qs_response_class(b, QS_H2_FRAME_HEADER);
+	}
+	p->status = (__u8)status;
+	p->armed = 1;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(qs_ssl_write, void *ssl, const void *buf, int num)
+{
+	ssl_write_enter(buf, num > 0 ? (__u64)num : 0);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(qs_ssl_write_ex, void *ssl, const void *buf, __u64 num)
+{
+	ssl_write_enter(buf, num);
+	return 0;
+}
+
+/* What this thread's SSL_write left for its next socket write (armed 0: nothing), consumed. */
+static __always_inline struct qs_tls_pending tls_take(void)
+{
+	struct qs_tls_pending none = {}, *p, got;
+
+	if (!tls_plaintext)
+		return none;
+	p = bpf_task_storage_get(&tls_pending, bpf_get_current_task_btf(), 0, 0);
+	if (!p || !p->armed)
+		return none;
+	got = *p;
+	p->armed = 0;
+	return got;
+}
+
+/* A response's first write carried a TLS record (QS_STATUS_TLS): its class from the
+ * plaintext, or no response at all for a control record (qs_tls_write_status). */
+static __always_inline int tls_response(struct qs_conn *c, const struct qs_tls_pending *t, struct qs_effects *e)
+{
+	__u32 tgid = (__u32)(bpf_get_current_pid_tgid() >> 32);
+	int hooked = tls_plaintext && bpf_map_lookup_elem(&tls_hooked, &tgid);
+	int s = qs_tls_write_status(QS_STATUS_TLS, hooked, t->armed, t->status);
+
+	if (s == QS_TLS_CONTROL) {
+		e->record_latency = 0;   /* the turn ends (in flight -1), but it was no request */
+		return QS_STATUS_UNKNOWN;
+	}
+	if (s == QS_STATUS_TLS)
+		return s;
+	if (!(c->flags & QS_F_TLS_PLAIN)) {
+		c->flags |= QS_F_TLS_PLAIN;
+		__sync_fetch_and_add(&conns_tls_plain, 1);
+	}
+	if (s == QS_STATUS_H2 && !(c->flags & QS_F_TLS_H2)) {
+		c->flags |= QS_F_TLS_H2;
+		__sync_fetch_and_add(&conns_tls_h2, 1);
+	}
+	return s;
+}
+
 /* ---- Unix-domain sockets (stream, seqpacket) ----------------------------------------------
  * No state-change tracepoint covers them, so:
  *  - a connection is born at sk_data_ready on the listener (unix_stream_connect queues the
@@ -834,9 +947,11 @@ static __always_inline void on_send(struct sock *sk, int ret)
 	struct qs_conn *c;
 	struct qs_effects e = {};
 	int status = 0;
+	struct qs_tls_pending tls;
 
 	if (!is_target())
 		return;
+	tls = tls_take();   /* consumed by this write, whatever it is (see tls_pending) */
 	if (ret <= 0)
 		return;
 	c = bpf_map_lookup_elem(&conns, &key);
@@ -852,6 +967,8 @@ static __always_inline void on_send(struct sock *sk, int ret)
 			__sync_fetch_and_add(&conns_h2, 1);
 		else if (proto == QS_F_TLS)
 			__sync_fetch_and_add(&conns_tls, 1);
+		if (status == QS_STATUS_TLS)
+			status = tls_response(c, &tls, &e);
 	}
 	apply(c, &e, status);
 }

@@ -63,6 +63,17 @@ Line status_line(const StatusCounts& st) {
             {fmt_count(st.unknown), Role::normal}};
 }
 
+// TLS connections and how many of them --tls read the plaintext of (a warning colour while
+// some stay encrypted: their statuses are among "other").
+void add_tls(Line& l, const TlsSeen& t) {
+    if (!t.present()) return;
+    const bool hidden = t.plaintext_connections < t.connections;
+    l.push_back({"  tls conns ", Role::dim});
+    l.push_back({fmt_count(t.connections), Role::normal});
+    l.push_back({" (plaintext " + fmt_count(t.plaintext_connections) + (t.probing ? ")" : ", --tls off)"),
+                 hidden ? Role::warn : Role::dim});
+}
+
 Line port_line(const PortRequests& p) {
     return {{p.unix_path.empty() ? ":" + std::to_string(p.port) : "unix:" + p.unix_path, Role::normal},
             {"  in flight ", Role::dim},
@@ -132,7 +143,9 @@ PanelBody requests_panel(const Snapshot& s, const UiState& ui, int) {
     if (r.status.c5xx) b.title.push_back({d + "5xx " + fmt_count(r.status.c5xx), Role::critical});
     add_text_row(b, rate_line(r, d));
     add_text_row(b, latency_line(r, d, u));
-    add_text_row(b, status_line(r.status));
+    Line status = status_line(r.status);
+    add_tls(status, r.tls);
+    add_text_row(b, status);
     if (r.ports.size() > 1)
         for (const auto& p : r.ports) add_text_row(b, port_line(p));
     return b;

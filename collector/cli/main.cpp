@@ -76,6 +76,12 @@ static void add_common(CLI::App* app, Config& cfg) {
     app->add_flag("--no-requests", [&](int64_t) { cfg.want_requests = false; },
                   "only the thread views (thread groups, waits, run queue, carriers); no socket probes, so "
                   "other processes' reads and writes cost nothing");
+    // Opt-in: a uprobe costs a trap per SSL_write in the target (docs/benchmarks.md, "TLS").
+    app->add_flag("--tls", cfg.tls,
+                  "HTTPS targets: uprobes on the OpenSSL libssl the target maps (libssl.so.3, libssl.so.1.1) read "
+                  "each response's status from its plaintext; statically linked TLS, Go crypto/tls, Java JSSE "
+                  "and kTLS are not seen this way. Off by default: every SSL_write of the target then traps into "
+                  "the kernel (docs/benchmarks.md, \"TLS\")");
     app->add_flag("--jvm-dump", cfg.jvm_dump,
                   "JVM targets: once, run `jcmd PID Thread.dump_to_file` and show what parked virtual threads wait in");
     app->add_flag("--jvm-perfmap", cfg.jvm_perfmap,

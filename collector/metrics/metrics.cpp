@@ -213,6 +213,16 @@ void request_families(const Snapshot& s, const LabelCapper& port_label, Families
     Fam conns("qscope_server_connections", "Accepted connections open now", kGauge, {});
     conns.add({}, static_cast<double>(s.requests.connections));
     out.push_back(std::move(conns).finish());
+    if (s.requests.tls.present()) {
+        Fam tls("qscope_tls_connections_total", "Accepted connections answering in TLS records, since attach",
+                kCounter, {});
+        tls.add({}, static_cast<double>(s.requests.tls.connections));
+        out.push_back(std::move(tls).finish());
+        Fam plain("qscope_tls_plaintext_connections_total",
+                  "TLS connections whose responses' plaintext --tls classified, since attach", kCounter, {});
+        plain.add({}, static_cast<double>(s.requests.tls.plaintext_connections));
+        out.push_back(std::move(plain).finish());
+    }
 }
 
 void downstream_families(const Snapshot& s, uint32_t cap, Families& out) {

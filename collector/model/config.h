@@ -23,6 +23,7 @@ struct Config {
     uint32_t label_cap = 50;            // peers/groups/ports beyond this fold into "other"
     bool jvm_dump = false;              // one-off jcmd Thread.dump_to_file enrichment
     bool jvm_perfmap = false;           // run jcmd Compiler.perfmap for JIT symbols
+    bool tls = false;                   // uprobes on the target's libssl: status classes inside TLS (--tls)
     int verbose = 0;
 };
 

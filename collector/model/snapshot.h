@@ -145,6 +145,17 @@ struct PortRequests {
     Histogram duration_total[5];
 };
 
+// Inbound TLS: how many connections encrypt their responses, and how many of those --tls
+// read the plaintext of through the target's libssl. Cumulative since attach.
+struct TlsSeen {
+    bool probing = false;                // --tls given
+    std::vector<std::string> libraries;  // probed libraries, as the target maps them
+    uint64_t connections = 0;            // answering in TLS records
+    uint64_t plaintext_connections = 0;  // of them, a response's plaintext classified (--tls)
+    uint64_t h2_connections = 0;         // of those, HTTP/2 inside TLS (counted per connection)
+    bool present() const { return probing || connections > 0; }
+};
+
 struct Requests {
     uint64_t in_flight = 0;
     uint64_t in_flight_max = 0;         // window
@@ -158,6 +169,7 @@ struct Requests {
     StatusCounts status;                // window
     uint64_t connections = 0;           // open accepted connections now
     std::vector<PortRequests> ports;
+    TlsSeen tls;
 };
 
 struct DownstreamPeer {

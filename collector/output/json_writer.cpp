@@ -59,8 +59,16 @@ static json listeners_json(const std::vector<Listener>& listeners) {
     return ls;
 }
 
+static json tls_json(const TlsSeen& t) {
+    return {{"probing", t.probing},
+            {"libraries", t.libraries},
+            {"connections", t.connections},
+            {"plaintext_connections", t.plaintext_connections},
+            {"h2_connections", t.h2_connections}};
+}
+
 static json requests_json(const Requests& r) {
-    return {{"in_flight", r.in_flight},
+    json j = {{"in_flight", r.in_flight},
             {"in_flight_max", r.in_flight_max},
             {"waiting_unread", r.waiting_unread},
             {"waiting_unread_max", r.waiting_unread_max},
@@ -76,6 +84,8 @@ static json requests_json(const Requests& r) {
               {"4xx", r.status.c4xx},
               {"5xx", r.status.c5xx},
               {"unknown", r.status.unknown}}}};
+    if (r.tls.present()) j["tls"] = tls_json(r.tls);
+    return j;
 }
 
 static json downstream_json(const std::vector<DownstreamPeer>& peers) {
@@ -286,6 +296,9 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
       << " max " << ms(r.latency.max) << ", oldest in flight " << ms(r.oldest_in_flight_seconds) << "\n"
       << "  status 2xx " << r.status.c2xx << "  3xx " << r.status.c3xx << "  4xx " << r.status.c4xx << "  5xx "
       << r.status.c5xx << "  unknown " << r.status.unknown << "\n";
+    if (r.tls.present())
+        o << "  tls " << r.tls.connections << " connections, plaintext seen on " << r.tls.plaintext_connections
+          << " (HTTP/2 " << r.tls.h2_connections << ")" << (r.tls.probing ? "" : ", --tls off") << "\n";
 
     o << "\nDOWNSTREAM\n";
     if (s.downstream.empty()) o << "  (none)\n";

@@ -77,6 +77,17 @@ TEST_CASE("--no-requests loads no socket program, --no-threads no scheduler prog
     for (const auto& p : sched) CHECK(all.programs.count(p) == 1);
     REQUIRE(all.snapshot.is_object());
     CHECK(all.snapshot["probes"] == json({"sock", "sched", "jvm"}));
+    // The TLS uprobes' programs are loaded only with --tls (qs_server maps no libssl: loaded,
+    // attached nowhere, and a warning says so).
+    const std::set<std::string> tls = {"qs_ssl_write", "qs_ssl_write_ex"};
+    for (const auto& p : tls) CHECK(all.programs.count(p) == 0);
+    const Run with_tls = observe(srv.proc.pid(), {"--no-threads", "--tls"});
+    INFO("--tls: " << json(with_tls.programs).dump());
+    for (const auto& p : tls) CHECK(with_tls.programs.count(p) == 1);
+    REQUIRE(with_tls.snapshot.is_object());
+    CHECK(with_tls.snapshot["requests"]["tls"]["probing"] == true);
+    CHECK(with_tls.snapshot["requests"]["tls"]["libraries"].empty());
+    CHECK(with_tls.snapshot["warnings"].dump().find("maps OpenSSL's libssl") != std::string::npos);
 
     const Run threads = observe(srv.proc.pid(), {"--no-requests"});
     INFO("--no-requests: " << json(threads.programs).dump());

@@ -444,6 +444,23 @@ TEST_CASE("a connection is noted as HTTP/2 or TLS once, whatever its responses",
     CHECK(!(s.c.flags & QS_F_START_UNKNOWN));
 }
 
+TEST_CASE("--tls: a TLS record's class comes from the SSL_write that wrote it, else it is no response", "[sock][tls]") {
+    // Probed process, SSL_write pending on the thread: the plaintext's class.
+    CHECK(qs_tls_write_status(QS_STATUS_TLS, 1, 1, QS_STATUS_2XX) == QS_STATUS_2XX);
+    CHECK(qs_tls_write_status(QS_STATUS_TLS, 1, 1, QS_STATUS_4XX) == QS_STATUS_4XX);
+    CHECK(qs_tls_write_status(QS_STATUS_TLS, 1, 1, QS_STATUS_H2) == QS_STATUS_H2);      // h2 over TLS
+    CHECK(qs_tls_write_status(QS_STATUS_TLS, 1, 1, QS_STATUS_UNKNOWN) == QS_STATUS_UNKNOWN);
+    CHECK(qs_tls_write_status(QS_STATUS_TLS, 1, 1, QS_STATUS_TLS) == QS_STATUS_UNKNOWN);  // TLS inside TLS
+    // Nothing pending: written outside SSL_write (handshake, session ticket, alert).
+    CHECK(qs_tls_write_status(QS_STATUS_TLS, 1, 0, QS_STATUS_2XX) == QS_TLS_CONTROL);
+    // Not probed (no --tls, no supported libssl, forked since the last tick): stays a TLS record.
+    CHECK(qs_tls_write_status(QS_STATUS_TLS, 0, 0, QS_STATUS_UNKNOWN) == QS_STATUS_TLS);
+    CHECK(qs_tls_write_status(QS_STATUS_TLS, 0, 1, QS_STATUS_2XX) == QS_STATUS_TLS);
+    // A cleartext response is never touched.
+    CHECK(qs_tls_write_status(QS_STATUS_2XX, 1, 1, QS_STATUS_5XX) == QS_STATUS_2XX);
+    CHECK(qs_tls_write_status(QS_STATUS_H2, 1, 0, QS_STATUS_UNKNOWN) == QS_STATUS_H2);
+}
+
 TEST_CASE("attach mid-request: sequence numbers tell in flight from idle", "[sock]") {
     const __u32 base = 0xfffffff0u;  // wraps: the comparisons must be modular
     // Request (100 bytes) read, response not written: the peer's last segment carried data.

@@ -23,8 +23,10 @@
 #include "model/errors.h"
 #include "model/syscall_table.h"
 #include "sys/proc_fds.h"
+#include "sys/proc_maps.h"
 #include "sys/proc_stat.h"
 #include "sys/proc_tasks.h"
+#include "sys/tls_libs.h"
 #include "tree.h"  // struct qs_tree_range: the skeleton maps its .data.tree section
 #include "sock.skel.h"
 #include "sys/sock_diag.h"
@@ -94,6 +96,10 @@ public:
         bpf_check(bpf_map__set_max_entries(skel_->maps.unix_live, std::max<uint32_t>(cfg.max_connections, 64)),
                   "sock: sizing map unix_live");
         probe_features();
+        skel_->rodata->tls_plaintext = cfg.tls;
+        if (!cfg.tls)
+            for (bpf_program* prog : {skel_->progs.qs_ssl_write, skel_->progs.qs_ssl_write_ex})
+                bpf_program__set_autoload(prog, false);
         bpf_check(sock_bpf::load(skel_.get()), "sock: loading BPF programs (sock.bpf.c)");
         // Ports first, so children of the target's listeners are recognised from the first
         // handshake after attach.
@@ -103,6 +109,10 @@ public:
         last_rate_ns_ = monotonic_ns();  // completions count from here (rate_per_second)
         attached_ns_ = last_rate_ns_;
         seed_existing();
+        refresh_tls();
+        if (cfg.tls && tls_libs_.empty())
+            warnings_.push_back("sock: --tls: no process of the target maps OpenSSL's libssl (libssl.so.3, "
+                                "libssl.so.1.1)" + unsupported_tls_text() + ": nothing to probe");
     }
 
     void collect(Snapshot& snap, const Tick& tick) override {
@@ -110,6 +120,7 @@ public:
         refresh_listeners();
         scan_unix();
         refresh_unix_listeners();
+        refresh_tls();
         // Tick 0 opens the first window at the attach itself: the zero baselines are right.
         if (tick.window_reset && tick.index > 0) rebase(tick);
 
@@ -236,10 +247,7 @@ public:
                                    " connections answer in HTTP/2 frames (since attach): counted per connection, "
                                    "not per stream (in flight, completed and latency are the connection's "
                                    "read/write turns; status unknown)");
-        if (const uint64_t tls = load(b->conns_tls))
-            snap.partial.push_back("sock: " + std::to_string(tls) +
-                                   " connections answer in TLS records (since attach): status unknown, and HTTP/2 "
-                                   "inside would be counted per connection, not per stream");
+        collect_tls(snap);
         snap.warnings.insert(snap.warnings.end(), warnings_.begin(), warnings_.end());
         snap.probe_attach.insert(snap.probe_attach.end(), attach_.begin(), attach_.end());
     }
@@ -791,8 +799,115 @@ private:
         }
     }
 
+    // ---- --tls: uprobes on each process's libssl (bpf/sock.bpf.c, "TLS plaintext") --------
+    // Attached per process, so other processes mapping the same libssl never trap; a process
+    // that joins the tree is probed at the next tick (until then bpf's tls_hooked leaves its
+    // records unknown rather than calling them control records).
+    struct TlsProcess {
+        uint64_t start_time = 0;  // a recycled pid is another process
+        std::vector<Link> links;
+    };
+
+    void refresh_tls() {
+        if (!cfg_.tls) return;
+        std::set<int> live;
+        for (const auto& p : target_->processes()) {
+            live.insert(p.pid);
+            auto it = tls_procs_.find(p.pid);
+            if (it != tls_procs_.end() && it->second.start_time == p.start_time_ticks) continue;
+            tls_procs_.erase(p.pid);
+            tls_procs_.emplace(p.pid, attach_tls(p));
+        }
+        for (auto it = tls_procs_.begin(); it != tls_procs_.end();) {
+            if (live.count(it->first)) {
+                ++it;
+                continue;
+            }
+            const __u32 tgid = static_cast<__u32>(it->first);
+            bpf_map_delete_elem(bpf_map__fd(skel_->maps.tls_hooked), &tgid);
+            it = tls_procs_.erase(it);
+        }
+    }
+
+    // SSL_write and SSL_write_ex of every supported libssl the process maps; the process is
+    // marked hooked only when both attached (a write through the missing one would otherwise
+    // read as a control record).
+    TlsProcess attach_tls(const ProcessMember& p) {
+        TlsProcess tp;
+        tp.start_time = p.start_time_ticks;
+        const std::string proc = "/proc/" + std::to_string(p.pid);
+        std::string text;
+        if (!read_file(proc + "/maps", text)) return tp;  // exited meanwhile
+        for (const TlsLibrary& lib : tls_libraries(parse_proc_maps(text))) {
+            if (!lib.probed()) {
+                tls_unsupported_.insert(lib.path);
+                continue;
+            }
+            const std::string path = proc + "/root" + lib.path;  // the target's mount namespace
+            bool all = true;
+            for (const auto& [prog, fn] : {std::pair{skel_->progs.qs_ssl_write, "SSL_write"},
+                                           std::pair{skel_->progs.qs_ssl_write_ex, "SSL_write_ex"}}) {
+                DECLARE_LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = fn);
+                Link l(bpf_program__attach_uprobe_opts(prog, p.pid, path.c_str(), 0, &opts));
+                if (!l) {
+                    const std::string w = "sock: --tls: could not attach a uprobe on " + std::string(fn) + " in " +
+                                          lib.path + " (pid " + std::to_string(p.pid) + "): " + errno_text(errno);
+                    if (std::find(warnings_.begin(), warnings_.end(), w) == warnings_.end()) warnings_.push_back(w);
+                    all = false;
+                    continue;
+                }
+                tp.links.push_back(std::move(l));
+            }
+            if (!all) continue;
+            tls_libs_.insert(lib.path);
+            const __u32 tgid = static_cast<__u32>(p.pid);
+            const __u8 one = 1;
+            bpf_map_update_elem(bpf_map__fd(skel_->maps.tls_hooked), &tgid, &one, BPF_ANY);
+        }
+        return tp;
+    }
+
+    std::string unsupported_tls_text() const {
+        std::string t;
+        for (const auto& l : tls_unsupported_) t += (t.empty() ? "; it maps " : ", ") + l;
+        return t.empty() ? t : t + ", which --tls does not probe";
+    }
+
+    void collect_tls(Snapshot& snap) const {
+        auto* b = skel_->bss;
+        TlsSeen& t = snap.requests.tls;
+        t.probing = cfg_.tls;
+        t.libraries.assign(tls_libs_.begin(), tls_libs_.end());
+        t.connections = load(b->conns_tls);
+        t.plaintext_connections = load(b->conns_tls_plain);
+        t.h2_connections = load(b->conns_tls_h2);
+        const std::string n = std::to_string(t.connections);
+        if (!t.connections) return;
+        if (!cfg_.tls) {
+            snap.partial.push_back("sock: " + n + " connections are encrypted (TLS records, since attach): status "
+                                   "classes unknown, and HTTP/2 inside is counted per connection; run with --tls");
+        } else if (tls_libs_.empty()) {
+            snap.partial.push_back("sock: " + n + " connections are encrypted (TLS records, since attach) and the "
+                                   "target maps no supported TLS library (OpenSSL libssl.so.3, libssl.so.1.1)" +
+                                   unsupported_tls_text() + ": statically linked TLS, Go crypto/tls and Java JSSE "
+                                   "are not seen; status classes unknown");
+        } else if (t.plaintext_connections < t.connections) {
+            snap.partial.push_back("sock: " + std::to_string(t.connections - t.plaintext_connections) + " of " + n +
+                                   " TLS connections showed no plaintext through libssl (since attach): a handshake "
+                                   "without a request, or TLS outside the probed library");
+        }
+        if (t.h2_connections)
+            snap.partial.push_back("sock: " + std::to_string(t.h2_connections) +
+                                   " TLS connections carry HTTP/2 (seen through libssl): counted per connection, "
+                                   "not per stream; status unknown");
+    }
+
     Skel skel_;
     std::vector<Link> links_;
+    std::map<int, TlsProcess> tls_procs_;    // by pid, the tree's processes seen so far (links die before skel_)
+    std::set<std::string> tls_libs_;         // probed libraries, as the target maps them
+    std::set<std::string> tls_unsupported_;  // TLS libraries mapped that --tls does not probe
+
     MapReader<__u64, qs_conn> conns_;
     MapReader<__u32, qs_served> served_;
     std::map<uint32_t, ThreadServing> serving_now_;  // by server tid, from scan_conns

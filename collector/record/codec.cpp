@@ -40,7 +40,10 @@ template <class V> void fields(V& v, PortRequests& x) {
 template <class V> void fields(V& v, Requests& x) {
     v(x.in_flight); v(x.in_flight_max); v(x.waiting_unread); v(x.waiting_unread_max); v(x.completed);
     v(x.rate_per_second); v(x.latency); v(x.oldest_in_flight_seconds); v(x.oldest_unread_seconds); v(x.status);
-    v(x.connections); v(x.ports);
+    v(x.connections); v(x.ports); v(x.tls);
+}
+template <class V> void fields(V& v, TlsSeen& x) {
+    v(x.probing); v(x.libraries); v(x.connections); v(x.plaintext_connections); v(x.h2_connections);
 }
 template <class V> void fields(V& v, DownstreamPeer& x) {
     v(x.peer); v(x.connections); v(x.busy); v(x.busy_max); v(x.calls); v(x.call); v(x.oldest_busy_seconds);

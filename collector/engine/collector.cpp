@@ -115,6 +115,7 @@ void Collector::start(const StartProgress& progress) {
             name_lockdown(err);
         }
     }
+    for (auto& s : sources_) s->open_window();
     attach_ns_ = window_start_ns_ = last_tick_ns_ = monotonic_ns();
     if (cfg_.jvm_dump) request(OnDemand::jvm_dump);
 }

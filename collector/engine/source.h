@@ -61,6 +61,10 @@ public:
     virtual void start(const Target& target, const Config& cfg) = 0;
     // Drain ring buffers, read maps, fill this source's sections of `snap`.
     virtual void collect(Snapshot& snap, const Tick& tick) = 0;
+    // Every source has attached: the first window opens now. A source whose counters ran
+    // from its own attach (earlier, when the families start side by side) rebases them here,
+    // or the first window would count events from before it opened.
+    virtual void open_window() {}
     // Start on-demand work, called on the collector thread just before a collect(). A source
     // that does not do `what` ignores it; one already doing it does not start it twice.
     virtual void request(OnDemand /*what*/) {}

@@ -240,6 +240,8 @@ bool wait_for_port(uint16_t port, double timeout, const char* host) {
 bool wait_attached(pid_t qscope_pid, double timeout_seconds) {
     const double end = now_s() + timeout_seconds;
     const std::string dir = "/proc/" + std::to_string(qscope_pid) + "/fd";
+    int last = -1;
+    double stable_since = 0;
     while (now_s() < end) {
         int links = 0;
         if (DIR* d = opendir(dir.c_str())) {
@@ -250,8 +252,10 @@ bool wait_attached(pid_t qscope_pid, double timeout_seconds) {
             }
             closedir(d);
         }
-        if (links >= 5) {
-            sleep_s(0.3);
+        if (links != last) {
+            last = links;
+            stable_since = now_s();
+        } else if (links >= 5 && now_s() - stable_since >= 0.4) {
             return true;
         }
         sleep_s(0.05);

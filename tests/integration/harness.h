@@ -80,8 +80,10 @@ struct Server {
 Server start_target(const std::string& name, const std::vector<std::string>& args, double timeout_seconds = 10);
 
 bool wait_for_port(uint16_t port, double timeout_seconds, const char* host = "127.0.0.1");
-// qscope has attached when its process holds the sock family's BPF links (it prints nothing
-// in --json mode); waits for them, then 0.3 s for the seeding walk.
+// qscope has attached when its process holds every family's BPF links (it prints nothing in
+// --json mode): the families attach side by side, and the first window opens once the last
+// is done, so this waits until the count has stood still for 0.4 s (the last family's seeding
+// walk) with at least the sock family's five.
 bool wait_attached(pid_t qscope_pid, double timeout_seconds);
 // Any BPF program held yet (a prog_id in /proc/PID/fdinfo)? Attach in any mode, even one
 // that loads no sock links (e.g. a target refused halfway).

@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <csignal>
 #include <fstream>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "harness.h"
 
@@ -89,16 +92,27 @@ TEST_CASE("nginx master PID: requests of every worker, against stub_status", "[t
         Proc slow = spawn({"/usr/bin/wrk", "-t1", "-c24", "-d10s", "http://127.0.0.1:18410/"});
         Proc fast = spawn({"/usr/bin/wrk", "-t1", "-c4", "-d10s", "http://127.0.0.1:18410/static"});
         sleep_s(1);
-        // Both rates in steady state over nearly the same seconds: the oracle's two reads lie
-        // inside qscope's window.
+        // stub_status sampled every 50 ms on the wall clock while qscope runs: the oracle's
+        // count is read at qscope's own window ends (interpolated between two samples), so a
+        // rate that moves under a noisy machine moves both sides alike.
+        std::vector<std::pair<double, long>> samples;  // unix ms, requests
+        std::atomic<bool> sampling{true};
+        std::thread sampler([&] {
+            while (sampling) {
+                const long r = stub_status(18410).requests;
+                const double ms = static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                          std::chrono::system_clock::now().time_since_epoch())
+                                                          .count());
+                if (r >= 0) samples.emplace_back(ms, r);
+                sleep_s(0.05);
+            }
+        });
         Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(n.master.pid()), "--duration", "5", "--json"});
         REQUIRE(wait_attached(q.pid(), 20));
-        const double t0 = now_s();
-        const long before = stub_status(18410).requests;
-        sleep_s(3.5);
-        const long after = stub_status(18410).requests;
-        const double t1 = now_s();
-        REQUIRE(q.wait(30) == 0);
+        const int qrc = q.wait(30);
+        sampling = false;
+        sampler.join();
+        REQUIRE(qrc == 0);
         const json s = json::parse(q.out());
         INFO(s["target"].dump());
         // Master and both workers, each with its role.
@@ -116,8 +130,22 @@ TEST_CASE("nginx master PID: requests of every worker, against stub_status", "[t
         // Held by the master and both workers (their fd tables are the oracle: /proc).
         CHECK(s["listeners"][0]["processes"].get<int>() == 3);
         CHECK(s["listeners"][0]["workers"].get<int>() == 2);
-        // stub_status counts its own request.
-        const double oracle_rate = (after - before - 1) / (t1 - t0);
+        // Both count the sampler's own requests.
+        const double window = s["window_seconds"].get<double>();
+        const double end_ms = s["taken_at_unix_ms"].get<double>(), start_ms = end_ms - window * 1000;
+        auto requests_at = [&](double ms) {
+            for (size_t i = 1; i < samples.size(); ++i)
+                if (samples[i].first >= ms) {
+                    const auto& [ta, ra] = samples[i - 1];
+                    const auto& [tb, rb] = samples[i];
+                    return ra + (rb - ra) * (tb > ta ? (ms - ta) / (tb - ta) : 0.0);
+                }
+            return -1.0;
+        };
+        REQUIRE(!samples.empty());
+        REQUIRE(samples.front().first <= start_ms);
+        REQUIRE(samples.back().first >= end_ms);
+        const double oracle_rate = (requests_at(end_ms) - requests_at(start_ms)) / window;
         const double rate = s["requests"]["completed"].get<double>() / s["window_seconds"].get<double>();
         INFO("qscope " << rate << "/s, stub_status " << oracle_rate << "/s");
         CHECK(rate == Approx(oracle_rate).epsilon(0.10));

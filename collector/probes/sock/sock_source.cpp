@@ -121,8 +121,8 @@ public:
         scan_unix();
         refresh_unix_listeners();
         refresh_tls();
-        // Tick 0 opens the first window at the attach itself: the zero baselines are right.
-        if (tick.window_reset && tick.index > 0) rebase(tick);
+        // Tick 0's window was opened by open_window(), moments ago.
+        if (tick.window_reset && tick.index > 0) rebase();
 
         // ---- connection table: ages of the oldest request / unread / busy call ---------
         double oldest_req = 0, oldest_unread = 0;
@@ -670,7 +670,13 @@ private:
     // New window: baselines := cumulative now; maxima := the gauge now (an atomic store, so
     // a concurrent kernel max update is either before it — and overwritten by a value that
     // is still a valid max of the new window's start — or after it).
-    void rebase(const Tick&) {
+    void open_window() override {
+        refresh_listeners();  // the accept queues' depths now: where their maxima start
+        refresh_unix_listeners();
+        rebase();
+    }
+
+    void rebase() {
         auto* b = skel_->bss;
         const uint32_t nports = std::min<uint64_t>(load(b->next_port_idx), QS_MAX_PORTS);
         for (uint32_t i = 0; i < nports; ++i) {

@@ -134,12 +134,17 @@ TEST_CASE("record: a recording of the pool gate replays the live snapshots' wind
         CHECK(l["verdict"]["stage"] == "gate");
         CHECK(l["verdict"]["where"] == "pool to " + pool_peer);
         same_verdict(l, rp);
-        CHECK(rp["requests"]["in_flight"] == l["requests"]["in_flight"]);
+        // Gauges "now" are two samples up to a tick apart (the live window and the recorded
+        // tick end at different moments), and a worker hands the pool's connection to the
+        // next in microseconds: one request may have moved (CI: in flight 3 against 4, busy 1
+        // against 2). What the window held (the maxima) is compared exactly.
+        CHECK(std::abs(rp["requests"]["in_flight"].get<int>() - l["requests"]["in_flight"].get<int>()) <= 1);
+        CHECK(rp["requests"]["in_flight_max"] == l["requests"]["in_flight_max"]);
         const json lp = peer_of(l, pool_peer), rpp = peer_of(rp, pool_peer);
         REQUIRE(!lp.is_null());
         REQUIRE(!rpp.is_null());
-        CHECK(lp["busy"] == 2);  // the server's --pool 2, saturated
-        CHECK(rpp["busy"] == lp["busy"]);
+        CHECK(lp["busy_max"] == 2);  // the server's --pool 2, saturated
+        CHECK(std::abs(rpp["busy"].get<int>() - lp["busy"].get<int>()) <= 1);
         CHECK(rpp["busy_max"] == lp["busy_max"]);
         CHECK(rpp["connections"] == lp["connections"]);
         // A counter over the window: the two windows' ends differ by up to a tick each.
@@ -154,14 +159,9 @@ TEST_CASE("record: the thread view replays; damaged and killed recordings replay
           "[record][integration]") {
     if (!require_root()) return;
     Recorded rec({"--no-requests"});
+    int live_gates = 0;
     for (const json& l : rec.live) {
         const json rp = rec.replay(l);
-        CHECK(l["verdict"]["stage"] == "gate");  // the workers' futex waits at the pool
-        same_verdict(l, rp);
-        // Gauges "now" are two samples up to a tick apart (the live window and the recorded
-        // tick end at different moments): four workers sharing a pool of two trade places
-        // between read, futex and sleep in microseconds, so one may have moved.
-        CHECK(std::abs(rp["verdict"]["waiting"].get<int>() - l["verdict"]["waiting"].get<int>()) <= 1);
         auto group = [](const json& s, const std::string& name) {
             for (const auto& g : s["thread_groups"])
                 if (g["name"] == name) return g;
@@ -172,6 +172,19 @@ TEST_CASE("record: the thread view replays; damaged and killed recordings replay
         REQUIRE(!rg.is_null());
         CHECK(lg["threads"] == 4);  // the server's --workers 4
         CHECK(rg["threads"] == lg["threads"]);
+        // The thread view's verdict reads the threads' states now, and "now" is two samples
+        // up to a tick apart (the live window and the recorded tick end at different
+        // moments): four workers sharing a pool of two trade places between read, futex and
+        // sleep in microseconds, and once in a while none of them is in its futex at the
+        // live instant (seen once in CI-like runs: live "no queue", replay "gate", 2
+        // waiting). The verdicts are compared where both instants saw the same futex waits.
+        const int lf = lg["blocked_by"].value("futex", 0), rf = rg["blocked_by"].value("futex", 0);
+        INFO("futex waiters: live " << lf << ", replay " << rf);
+        live_gates += l["verdict"]["stage"] == "gate";
+        if (lf == rf) {
+            same_verdict(l, rp);
+            CHECK(rp["verdict"]["waiting"] == l["verdict"]["waiting"]);
+        }
         int blocked = 0;
         for (const auto& [sc, n] : rg["blocked_by"].items()) {
             CHECK((sc == "futex" || sc == "read" || sc == "clock_nanosleep"));  // the workers' only waits
@@ -179,6 +192,7 @@ TEST_CASE("record: the thread view replays; damaged and killed recordings replay
         }
         CHECK(blocked <= rg["threads"].get<int>());
     }
+    CHECK(live_gates >= 1);  // the workers' futex waits at the pool
 
     // ---- damaged files ------------------------------------------------------------------
     const std::string whole = read_text(rec.file);

@@ -158,7 +158,7 @@ void listener_families(const Snapshot& s, const LabelCapper& port_label, Familie
     Fam acc("qscope_accepted_connections_total", "Connections accepted, since attach", kCounter, {"port"});
     Fam conns("qscope_listener_connections", "Connections accepted from the listener and open, now", kGauge, {"port"});
     Fam cap("qscope_listener_connection_limit",
-              "1 while the accept queue is full and the acceptor waits elsewhere (a server-side connection cap)",
+              "1 while the accept queue is full and nothing was accepted for a second (a server-side connection cap)",
               kGauge, {"port"});
     for (const auto& l : s.listeners) {
         const LabelValues lv{port_label(endpoint_name(l.port, l.unix_path))};

@@ -83,8 +83,7 @@ bool pool_saturated(const DownstreamPeer& d) {
 
 bool connection_limit_reached(const Listener& l) {
     const bool full = (l.backlog > 0 && l.accept_queue >= l.backlog) || l.overflows > 0;
-    const bool stopped = l.seconds_since_accept >= 1.0 && (l.acceptor_tid == 0 || !l.acceptor_blocked_in.empty());
-    return full && l.accept_queue > 0 && l.connections > 0 && stopped;
+    return full && l.accept_queue > 0 && l.connections > 0 && l.seconds_since_accept >= 1.0;
 }
 
 bool carriers_saturated(const Carriers& c) {

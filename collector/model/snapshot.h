@@ -122,12 +122,9 @@ struct Listener {
     uint32_t processes = 0;           // processes of the target holding the port's listening socket(s)
     uint32_t workers = 0;             // of them, other than the tree's root (a prefork server's supervisor)
     uint64_t connections = 0;         // accepted from it and open now
-    // The thread that last accept()ed from it (0: none seen), and the syscall it is blocked in
-    // now when that is neither an accept nor a poll ("" otherwise, or not readable): a server
-    // at its connection limit (Tomcat's maxConnections) parks its acceptor on a latch.
-    int acceptor_tid = 0;
-    std::string acceptor_blocked_in;
-    double seconds_since_accept = 0;  // since its last accept(), or the attach when none was seen
+    // Since its accept count last moved, or the attach when none was seen. A server at its
+    // connection limit (Tomcat's maxConnections) parks its acceptor on a latch: no accepts.
+    double seconds_since_accept = 0;
     // cumulative since attach (exporter)
     uint64_t accepted_total = 0;
     uint64_t overflows_total = 0;
@@ -197,10 +194,9 @@ struct DownstreamPeer {
 bool pool_saturated(const DownstreamPeer& d);
 
 // The server stopped accepting at a limit of its own: its accept queue is full (or overflowed
-// in the window), connections are open, and nothing was accepted for a second while the
-// thread that accepted last (when one was seen) waits outside accept and poll. A slow acceptor
-// still accepts; one parked at a cap (Tomcat's maxConnections) does not. The one rule, for the
-// verdict and every view.
+// in the window), connections are open, and nothing was accepted for a second. A slow
+// acceptor still accepts; one parked at a cap (Tomcat's maxConnections) does not. The one
+// rule, for the verdict and every view.
 bool connection_limit_reached(const Listener& l);
 
 struct ThreadGroup {

@@ -94,10 +94,7 @@ std::string shared_accept_queue(const Snapshot& s, const Listener& l, const std:
 std::string connection_limit(const Listener& l, const std::string& at, uint64_t accept_q) {
     char idle[32];
     std::snprintf(idle, sizeof idle, "%.0f s", l.seconds_since_accept);
-    const std::string acceptor = l.acceptor_blocked_in.empty()
-                                     ? std::string("nothing accepted for ") + idle
-                                     : "acceptor waiting in " + l.acceptor_blocked_in;
-    return "connection limit reached on " + at + ": " + fmt_count(l.connections) + " connections open, " + acceptor +
+    return "connection limit reached on " + at + ": " + fmt_count(l.connections) + " connections open, nothing accepted for " + idle +
            " (e.g. Tomcat maxConnections); " + fmt_count(accept_q) + " connections in the accept queue (backlog " +
            std::to_string(l.backlog) + ")";
 }

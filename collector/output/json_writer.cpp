@@ -51,10 +51,6 @@ static json listeners_json(const std::vector<Listener>& listeners) {
                       {"seconds_since_accept", secs(l.seconds_since_accept)},
                       {"connection_limit", connection_limit_reached(l)}});
         if (!l.unix_path.empty()) ls.back()["unix_path"] = l.unix_path;
-        if (l.acceptor_tid)
-            ls.back()["acceptor"] = {{"tid", l.acceptor_tid},
-                                     {"blocked_in", l.acceptor_blocked_in.empty() ? json(nullptr)
-                                                                                  : json(l.acceptor_blocked_in)}};
     }
     return ls;
 }
@@ -285,7 +281,7 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
           << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows
           << (l.processes > 1 ? ", held by " + std::to_string(l.processes) + " processes" : std::string())
           << ", " << l.connections << " connections open"
-          << (connection_limit_reached(l) ? ": at a connection limit, acceptor waiting in " + l.acceptor_blocked_in
+          << (connection_limit_reached(l) ? ": at a connection limit, nothing accepted for " + ms(l.seconds_since_accept)
                                           : std::string())
           << "\n";
 

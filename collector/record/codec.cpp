@@ -31,7 +31,7 @@ template <class V> void fields(V& v, Quantiles& x) { v(x.p50); v(x.p90); v(x.p99
 template <class V> void fields(V& v, Listener& x) {
     v(x.port); v(x.addr); v(x.unix_path); v(x.backlog); v(x.accept_queue); v(x.accept_queue_max); v(x.accepted);
     v(x.accept_wait); v(x.overflows); v(x.processes); v(x.workers); v(x.accepted_total); v(x.overflows_total);
-    v(x.accept_wait_total); v(x.connections); v(x.acceptor_tid); v(x.acceptor_blocked_in); v(x.seconds_since_accept);
+    v(x.accept_wait_total); v(x.connections); v(x.seconds_since_accept);
 }
 template <class V> void fields(V& v, PortRequests& x) {
     v(x.port); v(x.unix_path); v(x.in_flight); v(x.waiting_unread); v(x.completed_total);

@@ -26,14 +26,7 @@ bench_args compare_builds "$@"
 T=$(dirname "$NEW")/targets
 work=$(mktemp -d /tmp/qscope-cmp-XXXXXX)
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [[ -f $work/nginx.pid ]] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
-  sysctl -qw kernel.bpf_stats_enabled="${old_stats:-0}" || true
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 old_stats=$(sysctl -n kernel.bpf_stats_enabled)
 
 if [[ $SPANNING == 1 ]]; then

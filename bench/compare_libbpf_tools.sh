@@ -13,14 +13,8 @@ for t in runqlat offcputime wrk nginx; do command -v $t >/dev/null || { echo "co
 bench_build qscope
 Q=$B/qscope
 work=$(mktemp -d /tmp/qscope-cmp-XXXXXX)
-tool_pids=()
-cleanup() {
-  for p in "${tool_pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-  [[ -f $work/nginx.pid ]] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+int_pids=()
+trap bench_cleanup EXIT
 PORT=${COMPARE_PORT:-25180}
 bench_nginx "$work" "$PORT"
 sleep 0.5
@@ -46,10 +40,10 @@ stop_tool() { kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true;
 echo "compare: overhead, $ROUNDS rounds x 4 conditions x ${SECS}s" >&2
 for r in $(seq "$ROUNDS"); do
   for cond in $(printf 'base\nrunqlat\noffcputime\nqscope\n' | shuf); do
-    p=""; [[ $cond != base ]] && p=$(start_tool "$cond")
+    p=""; [[ $cond != base ]] && p=$(start_tool "$cond") && int_pids=("$p")
     rps=$(wrk -t1 -c32 -d"${SECS}s" "http://127.0.0.1:$PORT/" 2>/dev/null | awk '/Requests\/sec/{print $2}')
     record "$cond" "$r" "$rps"
-    [[ -n $p ]] && stop_tool "$p"
+    [[ -n $p ]] && stop_tool "$p" && int_pids=()
   done
 done
 
@@ -63,6 +57,7 @@ sleep 1
 runqlat -p "$W" "$SECS" 1 >"$work/rq.txt" 2>&1 & a=$!
 offcputime -p "$W" "$SECS" >"$work/off.txt" 2>&1 & b=$!
 $Q snapshot --pid "$W" --duration "$SECS" --json >"$work/q.json" 2>"$work/q.err" & c=$!
+int_pids=("$a" "$b" "$c") pids=("$w")
 wait $a $b $c || true
 wait $w || true
 

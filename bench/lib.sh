@@ -59,3 +59,18 @@ for f in os.listdir(d):
     if m: ids.add(int(m.group(1)))
 for p in json.load(sys.stdin):
     if p.get("id") in ids: print(p.get("name","?"), p.get("run_cnt", 0), p.get("run_time_ns", 0))' "$1"; }
+
+# The one exit trap of every bench (trap 'bench_cleanup [PATH...]' EXIT), however it exits:
+# stops what the script started (pids[]: SIGTERM; int_pids[]: SIGINT, so qscope and the
+# libbpf tools detach and print), the nginx whose pid file is under $work, restores
+# kernel.bpf_stats_enabled when old_stats holds its value from before, and removes $work and
+# PATH...
+bench_cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${int_pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+  [[ -n ${work:-} && -f $work/nginx.pid ]] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  [[ -n ${old_stats:-} ]] && sysctl -qw kernel.bpf_stats_enabled="$old_stats" || true
+  wait 2>/dev/null || true
+  rm -rf "${work:-}" "$@"
+}

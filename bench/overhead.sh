@@ -27,14 +27,7 @@ bench_build qscope qs_server qs_load qs_syscall_bench qs_floor
 Q=$B/qscope T=$B/targets
 work=$(mktemp -d /tmp/qscope-bench-XXXXXX)
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [[ -f $work/nginx.pid ]] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
-  sysctl -qw kernel.bpf_stats_enabled="${old_stats:-0}" || true
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 old_stats=$(sysctl -n kernel.bpf_stats_enabled)
 sysctl -qw kernel.bpf_stats_enabled=0
 results=$work/results.tsv

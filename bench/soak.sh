@@ -39,12 +39,7 @@ work=$(mktemp -d /tmp/qscope-soak-XXXXXX)
 # tmpfs: the server rewrites it every 10 ms; on disk that would be I/O in the target.
 counters=/dev/shm/qscope-soak-$$.json
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work" "$counters"
-}
-trap cleanup EXIT
+trap 'bench_cleanup "$counters"' EXIT
 
 ready_port() { for _ in $(seq 200); do grep -q 'READY port=' "$1" 2>/dev/null && { sed -n 's/.*READY port=\([0-9]*\).*/\1/p' "$1" | head -1; return; }; sleep 0.05; done; echo "soak: not ready: $1" >&2; cat "$1" >&2; exit 1; }
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }

@@ -17,14 +17,7 @@ bench_build qscope
 Q=$B/qscope
 port=25443
 work=$(mktemp -d /tmp/qscope-bench-tls-XXXXXX)
-cleanup() {
-  [[ -n ${qp:-} ]] && kill -INT "$qp" 2>/dev/null || true
-  [[ -f $work/nginx.pid ]] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
-  sysctl -qw kernel.bpf_stats_enabled="${old_stats:-0}" || true
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 old_stats=$(sysctl -n kernel.bpf_stats_enabled)
 sysctl -qw kernel.bpf_stats_enabled=0
 
@@ -36,10 +29,11 @@ wrk_rps() { wrk -t1 -c32 -d"${SECS}s" "https://127.0.0.1:$port/" 2>/dev/null | a
 attach() {  # flags...: starts qscope on the worker, sets qp once its probes are loaded
   $Q snapshot --pid "$worker" --duration 3600 --no-threads "$@" >"$work/q.log" 2>&1 &
   qp=$!
+  int_pids=("$qp")
   for _ in $(seq 200); do grep -q 'observing PID' "$work/q.log" && break; sleep 0.05; done
   sleep 0.5
 }
-detach() { kill -INT "$qp"; wait "$qp" 2>/dev/null || true; qp=""; }
+detach() { kill -INT "$qp"; wait "$qp" 2>/dev/null || true; qp=""; int_pids=(); }
 
 echo "tls: wrk https -> nginx static, $ROUNDS rounds x 3 conditions x ${SECS}s" >&2
 : >"$work/r.tsv"

@@ -47,6 +47,10 @@ struct SnapshotReplayOptions {
     bool json = false;
 };
 
+struct DiffOptions {
+    std::string a, b;            // JSON snapshots, recordings, or RECORDING@FROM..TO
+};
+
 struct TopReplayOptions {
     std::string file;            // a recording
     std::string at;              // the tick shown first (a time); empty: the first
@@ -58,6 +62,7 @@ int run_snapshot(const Config& cfg, const SnapshotOptions& opt);  // collector/a
 int run_record(const Config& cfg, const RecordOptions& opt);      // cli/record.cpp
 int run_snapshot_replay(const SnapshotReplayOptions& opt);        // cli/record.cpp
 int run_top_replay(const TopReplayOptions& opt);                  // cli/record.cpp
+int run_diff(const DiffOptions& opt);                             // cli/record.cpp
 int run_export(const Config& cfg, const ExportOptions& opt);      // collector/cli/exporter.cpp
 int run_top(const Config& cfg, const TopOptions& opt);            // cli/top.cpp
 // What qscope can observe on this kernel, printed for an operator; 0 when a run would be

@@ -189,7 +189,8 @@ int main(int argc, char** argv) {
         "  qscope snapshot --pid 1234 --duration 10 --json   observe 10 s, print one JSON object\n"
         "  qscope export --pid 1234 --listen 127.0.0.1:9464  serve Prometheus /metrics\n"
         "  qscope record --pid 1234 -o spike.qsrec       record every tick; then, for any window of it:\n"
-        "  qscope snapshot --replay spike.qsrec --from 60 --to 90 --json\n\n"
+        "  qscope snapshot --replay spike.qsrec --from 60 --to 90 --json\n"
+        "  qscope diff spike.qsrec@0..60 spike.qsrec@60..90   what changed, stage by stage\n\n"
         "A PID names one process for its life. To follow a service across restarts, select it by\n"
         "something that outlives its PIDs: --pidfile FILE, --comm NAME, --cmdline REGEX, --port N,\n"
         "--cgroup PATH. `top` and `export` then wait for it, and re-attach when it comes back:\n"
@@ -290,6 +291,21 @@ int main(int argc, char** argv) {
     exp->add_option("--listen", eopt.listen, "ADDR:PORT to serve /metrics on")->capture_default_str();
     exp->add_flag("--allow-remote", eopt.allow_remote, "permit a non-loopback --listen address (prints a warning)");
 
+    DiffOptions dopt;
+    auto* diff = app.add_subcommand(
+        "diff", "compare two windows stage by stage: the verdict, the door, requests, downstream peers, thread "
+                "groups' blocked-by and carriers, A → B (counters per second of each window)");
+    diff->add_option("A", dopt.a,
+                     "the window before: a JSON snapshot (snapshot --json > before.json), a recording, or "
+                     "RECORDING@FROM..TO (times as --from/--to take them; either may be left out: spike.qsrec@..60)")
+        ->required();
+    diff->add_option("B", dopt.b, "the window after, the same kinds")->required();
+    diff->footer(
+        "  qscope snapshot --pid 1234 --duration 30 --json > before.json   # before the deploy\n"
+        "  qscope snapshot --pid 1234 --duration 30 --json > after.json\n"
+        "  qscope diff before.json after.json\n"
+        "  qscope diff spike.qsrec@0..60 spike.qsrec@60..90                # calm minute, then the spike\n");
+
     auto* check = app.add_subcommand(
         "check", "report what qscope can observe on this kernel: each probe family's hooks and how they attach, "
                  "privileges, BTF, cgroup v2, lockdown; exit 0 when a run would be useful (4: privileges, 5: kernel)");
@@ -321,6 +337,7 @@ int main(int argc, char** argv) {
             return static_cast<int>(Exit::failure);
         }
     }
+    if (*diff) return guarded([&] { return run_diff(dopt); });
     if (!cfg.want_requests && !cfg.want_threads) {
         std::fprintf(stderr, "qscope: --no-requests and --no-threads together leave nothing to observe: drop one\n");
         return static_cast<int>(Exit::usage);

@@ -15,6 +15,7 @@
 #include "cli/app.h"
 #include "engine/collector.h"
 #include "model/errors.h"
+#include "output/diff.h"
 #include "output/json_writer.h"
 #include "probes/probes.h"
 #include "record/format.h"
@@ -252,8 +253,12 @@ int run_top_replay(const TopReplayOptions& opt) {
     return 0;
 }
 
-int run_snapshot_replay(const SnapshotReplayOptions& opt) {
-    const record::Recording rec = read_recording(opt.file);
+namespace {
+
+// The window [from, to] of a recording, times as an operator types them (record::parse_time);
+// `what` names the recording in errors.
+Snapshot replay_window(const record::Recording& rec, const std::string& from, const std::string& to,
+                       const std::string& what) {
     const int64_t start = rec.header.started_unix_ms;
     record::WindowBounds b;
     auto bound = [&](const std::string& flag, const std::string& text) -> std::optional<int64_t> {
@@ -265,14 +270,58 @@ int run_snapshot_replay(const SnapshotReplayOptions& opt) {
                                          "(@1764619200.5) or a UTC time of day (20:31:05)");
         return t;
     };
-    b.from_unix_ms = bound("--from", opt.from);
-    b.to_unix_ms = bound("--to", opt.to);
-    const record::WindowResult w = record::window(rec.ticks, b);
-    if (!w.snap) throw Error(Exit::usage, "--replay " + opt.file + ": " + w.error);
+    b.from_unix_ms = bound("from", from);
+    b.to_unix_ms = bound("to", to);
+    record::WindowResult w = record::window(rec.ticks, b);
+    if (!w.snap) throw Error(Exit::usage, what + ": " + w.error);
+    return std::move(*w.snap);
+}
+
+// A diff operand: a JSON snapshot (`snapshot --json` output), a recording (its whole span),
+// or RECORDING@FROM..TO (a window of it; either end may be left out).
+DiffSide diff_side(const std::string& arg) {
+    std::string path = arg, from, to;
+    bool window = false;
+    if (access(arg.c_str(), F_OK) != 0)
+        for (size_t at = arg.find('@'); at != std::string::npos; at = arg.find('@', at + 1))
+            if (const size_t dots = arg.find("..", at); dots != std::string::npos) {
+                path = arg.substr(0, at);
+                from = arg.substr(at + 1, dots - at - 1);
+                to = arg.substr(dots + 2);
+                window = true;
+                break;
+            }
+    std::string bytes;
+    errno = 0;
+    if (!read_file(path, bytes)) throw Error(Exit::usage, "diff: " + path + ": " + errno_text(errno ? errno : EIO));
+    const size_t first = bytes.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && bytes[first] == '{') {
+        if (window) throw Error(Exit::usage, "diff: " + path + " is a JSON snapshot: @FROM..TO chooses a window of a recording");
+        try {
+            return {arg, nlohmann::ordered_json::parse(bytes)};
+        } catch (const std::exception& e) {
+            throw Error(Exit::usage, "diff: " + path + ": not a qscope JSON snapshot: " + e.what());
+        }
+    }
+    const record::Recording rec = read_recording(path);
+    return {arg, to_json(replay_window(rec, from, to, "diff: " + arg))};
+}
+
+}  // namespace
+
+int run_snapshot_replay(const SnapshotReplayOptions& opt) {
+    const record::Recording rec = read_recording(opt.file);
+    const Snapshot w = replay_window(rec, opt.from, opt.to, "--replay " + opt.file);
     if (opt.json)
-        std::cout << render_json(*w.snap) << std::endl;
+        std::cout << render_json(w) << std::endl;
     else
-        std::cout << render_report(*w.snap);
+        std::cout << render_report(w);
+    return 0;
+}
+
+int run_diff(const DiffOptions& opt) {
+    const DiffSide a = diff_side(opt.a), b = diff_side(opt.b);
+    std::cout << render_diff(a, b);
     return 0;
 }
 

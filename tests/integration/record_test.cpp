@@ -151,6 +151,22 @@ TEST_CASE("record: a recording of the pool gate replays the live snapshots' wind
         const double calls = lp["calls"].get<double>();
         CHECK(std::abs(rpp["calls"].get<double>() - calls) <= calls * 0.5 + 5);
     }
+
+    // `qscope diff` of the first live snapshot against the recording's window of the second:
+    // what it prints for B is that replay's, and the pool is the limit on both sides.
+    const json& l = rec.live.back();
+    const json rp = rec.replay(l);
+    const std::string before = rec.scratch.path + "/before.json";
+    write_bytes(before, rec.live.front().dump());
+    const double to = l["taken_at_unix_ms"].get<double>(), from = to - l["window_seconds"].get<double>() * 1000;
+    auto d = run_qscope({"diff", before, rec.file + "@" + at(from) + ".." + at(to)}, 30);
+    INFO("diff: rc " << d.rc << "\n" << d.out << d.err);
+    REQUIRE(d.rc == 0);
+    const std::string v = rp["verdict"]["severity"].get<std::string>() + ": " + rp["verdict"]["summary"].get<std::string>();
+    CHECK((d.out.find("  B  " + v + "\n") != std::string::npos || d.out.find("  unchanged  " + v + "\n") != std::string::npos));
+    CHECK(d.out.find("the limit moved") == std::string::npos);
+    CHECK(d.out.find("  " + pool_peer + "  ") != std::string::npos);  // the peer on both sides
+    CHECK(d.out.find("max 2") != std::string::npos);                  // its busy_max, the --pool 2, both sides
 }
 
 // The thread view alone (--no-requests) of the same scenario, then the recording damaged the

@@ -7,6 +7,8 @@
 // does the limit live at the door (connector, then accept queue) — a slow acceptor or too
 // few workers. Upstream queues are then named as consequences.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -74,6 +76,9 @@ struct Inside {
     uint64_t syscall_waiters = 0;      // threads blocked in a syscall holding a request
     const Wait* top_syscall = nullptr;
     uint64_t downstream_busy = 0;      // calls awaiting a peer's reply
+    uint64_t room = UINT64_MAX;        // in flight beyond the busy calls: what gate waiters can be
+    double futex_average = 0;          // the gate group's futex waiters over the window, on average
+    bool averaged = false;             // futex_waiters is that average (none waits at this instant)
 };
 
 // --- at the door ---------------------------------------------------------------------------
@@ -188,9 +193,18 @@ Inside count_inside(const Snapshot& s) {
     // flight can be requests waiting (when the request path is visible at all).
     const auto& r = s.requests;
     if (r.in_flight > 0 || !s.listeners.empty()) {
-        const uint64_t room = r.in_flight > in.downstream_busy ? r.in_flight - in.downstream_busy : 0;
-        in.futex_waiters = std::min(in.futex_waiters, room);
+        in.room = r.in_flight > in.downstream_busy ? r.in_flight - in.downstream_busy : 0;
+        in.futex_waiters = std::min(in.futex_waiters, in.room);
     }
+    // The gate group's futex time over the window (that group, else the one with the most).
+    std::map<std::string, double> futex_seconds;
+    for (const auto& w : s.waits)
+        if (w.kind == WaitKind::futex && at_a_gate(w) && !carrier_groups.count(w.group))
+            futex_seconds[w.group] += w.blocked_seconds;
+    double most = 0;
+    for (const auto& [g, secs] : futex_seconds) most = std::max(most, secs);
+    const double gate_secs = futex_seconds.count(group) ? futex_seconds[group] : most;
+    if (s.window_seconds > 0) in.futex_average = gate_secs / s.window_seconds;
     return in;
 }
 
@@ -223,7 +237,7 @@ uint64_t parked_at_gate(const Snapshot& s, bool pool_is_saturated) {
 // Waiters in front of a peer whose every connection is busy: that is a pool, and its size
 // is the limit.
 Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const PoolGate& pool) {
-    std::string how = in.futex_waiters ? fmt_count(in.futex_waiters) + " threads waiting"
+    std::string how = in.futex_waiters ? fmt_count(in.futex_waiters) + (in.averaged ? " threads waiting on average" : " threads waiting")
                                        : fmt_count(s.parked_in_runtime) + " requests parked in " + parked_where(s);
     if (in.futex_waiters && s.parked_in_runtime)
         how += ", " + fmt_count(s.parked_in_runtime) + " parked in " + parked_where(s);
@@ -255,9 +269,19 @@ Candidate downstream_stage(const DownstreamPeer& peer) {
 
 // The gate and downstream stages: one pool gate when the busiest peer is saturated and
 // requests wait in front of it, else a plain gate and the peer's calls apart.
-void gate_and_downstream_stages(const Snapshot& s, const Inside& in, const DownstreamPeer* peer, bool saturated,
+void gate_and_downstream_stages(const Snapshot& s, const Inside& now, const DownstreamPeer* peer, bool saturated,
                                 std::vector<Candidate>& stages, Verdict& v) {
-    const uint64_t gate_total = in.futex_waiters + parked_at_gate(s, saturated);
+    Inside in = now;
+    uint64_t gate_total = in.futex_waiters + parked_at_gate(s, saturated);
+    // A saturated pool whose waiters are, at this instant, all between their wake-up and
+    // their next call (workers trading a pool's connections hand them over in microseconds)
+    // would read as its peer's slowness, and the verdict would flicker between the two: then
+    // the window's average number of waiters, while requests in flight are left to account for.
+    if (saturated && gate_total == 0 && in.room > 0 && in.futex_average >= 0.5) {
+        in.futex_waiters = std::min<uint64_t>(in.room, static_cast<uint64_t>(std::llround(in.futex_average)));
+        in.averaged = true;
+        gate_total = in.futex_waiters;
+    }
     if (saturated && gate_total > 0) {
         v.pool = PoolGate{peer->peer, peer->busy, peer->connections, gate_total};
         stages.push_back(pool_gate_stage(s, in, *v.pool));

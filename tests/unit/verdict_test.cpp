@@ -257,6 +257,44 @@ TEST_CASE("gate waiters come from live thread states; a pool whose window peak f
     CHECK(s.verdict.summary == "requests queue at the pool to 127.0.0.1:5432: 9 of 10 connections busy, 190 threads waiting");
 }
 
+TEST_CASE("a saturated pool whose waiters are all between calls at the instant is still the pool", "[verdict]") {
+    // qs_server --workers 4 --pool 2 (record_test): two workers in the pool's calls, two
+    // waiting for a connection most of the window, but at the snapshot's instant both of them
+    // just woke (or sleep their 2 ms of service). The window's futex time says they wait.
+    Snapshot s;
+    s.window_seconds = 3;
+    s.listeners.push_back(listener(18700, 0, 128));
+    s.requests.in_flight = 4;
+    s.downstream.push_back(peer("127.0.0.1:18701", 2, 2));
+    ThreadGroup g;
+    g.name = "qs-worker";
+    g.threads = 4;
+    g.blocked = 3;
+    g.blocked_by = {{"read", 2}, {"clock_nanosleep", 1}};
+    s.thread_groups.push_back(g);
+    Wait w = futex_wait("qs-worker", 0, {"pool_borrow"});
+    w.waiters_now = 0;
+    w.blocked_seconds = 5.1;  // 1.7 waiters on average over the 3 s
+    s.waits.push_back(w);
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::gate);
+    CHECK(s.verdict.where == "pool to 127.0.0.1:18701");
+    CHECK(s.verdict.summary ==
+          "requests queue at the pool to 127.0.0.1:18701: 2 of 2 connections busy, 2 threads waiting on average");
+
+    // Futex time that no request in flight is left to account for (idle workers parked for
+    // work while every request is in a call) is no gate: the peer is the limit.
+    s.requests.in_flight = 2;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::downstream);
+
+    // A rare waiter (under half a thread on average) is not made one.
+    s.requests.in_flight = 4;
+    s.waits[0].blocked_seconds = 1.2;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::downstream);
+}
+
 TEST_CASE("Unix sockets: nginx waits on php-fpm's socket; php-fpm's queue is named by its path", "[verdict][unix]") {
     Snapshot s;
     s.listeners.push_back(listener(80, 0, 511));

@@ -159,11 +159,12 @@ int run_record(const Config& given, const RecordOptions& opt) {
                      "the time\n",
                      opt.ring_seconds, cfg.pid, h.comm.c_str(), opt.record_on_critical ? " or a critical verdict" : "",
                      opt.output.c_str());
-    else
-        std::fprintf(stderr, "qscope: recording PID %d (%s) to %s every %.1fs%s\n", cfg.pid, h.comm.c_str(),
-                     opt.output.c_str(), cfg.interval_seconds,
-                     opt.duration_seconds > 0 ? (" for " + std::to_string(opt.duration_seconds) + "s").c_str()
-                                              : ", until interrupted");
+    else {
+        char span[48] = ", until interrupted";
+        if (opt.duration_seconds > 0) std::snprintf(span, sizeof span, " for %gs", opt.duration_seconds);
+        std::fprintf(stderr, "qscope: recording PID %d (%s) to %s every %gs%s\n", cfg.pid, h.comm.c_str(),
+                     opt.output.c_str(), cfg.interval_seconds, span);
+    }
 
     const uint64_t start = monotonic_ns();
     const uint64_t end = opt.duration_seconds > 0 ? start + static_cast<uint64_t>(opt.duration_seconds * 1e9) : 0;

@@ -159,7 +159,9 @@ TEST_CASE("no BPF object survives qscope, however it ends", "[detach]") {
             const double took = now_s() - t_signal;
             INFO("exit " << rc << " after " << took << " s");
             REQUIRE(rc != -1);  // it did end
-            CHECK(took < 2.0);  // promptly, not at the end of the 5 s interval
+            // Promptly, not at the end of the 5 s interval: the last tick, the detach and the
+            // report, which under ASan on a loaded machine took 2.02 s once (CI rehearsal).
+            CHECK(took < 3.5);
             if (w.sig == SIGKILL) {
                 CHECK(rc == 128 + SIGKILL);
             } else {

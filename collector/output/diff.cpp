@@ -144,9 +144,12 @@ std::vector<std::pair<std::string, std::pair<const json*, const json*>>> match(c
     return out;
 }
 
+// Cells beyond the fields, of an element on each side (null: absent there); sets `changed`.
+using Extra = std::function<std::string(const json* a, const json* b, bool& changed)>;
+
 // A section of keyed rows; rows that did not change are counted, not printed.
 void keyed_section(std::ostringstream& o, const char* title, const char* list, const DiffSide& a, const DiffSide& b,
-                   const Key& key, const std::vector<Field>& fields) {
+                   const Key& key, const std::vector<Field>& fields, const Extra& extra = nullptr) {
     const auto rows = match(member(a.snap, list, true), member(b.snap, list, true), key);
     o << title << "\n";
     if (rows.empty()) {
@@ -156,7 +159,10 @@ void keyed_section(std::ostringstream& o, const char* title, const char* list, c
     size_t unchanged = 0;
     for (const auto& [k, ab] : rows) {
         bool changed = !ab.first || !ab.second;
-        const std::string cells = row(fields, a.snap, ab.first, b.snap, ab.second, changed);
+        std::string cells = row(fields, a.snap, ab.first, b.snap, ab.second, changed);
+        if (extra)
+            if (const std::string more = extra(ab.first, ab.second, changed); !more.empty())
+                cells += (cells.empty() ? "" : ", ") + more;
         if (!changed) {
             ++unchanged;
             continue;
@@ -226,49 +232,28 @@ void requests(std::ostringstream& o, const DiffSide& a, const DiffSide& b) {
 }
 
 // Thread groups: what they are blocked by is a map of syscalls, compared syscall by syscall.
+std::string blocked_by(const json* a, const json* b, bool& changed) {
+    std::map<std::string, std::pair<double, double>> by;
+    if (a)
+        for (const auto& [sc, n] : member(*a, "blocked_by").items()) by[sc].first = n.get<double>();
+    if (b)
+        for (const auto& [sc, n] : member(*b, "blocked_by").items()) by[sc].second = n.get<double>();
+    std::string out;
+    for (const auto& [sc, n] : by) {
+        if (n.first == 0 && n.second == 0) continue;
+        changed |= !same(n.first, n.second, Unit::count);
+        const std::string v = !a ? fmt(n.second, Unit::count) : !b ? fmt(n.first, Unit::count) : change(n.first, n.second, Unit::count);
+        out += (out.empty() ? "blocked in " : ", ") + sc + " " + v;
+    }
+    return out;
+}
+
 void threads(std::ostringstream& o, const DiffSide& a, const DiffSide& b) {
-    const std::vector<Field> fields = {
-        plain("threads", Unit::count, {"threads"}),
-        plain("running", Unit::count, {"running"}),
-        plain("runnable", Unit::count, {"runnable"}),
-        plain("runqueue wait p99", Unit::seconds, {"runqueue_wait", "p99"}),
-    };
-    const auto rows = match(member(a.snap, "thread_groups", true), member(b.snap, "thread_groups", true),
-                            [](const json& g) { return text(g, "name"); });
-    o << "threads\n";
-    if (rows.empty()) {
-        o << "  (none on either side)\n";
-        return;
-    }
-    size_t unchanged = 0;
-    for (const auto& [name, ab] : rows) {
-        bool changed = !ab.first || !ab.second;
-        std::string cells = row(fields, a.snap, ab.first, b.snap, ab.second, changed);
-        const json& ba = ab.first ? member(*ab.first, "blocked_by") : member(json(), "");
-        const json& bb = ab.second ? member(*ab.second, "blocked_by") : member(json(), "");
-        std::string blocked;
-        std::map<std::string, std::pair<Num, Num>> by;
-        for (const auto& [sc, n] : ba.items()) by[sc].first = n.get<double>();
-        for (const auto& [sc, n] : bb.items()) by[sc].second = n.get<double>();
-        for (auto& [sc, n] : by) {
-            const Num x = n.first.value_or(0), y = n.second.value_or(0);
-            if (*x == 0 && *y == 0) continue;
-            changed |= !same(x, y, Unit::count);
-            const std::string v = !ab.first ? fmt(y, Unit::count) : !ab.second ? fmt(x, Unit::count) : change(x, y, Unit::count);
-            blocked += (blocked.empty() ? "" : ", ") + sc + " " + v;
-        }
-        if (!changed) {
-            ++unchanged;
-            continue;
-        }
-        if (!blocked.empty()) cells += ", blocked in " + blocked;
-        const char* only = !ab.first ? " (only in B)" : !ab.second ? " (only in A)" : "";
-        o << "  " << name << only << "  " << cells << "\n";
-    }
-    if (unchanged == rows.size())
-        o << "  unchanged (" << unchanged << ")\n";
-    else if (unchanged)
-        o << "  " << unchanged << " more unchanged\n";
+    keyed_section(o, "threads", "thread_groups", a, b, [](const json& g) { return text(g, "name"); },
+                  {plain("threads", Unit::count, {"threads"}), plain("running", Unit::count, {"running"}),
+                   plain("runnable", Unit::count, {"runnable"}),
+                   plain("runqueue wait p99", Unit::seconds, {"runqueue_wait", "p99"})},
+                  blocked_by);
 }
 
 void carriers(std::ostringstream& o, const DiffSide& a, const DiffSide& b) {

@@ -187,10 +187,10 @@ int run_record(const Config& given, const RecordOptions& opt) {
     return 0;
 }
 
-record::Recording read_recording(const std::string& path) {
-    std::string bytes;
-    errno = 0;
-    if (!read_file(path, bytes)) throw Error(Exit::usage, "--replay " + path + ": " + errno_text(errno ? errno : EIO));
+namespace {
+
+// A recording's bytes, read from `path` (already read: a diff operand looked at them first).
+record::Recording parse_recording(const std::string& path, const std::string& bytes) {
     record::Recording rec = record::parse(bytes);
     // What is whole is replayed; one line says where the rest stops being readable.
     std::string where;
@@ -201,6 +201,15 @@ record::Recording read_recording(const std::string& path) {
         throw Error(Exit::usage, path + ": no whole tick to replay" + (where.empty() ? "" : ": " + where));
     if (!where.empty()) std::fprintf(stderr, "qscope: %s: %s\n", path.c_str(), where.c_str());
     return rec;
+}
+
+}  // namespace
+
+record::Recording read_recording(const std::string& path) {
+    std::string bytes;
+    errno = 0;
+    if (!read_file(path, bytes)) throw Error(Exit::usage, "--replay " + path + ": " + errno_text(errno ? errno : EIO));
+    return parse_recording(path, bytes);
 }
 
 namespace {
@@ -304,7 +313,7 @@ DiffSide diff_side(const std::string& arg) {
             throw Error(Exit::usage, "diff: " + path + ": not a qscope JSON snapshot: " + e.what());
         }
     }
-    const record::Recording rec = read_recording(path);
+    const record::Recording rec = parse_recording(path, bytes);
     return {arg, to_json(replay_window(rec, from, to, "diff: " + arg))};
 }
 

@@ -16,7 +16,7 @@ using json = nlohmann::ordered_json;
 using Num = std::optional<double>;
 
 // The number at `path`, or none when a side does not have it (an older qscope, a family off).
-Num at(const json& j, std::initializer_list<const char*> path) {
+Num at(const json& j, const std::vector<const char*>& path) {
     const json* p = &j;
     for (const char* k : path) {
         if (!p->is_object() || !p->contains(k)) return std::nullopt;
@@ -88,15 +88,7 @@ struct Field {
 };
 
 Field plain(const char* name, Unit u, std::initializer_list<const char*> path) {
-    std::vector<const char*> p(path);
-    return {name, u, [p](const json&, const json& e) {
-                const json* x = &e;
-                for (const char* k : p) {
-                    if (!x->is_object() || !x->contains(k)) return Num();
-                    x = &(*x)[k];
-                }
-                return at(*x, {});
-            }};
+    return {name, u, [p = std::vector<const char*>(path)](const json&, const json& e) { return at(e, p); }};
 }
 
 Field rate(const char* name, std::initializer_list<const char*> path) {

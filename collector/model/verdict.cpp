@@ -78,6 +78,7 @@ struct Inside {
     uint64_t downstream_busy = 0;      // calls awaiting a peer's reply
     uint64_t room = UINT64_MAX;        // in flight beyond the busy calls: what gate waiters can be
     double futex_average = 0;          // the gate group's futex waiters over the window, on average
+    const Wait* window_gate = nullptr; // that group's wait row with the most futex time in the window
     bool averaged = false;             // futex_waiters is that average (none waits at this instant)
 };
 
@@ -203,8 +204,14 @@ Inside count_inside(const Snapshot& s) {
             futex_seconds[w.group] += w.blocked_seconds;
     double most = 0;
     for (const auto& [g, secs] : futex_seconds) most = std::max(most, secs);
-    const double gate_secs = futex_seconds.count(group) ? futex_seconds[group] : most;
+    const std::string gate = futex_seconds.count(group) ? group : "";
+    const double gate_secs = gate.empty() ? most : futex_seconds[gate];
     if (s.window_seconds > 0) in.futex_average = gate_secs / s.window_seconds;
+    for (const auto& w : s.waits)
+        if (w.kind == WaitKind::futex && at_a_gate(w) && !carrier_groups.count(w.group) &&
+            (gate.empty() ? futex_seconds[w.group] == most : w.group == gate) &&
+            (!in.window_gate || w.blocked_seconds > in.window_gate->blocked_seconds))
+            in.window_gate = &w;
     return in;
 }
 
@@ -252,7 +259,7 @@ Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_to
     const bool lock = in.top_gate && in.top_gate->kind != WaitKind::futex;
     const std::string detail = in.futex_waiters ? std::string(lock ? "requests queue at a lock: " : "requests wait at a gate: ") +
                                                       fmt_count(in.futex_waiters) +
-                                                      (lock ? " waiting in " : " threads blocked in ") + where +
+                                                      (lock ? " waiting in " : in.averaged ? " threads blocked on average in " : " threads blocked in ") + where +
                                                       (in.top_gate ? " (" + in.top_gate->group + ")" : "")
                                                 : fmt_count(s.parked_in_runtime) + " requests parked in " + parked_where(s);
     return {Stage::gate, where, detail, gate_total};
@@ -277,9 +284,13 @@ void gate_and_downstream_stages(const Snapshot& s, const Inside& now, const Down
     // their next call (workers trading a pool's connections hand them over in microseconds)
     // would read as its peer's slowness, and the verdict would flicker between the two: then
     // the window's average number of waiters, while requests in flight are left to account for.
-    if (saturated && gate_total == 0 && in.room > 0 && in.futex_average >= 0.5) {
+    // The thread view alone (no request path, so no pool to see) flickers the same way between
+    // the gate and "no queue", and the same average stands in.
+    const bool thread_view_only = !s.probes.empty() && !s.probes.has(ProbeFamily::sock);
+    if ((saturated || thread_view_only) && gate_total == 0 && in.room > 0 && in.futex_average >= 0.5) {
         in.futex_waiters = std::min<uint64_t>(in.room, static_cast<uint64_t>(std::llround(in.futex_average)));
         in.averaged = true;
+        if (!in.top_gate) in.top_gate = in.window_gate;
         gate_total = in.futex_waiters;
     }
     if (saturated && gate_total > 0) {

@@ -295,6 +295,40 @@ TEST_CASE("a saturated pool whose waiters are all between calls at the instant i
     CHECK(s.verdict.stage == Stage::downstream);
 }
 
+TEST_CASE("the thread view alone: workers between two waits at the instant still wait at the gate", "[verdict]") {
+    // record_test's thread view (--no-requests) of qs_server --workers 4 --pool 2: two workers
+    // wait at the pool most of the window, and at the snapshot's instant neither is in its
+    // futex (CI: a recording killed mid-run replayed "no queue").
+    Snapshot s;
+    s.probes = {ProbeFamily::sched, ProbeFamily::tree};
+    s.window_seconds = 2;
+    ThreadGroup g;
+    g.name = "qs-worker";
+    g.threads = 4;
+    g.blocked = 4;
+    g.blocked_by = {{"read", 2}, {"clock_nanosleep", 2}};
+    s.thread_groups.push_back(g);
+    Wait w = futex_wait("qs-worker", 0, {"pool_borrow"});
+    w.waiters_now = 0;
+    w.blocked_seconds = 3.6;  // 1.8 waiters on average over the 2 s
+    s.waits.push_back(w);
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::gate);
+    CHECK(s.verdict.summary == "requests wait at a gate: 2 threads blocked on average in pool_borrow (qs-worker)");
+
+    // Under half a thread on average is no gate.
+    s.waits[0].blocked_seconds = 0.8;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::none);
+
+    // With the request path observed, an idle instant stays what it is: only a saturated pool
+    // (the case above) lets the average stand in.
+    s.waits[0].blocked_seconds = 3.6;
+    s.probes.add(ProbeFamily::sock);
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::none);
+}
+
 TEST_CASE("Unix sockets: nginx waits on php-fpm's socket; php-fpm's queue is named by its path", "[verdict][unix]") {
     Snapshot s;
     s.listeners.push_back(listener(80, 0, 511));

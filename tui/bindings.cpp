@@ -28,11 +28,12 @@ std::vector<std::pair<std::string, std::string>> key_help(bool unicode, bool rep
         {"s", "cycle the sort order of the panel"},
         {"r", "reset maxima and start a new window"},
         {"j", "JVM targets: thread dump of parked virtual threads"},
+        {"w", "write the always-on ring (--ring) to a file now"},
         {"Esc", "close open stacks and messages"},
         {"?", "this help (any key closes it)"},
     };
     for (const auto& k : common)
-        if (!replay || (k.first != "p" && k.first != "r" && k.first != "j")) keys.push_back(k);
+        if (!replay || (k.first != "p" && k.first != "r" && k.first != "j" && k.first != "w")) keys.push_back(k);
     return keys;
 }
 
@@ -133,7 +134,8 @@ Action replay_key(UiState& ui, int key) {
             return Action::redraw;
         case 'r':
         case 'j':
-            ui.flash = "a replay shows what was recorded: no window to reset, no JVM to ask";
+        case 'w':
+            ui.flash = "a replay shows what was recorded: no window to reset, no JVM to ask, nothing to write";
             return Action::redraw;
         default: return Action::none;
     }
@@ -173,6 +175,7 @@ Action handle_key(UiState& ui, int key, const Snapshot* shown) {
             ui.flash = "maxima reset; a new window starts at the next tick";
             return Action::reset_window;
         case 'j': return request_jvm_dump(ui, shown);
+        case 'w': return Action::write_ring;
         case kKeyEnter:
         case '\n':
         case '\r': return toggle_stack(ui, shown);

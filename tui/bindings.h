@@ -17,7 +17,7 @@ enum Key : int {
     kKeyTab, kKeyBackTab, kKeyEnter, kKeyEscape
 };
 enum class Action {
-    none, redraw, quit, reset_window, jvm_dump, pause_toggled,
+    none, redraw, quit, reset_window, jvm_dump, write_ring, pause_toggled,
     // `top --replay`: move the time cursor (the backend holds the ticks)
     step_back, step_forward, seek_critical, seek_time
 };

@@ -58,6 +58,14 @@ void Dashboard::post(std::shared_ptr<const Snapshot> s) {
     input_.wake();
 }
 
+void Dashboard::say(std::string line) {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        said_ = std::move(line);
+    }
+    input_.wake();
+}
+
 std::vector<std::shared_ptr<const Snapshot>> Dashboard::take_posted() {
     std::vector<std::shared_ptr<const Snapshot>> fresh;
     std::lock_guard<std::mutex> g(mu_);
@@ -93,11 +101,22 @@ std::shared_ptr<const Snapshot> Dashboard::run(const Controls& controls, int max
                 live_.reset_maxima();
             } else if (a == Action::jvm_dump) {
                 controls.request_jvm_dump();
+            } else if (a == Action::write_ring) {
+                ui_.flash = controls.write_ring ? controls.write_ring()
+                                                : "w: no ring to write: start top with --ring 10m --output FILE";
             } else if (a == Action::pause_toggled) {
                 if (ui_.paused) frozen_ = live_;
                 else if (newest) shown = newest;
             }
             dirty |= a != Action::none;
+        }
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (!said_.empty()) {
+                ui_.flash = std::move(said_);
+                said_.clear();
+                dirty = true;
+            }
         }
         for (const auto& s : take_posted()) {
             live_.feed(*s);

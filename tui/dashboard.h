@@ -25,6 +25,8 @@ struct Controls {
     std::function<void()> reset_window;      // start a new window (maxima, quantiles)
     std::function<void()> request_jvm_dump;  // a JVM thread dump at the next tick
     std::function<bool()> stop_requested;    // a stop signal arrived: leave the loop
+    // `w`: write the always-on ring now; returns the line to show. Unset: top has no ring.
+    std::function<std::string()> write_ring;
 };
 
 // `top --replay`: a recording's ticks (each a snapshot as the live collector published it)
@@ -48,6 +50,8 @@ public:
     // From the collector thread, each tick: queued, so the sparklines get every tick even
     // when the UI is busy, and the loop wakes to paint it at once.
     void post(std::shared_ptr<const Snapshot> s);
+    // From any thread: a line for the footer (e.g. the ring written on SIGUSR1).
+    void say(std::string line);
     // Until `q`, a stop request or, with max_frames > 0, that many frames painted.
     // Returns the newest snapshot posted (null if none).
     std::shared_ptr<const Snapshot> run(const Controls& controls, int max_frames);
@@ -64,6 +68,7 @@ private:
     Input input_;
     std::mutex mu_;
     std::vector<std::shared_ptr<const Snapshot>> posted_;
+    std::string said_;  // say()'s newest line, not yet shown
 };
 
 // `top --iterations N` without a terminal: the frame for `snap` as text, trailing spaces

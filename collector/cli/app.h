@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/ring_keeper.h"
 #include "cli/targets.h"
 #include "model/config.h"
 
@@ -19,6 +20,7 @@ struct ExportOptions {
     std::vector<NamedTarget> targets;  // at least one; a lone --pid has no service name
     std::string listen = "127.0.0.1:9464";
     bool allow_remote = false;   // a non-loopback bind must be asked for explicitly
+    RingOptions ring;            // --ring: each target's last minutes, written on SIGUSR1
 };
 
 struct TopOptions {
@@ -27,18 +29,16 @@ struct TopOptions {
     bool allow_remote = false;
     int iterations = 0;          // 0: until 'q'; N: draw N frames and exit (CI, scripts)
     bool no_color = false;
+    RingOptions ring;            // --ring: the last minutes, written on `w` or SIGUSR1
 };
 
 struct RecordOptions {
     Selector target;             // resolved once: a recording is of one process
-    std::string output;
     double duration_seconds = 0; // 0: until interrupted (or the target exits)
-    // --ring: keep the last ring_seconds in memory instead, written to a file named after
-    // --output on SIGUSR1 and, with record_on_critical, when the verdict turns critical
-    // (at most once per cooldown_seconds).
-    double ring_seconds = 0;
-    bool record_on_critical = false;
-    double cooldown_seconds = 300;
+    // --ring: keep the last ring.seconds in memory instead of streaming every tick to the
+    // file, and write them to files named after --output when asked (cli/ring_keeper.h).
+    RingOptions ring;
+    const std::string& output() const { return ring.output; }  // -o: the file, or the dumps' name
 };
 
 struct SnapshotReplayOptions {

@@ -15,6 +15,7 @@
 
 #include "cli/app.h"
 #include "cli/follower.h"
+#include "cli/ring_keeper.h"
 #include "engine/collector.h"
 #include "metrics/metrics.h"
 #include "metrics/services.h"
@@ -89,10 +90,25 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
             return out;
         },
         cfg.label_cap, opt.listen, opt.allow_remote);
+    // --ring: each target's own ring, before anything attaches (a bad --output fails now).
+    std::vector<std::unique_ptr<RingKeeper>> rings;
+    if (opt.ring.enabled()) {
+        for (const auto& t : opt.targets)
+            rings.push_back(std::make_unique<RingKeeper>(opt.ring, t.selector.text(), cfg.interval_seconds, t.service));
+        install_ring_signal();
+    }
     // One at a time: each target is its own Collector with its own BPF objects (sharing
     // loaded probes across targets is not built; docs/grafana.md says so).
     for (auto& f : followers) f->start();
-    for (auto& f : followers) f->run_in_background();
+    for (size_t i = 0; i < followers.size(); ++i) {
+        if (rings.empty()) {
+            followers[i]->run_in_background();
+            continue;
+        }
+        followers[i]->run_in_background([f = followers[i].get(), ring = rings[i].get()](const auto& s) {
+            if (const std::string said = ring->keep(*s); !said.empty()) f->say(said);
+        });
+    }
     std::string what;
     for (const auto& f : followers) what += (what.empty() ? "" : ", ") + describe(f->target());
     std::fprintf(stderr, "qscope: serving %s for %s\n", server.url().c_str(), what.c_str());

@@ -49,11 +49,12 @@ public:
     int attaches() const { return attaches_; }
     // The current target's Collector, for top's keys (reset window, JVM dump); may be null.
     void with_collector(const std::function<void(Collector&)>& fn);
+    // One line on stderr under this target's name ("qscope [web]: ..."), unless `say` is off.
+    void say(const std::string& msg);
 
 private:
     bool try_attach(const Collector::StartProgress& progress);
     void publish(std::shared_ptr<const Snapshot> s);
-    void say(const std::string& msg);
     void say_once(const std::string& msg);
     void loop(OnTick on_tick);
     bool wait_for(double seconds);

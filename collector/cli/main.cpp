@@ -144,6 +144,53 @@ static std::vector<NamedTarget> export_targets(const NamedTarget& single, const 
 }
 
 // A replay (`--replay FILE`) reads a recording, not a target.
+// The always-on ring (cli/ring_keeper.h), the same flags on record, top and export. `record`
+// has its own --output; top and export get one here, for the ring's files alone.
+static void add_ring_flags(CLI::App* app, RingOptions& ring, bool own_output) {
+    const std::string grp = "Always-on ring";
+    if (own_output)
+        app->add_option("-o,--output", ring.output,
+                        "with --ring: the ring's files are OUTPUT-YYYYMMDD-HHMMSS (with several targets "
+                        "OUTPUT-SERVICE-YYYYMMDD-HHMMSS), created 0600")
+            ->type_name("FILE")
+            ->group(grp);
+    app->add_option_function<std::string>(
+           "--ring",
+           [&ring](const std::string& v) {
+               const auto span = record::parse_span(v);
+               if (!span) throw CLI::ValidationError("--ring", v + ": a span such as 10m, 90s, 1h");
+               ring.seconds = *span;
+           },
+           std::string("keep the last SPAN of ticks in memory (about 1.3 KB a tick for a small server, never more than "
+                       "64 MiB: the oldest go first) and write them to OUTPUT-YYYYMMDD-HHMMSS on SIGUSR1 (kill -USR1)") +
+               (own_output ? " or, in top, the key w" : ""))
+        ->type_name("SPAN")
+        ->group(grp);
+    app->add_option_function<std::string>(
+           "--record-on", [&ring](const std::string&) { ring.on_critical = true; },
+           "with --ring: also write them when the verdict is critical (then at most once per --cooldown)")
+        ->type_name("critical")
+        ->check(CLI::IsMember({"critical"}))
+        ->group(grp);
+    app->add_option("--cooldown", ring.cooldown_seconds, "with --record-on: seconds between two automatic writes")
+        ->check(CLI::Range(1.0, 86400.0))
+        ->capture_default_str()
+        ->group(grp);
+}
+
+// --ring's flags belong together; said before anything attaches.
+static void check_ring(const RingOptions& ring, bool own_output) {
+    if (ring.on_critical && !ring.enabled())
+        throw Error(Exit::usage, "--record-on critical writes the ring: give --ring SPAN too (e.g. --ring 10m)");
+    if (!own_output) return;
+    if (ring.enabled() && ring.output.empty())
+        throw Error(Exit::usage, "--ring keeps the last minutes in memory and writes them to files named after "
+                                 "--output: give --output FILE too (e.g. --output /var/tmp/web.qsrec)");
+    if (!ring.enabled() && !ring.output.empty())
+        throw Error(Exit::usage, "--output names the files of the always-on ring: give --ring SPAN too (e.g. --ring 10m), "
+                                 "or use `qscope record --output FILE` to record every tick");
+}
+
 static void no_target(const TargetFlags& tf) {
     if (tf.pid_given() || !tf.given.empty()) throw Error(Exit::usage, "--replay reads a recording: give it no target");
 }
@@ -217,6 +264,7 @@ int main(int argc, char** argv) {
     top->add_flag("--allow-remote", topt.allow_remote, "permit a non-loopback --listen address");
     top->add_option("-n,--iterations", topt.iterations, "draw N frames, then exit (scripts, CI)");
     top->add_flag("--no-color", topt.no_color, "monochrome (also honoured: NO_COLOR=1)");
+    add_ring_flags(top, topt.ring, true);
     TopReplayOptions tropt;
     top->add_option("--replay", tropt.file,
                     "show a recording (qscope record) instead of a live target, with a time cursor: Space play/pause, "
@@ -251,30 +299,13 @@ int main(int argc, char** argv) {
                   "whole tick) for `snapshot --replay` (docs/recording.md)");
     add_target_flags(rec, cfg, tflags, false);
     add_common(rec, cfg);
-    rec->add_option("-o,--output", recopt.output, "the recording's file (created 0600, replaced if it exists)")
+    rec->add_option("-o,--output", recopt.ring.output, "the recording's file (created 0600, replaced if it exists)")
         ->type_name("FILE")
         ->required();
     rec->add_option("-d,--duration", recopt.duration_seconds, "seconds to record (default: until Ctrl-C or the "
                                                               "target exits)")
         ->check(CLI::Range(0.0, 31.0 * 86400));
-    rec->add_option_function<std::string>(
-           "--ring",
-           [&](const std::string& v) {
-               const auto span = record::parse_span(v);
-               if (!span) throw CLI::ValidationError("--ring", v + ": a span such as 10m, 90s, 1h");
-               recopt.ring_seconds = *span;
-           },
-           "keep only the last SPAN of ticks in memory (about 1.3 KB a tick for a small server, never more than "
-           "64 MiB: the oldest go first) and write them to OUTPUT-YYYYMMDD-HHMMSS on SIGUSR1 (kill -USR1)")
-        ->type_name("SPAN");
-    rec->add_option_function<std::string>(
-           "--record-on", [&](const std::string&) { recopt.record_on_critical = true; },
-           "with --ring: also write them when the verdict is critical (then at most once per --cooldown)")
-        ->type_name("critical")
-        ->check(CLI::IsMember({"critical"}));
-    rec->add_option("--cooldown", recopt.cooldown_seconds, "with --record-on: seconds between two automatic writes")
-        ->check(CLI::Range(1.0, 86400.0))
-        ->capture_default_str();
+    add_ring_flags(rec, recopt.ring, false);
 
     auto* exp = app.add_subcommand("export", "serve Prometheus /metrics until interrupted");
     add_target_flags(exp, cfg, tflags, true);
@@ -290,6 +321,7 @@ int main(int argc, char** argv) {
     add_common(exp, cfg);
     exp->add_option("--listen", eopt.listen, "ADDR:PORT to serve /metrics on")->capture_default_str();
     exp->add_flag("--allow-remote", eopt.allow_remote, "permit a non-loopback --listen address (prints a warning)");
+    add_ring_flags(exp, eopt.ring, true);
 
     DiffOptions dopt;
     auto* diff = app.add_subcommand(
@@ -372,8 +404,9 @@ int main(int argc, char** argv) {
         topt.target = target;
         sopt.target = target.selector;
         recopt.target = target.selector;
-        if (recopt.record_on_critical && recopt.ring_seconds <= 0)
-            throw Error(Exit::usage, "--record-on critical writes the ring: give --ring SPAN too (e.g. --ring 10m)");
+        check_ring(recopt.ring, false);
+        check_ring(topt.ring, true);
+        check_ring(eopt.ring, true);
         if (*snap) return run_snapshot(cfg, sopt);
         if (*rec) return run_record(cfg, recopt);
         if (*exp) return run_export(cfg, eopt);

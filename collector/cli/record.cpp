@@ -1,6 +1,4 @@
 // `qscope record` and `qscope snapshot --replay`: the flight recorder (docs/recording.md).
-#include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,84 +11,20 @@
 #include <iostream>
 
 #include "cli/app.h"
+#include "cli/record_file.h"
+#include "cli/ring_keeper.h"
 #include "engine/collector.h"
 #include "model/errors.h"
 #include "output/diff.h"
 #include "output/json_writer.h"
 #include "probes/probes.h"
 #include "record/format.h"
-#include "record/ring.h"
 #include "record/window.h"
 #include "sys/proc_stat.h"
 #include "tui/dashboard.h"
 
 namespace qscope {
 namespace {
-
-// The recording's file. Each frame goes out in one write(2): the page cache keeps what was
-// written when qscope is killed, so a `kill -9` loses at most the frame being written.
-class RecordFile {
-public:
-    explicit RecordFile(const std::string& path) : path_(path) {
-        // 0600: a recording holds command lines, peers and stacks.
-        fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd_ < 0) throw Error(Exit::usage, "--output " + path + ": " + errno_text(errno));
-    }
-    ~RecordFile() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-    RecordFile(const RecordFile&) = delete;
-    RecordFile& operator=(const RecordFile&) = delete;
-
-    void write(const std::string& bytes) {
-        size_t done = 0;
-        while (done < bytes.size()) {
-            const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) throw Error(Exit::failure, "writing " + path_ + ": " + errno_text(errno));
-            done += static_cast<size_t>(n);
-        }
-        written_ += bytes.size();
-    }
-    uint64_t written() const { return written_; }
-
-private:
-    std::string path_;
-    int fd_ = -1;
-    uint64_t written_ = 0;
-};
-
-std::string hostname() {
-    char h[256] = {};
-    if (::gethostname(h, sizeof(h) - 1) != 0) return "";
-    return h;
-}
-
-std::atomic<bool> g_dump_requested{false};
-void on_usr1(int) { g_dump_requested = true; }
-
-// spike.qsrec → spike-20261201-205300.qsrec: one file per dump, named by its time (UTC).
-std::string dump_path(const std::string& output, int64_t unix_ms) {
-    const time_t t = static_cast<time_t>(unix_ms / 1000);
-    struct tm tm {};
-    gmtime_r(&t, &tm);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "-%Y%m%d-%H%M%S", &tm);
-    const size_t slash = output.rfind('/');
-    const size_t dot = output.rfind('.');
-    const bool ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
-    return ext ? output.substr(0, dot) + stamp + output.substr(dot) : output + stamp;
-}
-
-// The ring written whole, then renamed: a reader never sees half a dump.
-void write_dump(const std::string& path, const std::string& bytes) {
-    const std::string tmp = path + ".tmp";
-    {
-        RecordFile f(tmp);
-        f.write(bytes);
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) throw Error(Exit::failure, "renaming " + tmp + ": " + errno_text(errno));
-}
 
 int64_t unix_ms_now() {
     using namespace std::chrono;
@@ -102,17 +36,16 @@ int64_t unix_ms_now() {
 int run_record(const Config& given, const RecordOptions& opt) {
     Config cfg = given;
     cfg.pid = resolve_once(opt.target);
-    const bool ring = opt.ring_seconds > 0;
-    // Streaming: the file, before the attach, so a bad path fails at once. A ring writes
-    // its files when asked.
+    const bool ring = opt.ring.enabled();
+    // Before the attach, so a bad path fails at once: the streamed file, or the ring's
+    // directory (RingKeeper checks it).
     std::optional<RecordFile> out;
-    if (!ring) out.emplace(opt.output);
-    record::Ring kept(opt.ring_seconds);
+    std::optional<RingKeeper> kept;
     if (ring) {
-        struct sigaction sa {};
-        sa.sa_handler = on_usr1;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGUSR1, &sa, nullptr);
+        kept.emplace(opt.ring, opt.target.text(), cfg.interval_seconds);
+        install_ring_signal();
+    } else {
+        out.emplace(opt.output());
     }
     Collector col(cfg);
     for (auto& s : default_sources(cfg)) col.add_source(std::move(s));
@@ -120,50 +53,28 @@ int run_record(const Config& given, const RecordOptions& opt) {
     col.start();
     std::shared_ptr<const Snapshot> snap = col.tick();
 
-    record::RecordHeader h;
-    h.qscope_version = QSCOPE_VERSION;
-    h.selector = opt.target.text();
-    h.pid = cfg.pid;
-    h.comm = snap->target.comm;
-    h.cmdline = snap->target.cmdline;
-    h.start_time_ticks = snap->target.start_time_ticks;
-    h.hostname = hostname();
-    h.interval_seconds = cfg.interval_seconds;
-    // "Seconds since the start" count from the first tick, the first thing a replay shows.
-    h.started_unix_ms = snap->taken_at_unix_ms ? snap->taken_at_unix_ms : started;
+    record::RecordHeader h = recording_header(*snap, opt.target.text(), cfg.interval_seconds);
+    if (!h.started_unix_ms) h.started_unix_ms = started;
     if (out) out->write(record::file_header() + record::header_frame(h));
-    kept.set_header(h);
 
-    int64_t last_dump_ms = 0;
-    auto dump = [&](const char* why) {
-        const std::string path = dump_path(opt.output, snap->taken_at_unix_ms);
-        write_dump(path, kept.file());
-        last_dump_ms = snap->taken_at_unix_ms;
-        std::fprintf(stderr, "qscope: %s: wrote the last %zu ticks (%zu bytes) to %s\n", why, kept.ticks(),
-                     kept.bytes(), path.c_str());
-    };
     uint64_t ticks = 0;
     auto keep = [&] {
         ++ticks;
         if (out) return out->write(record::tick_frame(*snap));
-        kept.push(*snap);
-        if (g_dump_requested.exchange(false)) dump("SIGUSR1");
-        if (opt.record_on_critical && snap->verdict.severity == Severity::critical &&
-            (!last_dump_ms || snap->taken_at_unix_ms - last_dump_ms >= opt.cooldown_seconds * 1000))
-            dump("the verdict turned critical");
+        if (const std::string said = kept->keep(*snap); !said.empty()) std::fprintf(stderr, "qscope: %s\n", said.c_str());
     };
     keep();
     if (ring)
         std::fprintf(stderr,
                      "qscope: keeping the last %.0fs of PID %d (%s) in memory; SIGUSR1%s writes them to %s, named by "
                      "the time\n",
-                     opt.ring_seconds, cfg.pid, h.comm.c_str(), opt.record_on_critical ? " or a critical verdict" : "",
-                     opt.output.c_str());
+                     opt.ring.seconds, cfg.pid, h.comm.c_str(), opt.ring.on_critical ? " or a critical verdict" : "",
+                     opt.ring.output.c_str());
     else {
         char span[48] = ", until interrupted";
         if (opt.duration_seconds > 0) std::snprintf(span, sizeof span, " for %gs", opt.duration_seconds);
         std::fprintf(stderr, "qscope: recording PID %d (%s) to %s every %gs%s\n", cfg.pid, h.comm.c_str(),
-                     opt.output.c_str(), cfg.interval_seconds, span);
+                     opt.output().c_str(), cfg.interval_seconds, span);
     }
 
     const uint64_t start = monotonic_ns();
@@ -179,7 +90,7 @@ int run_record(const Config& given, const RecordOptions& opt) {
     }
     if (out)
         std::fprintf(stderr, "qscope: wrote %llu ticks (%llu bytes) to %s\n", static_cast<unsigned long long>(ticks),
-                     static_cast<unsigned long long>(out->written()), opt.output.c_str());
+                     static_cast<unsigned long long>(out->written()), opt.output().c_str());
     if (snap->target.exited) {
         std::fprintf(stderr, "qscope: %s\n", snap->target.exit_note.c_str());
         return static_cast<int>(Exit::target_exited);

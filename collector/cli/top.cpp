@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "cli/app.h"
 #include "cli/exporter.h"
 #include "cli/follower.h"
+#include "cli/ring_keeper.h"
 #include "engine/collector.h"
 #include "model/errors.h"
 #include "probes/probes.h"
@@ -67,6 +69,11 @@ int run_top(const Config& given, const TopOptions& opt) {
     if (g_stop_requested) return 0;  // interrupted while waiting
     // Before the collector: "attaching…" shows while the probes load, and the dashboard
     // (which queues the snapshots) outlives the collector thread on every way out.
+    std::optional<RingKeeper> ring;
+    if (opt.ring.enabled()) {
+        ring.emplace(opt.ring, opt.target.selector.text(), cfg.interval_seconds);
+        install_ring_signal();
+    }
     tui::Dashboard dash(cfg.pid, cfg.interval_seconds, !opt.no_color);
     Follower follower(opt.target, cfg, /*say=*/false);  // the dashboard owns the terminal
     follower.start(false, [&](const auto& progress) { dash.attaching(progress); });
@@ -74,12 +81,17 @@ int run_top(const Config& given, const TopOptions& opt) {
     if (!opt.listen.empty())
         server = std::make_unique<MetricsServer>([&follower] { return follower.latest(); }, cfg.label_cap, opt.listen,
                                                  opt.allow_remote);
-    follower.run_in_background([&](const std::shared_ptr<const Snapshot>& s) { dash.post(s); });
-    const auto newest =
-        dash.run({.reset_window = [&] { follower.with_collector([](Collector& c) { c.reset_window(); }); },
-                  .request_jvm_dump = [&] { follower.with_collector([](Collector& c) { c.request(OnDemand::jvm_dump); }); },
-                  .stop_requested = [] { return g_stop_requested.load(); }},
-                 opt.iterations);
+    follower.run_in_background([&](const std::shared_ptr<const Snapshot>& s) {
+        dash.post(s);
+        if (!ring) return;
+        if (std::string said = ring->keep(*s); !said.empty()) dash.say(std::move(said));
+    });
+    tui::Controls controls{
+        .reset_window = [&] { follower.with_collector([](Collector& c) { c.reset_window(); }); },
+        .request_jvm_dump = [&] { follower.with_collector([](Collector& c) { c.request(OnDemand::jvm_dump); }); },
+        .stop_requested = [] { return g_stop_requested.load(); }};
+    if (ring) controls.write_ring = [&] { return ring->write("w"); };
+    const auto newest = dash.run(controls, opt.iterations);
     follower.stop();
     // A followed service outlives its processes: leaving while it is down is not an error.
     return opt.target.selector.follows_restarts() ? 0 : exit_status(newest);

@@ -262,15 +262,17 @@ TEST_CASE("record: the thread view replays; damaged and killed recordings replay
     CHECK(r.json["verdict"]["stage"] == "gate");
 }
 
-// The always-on ring: `record --ring 20s --record-on critical` on a program whose 12
-// threads sleep, then (when the test creates a file) all queue at one lock another thread
-// holds: the verdict turns critical (ten or more waiting at a gate). Then SIGUSR1. Each
-// write must hold the seconds before its trigger: a tick from before the test created the
-// file, whose verdict is not critical. Oracles: the test's own clock when it created the
-// file; the program's own threads (12 waiters by construction: a lock held for good).
-TEST_CASE("record: the ring is written on a critical verdict and on SIGUSR1, with the seconds before",
-          "[record][integration]") {
-    if (!require_root()) return;
+namespace {
+
+// The always-on ring: `--ring 20s --record-on critical` on a program whose 12 threads sleep,
+// then (when the test creates a file) all queue at one lock another thread holds: the verdict
+// turns critical (ten or more waiting at a gate). Then SIGUSR1. Each write must hold the
+// seconds before its trigger: a tick from before the test created the file, whose verdict is
+// not critical. Run for `record --ring` and for `export --ring` (the exporter keeps the same
+// ring beside /metrics). Oracles: the test's own clock when it created the file; the
+// program's own threads (12 waiters by construction: a lock held for good).
+// `metrics_port`: the exporter's, whose /metrics must go on answering (0: none).
+void ring_case(const std::vector<std::string>& command, uint16_t metrics_port = 0) {
     struct ScratchDir {
         std::string path;
         ~ScratchDir() { sh("rm -rf " + path); }
@@ -291,9 +293,13 @@ time.sleep(120)
 )";
     Proc target = spawn({"/usr/bin/python3", "-c", program, go});
     REQUIRE(!target.wait_for_output("READY", 10).empty());
-    Proc recorder = spawn({qscope_bin(), "record", "--pid", std::to_string(target.pid()), "--output",
-                           scratch.path + "/ring.qsrec", "--ring", "20s", "--record-on", "critical", "--cooldown", "600",
-                           "--interval", "0.5", "--no-requests"});
+    std::vector<std::string> args = {qscope_bin()};
+    args.insert(args.end(), command.begin(), command.end());
+    const std::vector<std::string> ring = {"--pid",      std::to_string(target.pid()), "--output", scratch.path + "/ring.qsrec",
+                                           "--ring",     "20s",        "--record-on", "critical", "--cooldown", "600",
+                                           "--interval", "0.5",        "--no-requests"};
+    args.insert(args.end(), ring.begin(), ring.end());
+    Proc recorder = spawn(args);
     REQUIRE(wait_attached(recorder.pid(), 30));
     sleep_s(3);  // idle ticks: what the ring must keep from before the trigger
     auto unix_ms = [] {
@@ -330,6 +336,7 @@ time.sleep(120)
         CHECK(before.json["verdict"]["severity"] != "critical");
     };
     check_before(dumps()[0]);
+    if (metrics_port) CHECK(http_get("127.0.0.1", metrics_port, "/metrics").find("qscope_up 1") != std::string::npos);
 
     sleep_s(1.5);  // dumps are named by the second
     recorder.signal(SIGUSR1);
@@ -340,4 +347,17 @@ time.sleep(120)
     check_before(dumps()[1]);  // ls sorts by name: by time
     recorder.signal(SIGINT);
     CHECK(recorder.wait(20) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("record: the ring is written on a critical verdict and on SIGUSR1, with the seconds before",
+          "[record][integration]") {
+    if (!require_root()) return;
+    ring_case({"record"});
+}
+
+TEST_CASE("export --ring: the exporter keeps the same ring beside /metrics", "[record][integration]") {
+    if (!require_root()) return;
+    ring_case({"export", "--listen", "127.0.0.1:18790"}, 18790);
 }

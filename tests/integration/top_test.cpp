@@ -428,6 +428,53 @@ TEST_CASE("qscope top --port follows the server across a restart", "[top][integr
     CHECK(t.wait_for([](const std::string& s) { return has(s, "EXIT=0"); }, 10));
 }
 
+// `top --ring` (issue 18): the key w writes the last seconds to a file at once, and the
+// footer says where. Oracles: the file itself, replayed by `snapshot --replay` (ticks from
+// before the key, the target's PID), and the screen tmux shows.
+TEST_CASE("qscope top --ring: w writes the seconds before it to a file", "[top][integration]") {
+    if (!require_root()) return;
+    if (sh("command -v tmux >/dev/null && echo yes") != "yes\n") {
+        skip("tmux not installed (the terminal oracle for this test)");
+        return;
+    }
+    const std::string dir = temp_dir("qs-top-ring");
+    struct Cleanup {
+        std::string dir;
+        ~Cleanup() { sh("rm -rf " + dir); }
+    } cleanup{dir};
+    auto server = start_target("qs_server", {"--port", std::to_string(kServerPort), "--workers", "2"});
+    Tmux t(120, 40);
+    REQUIRE(t.ok());
+    t.type(qscope_bin() + " top --pid " + std::to_string(server.proc.pid()) + " --interval 0.5 --no-requests --ring 1m --output " +
+           dir + "/top.qsrec; echo EXIT=$?");
+    t.keys("Enter");
+    REQUIRE(t.wait_for([](const std::string& s) { return tick_of(s) >= 4; }, 20));
+    const double pressed_at = now_s();
+    t.keys("w");
+    std::string screen;  // the match's iterators point into it
+    std::smatch m;
+    const bool said = t.wait_for(
+        [&](const std::string& s) {
+            screen = s;
+            return std::regex_search(screen, m, std::regex("w: wrote the last ([0-9]+) ticks"));
+        },
+        5);
+    INFO(screen);
+    REQUIRE(said);
+    const int written = std::stoi(m[1]);
+    CHECK(written >= 4);
+    const std::string file = sh("ls " + dir + "/top-*.qsrec 2>/dev/null | head -1");
+    REQUIRE(!file.empty());
+    auto r = run_qscope({"snapshot", "--replay", file.substr(0, file.size() - 1), "--json"}, 30);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.json["target"]["pid"] == server.proc.pid());
+    CHECK(r.json["window_seconds"].get<double>() >= 1.0);  // the ticks before the key, not one
+    CHECK(now_s() - pressed_at < 5);
+    t.keys("q");
+    CHECK(t.wait_for([](const std::string& s) { return has(s, "EXIT=0"); }, 10));
+}
+
 // `top --replay` (issue 18) driven in tmux: a real recording of qs_server (the thread view,
 // 0.5 s ticks), then the fixture recording (tests/unit/fixtures/recording.qsrec: 3 ticks,
 // every verdict critical) for the seek to the next critical verdict. Oracle: the screen

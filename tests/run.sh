@@ -4,10 +4,11 @@
 #   tests/run.sh                 everything
 #   tests/run.sh -L unit         one ctest label (unit, integration, extra)
 #   tests/run.sh -R requests     ctest name regex
-# The suite runs once, on a build instrumented with ASan+UBSan (qscope, its library, the
-# test targets and test binaries; not the BPF objects, not the JVM): two full suites do not
-# fit CI's budget, and every integration test then doubles as a memory-safety test of the
-# code paths it drives. Performance numbers come from bench/ on the release build (build/).
+# The suite runs once, on a build instrumented with ASan+UBSan (qscope and its libraries, in
+# the qscope binary and in the unit and integration test binaries that drive them in-process;
+# not the tests' own sources, the test targets, the BPF objects or the JVM): two full suites
+# do not fit CI's budget, and every integration test then doubles as a memory-safety test of
+# the code paths it drives. Performance numbers come from bench/ on the release build (build/).
 # Env: QSCOPE_BUILD_DIR (default build-test; never build/, which demo.sh and bench/ use
 #      unsanitized), QSCOPE_SANITIZE=0 (plain RelWithDebInfo build, no sanitizers).
 set -euo pipefail

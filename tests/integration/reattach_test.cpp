@@ -198,7 +198,7 @@ TEST_CASE("export --port follows its target across three restarts", "[reattach]"
     CHECK(last_prog_count == first_prog_count);
     // Each attach loads the BPF objects afresh and parses the kernel's BTF for each: a leak
     // of any of it would show as MiBs per restart (measured flat: ±0.1 MiB over 5 restarts).
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(QSCOPE_UNDER_ASAN)  // the qscope under test is built with ASan
     // ASan's allocator keeps freed memory in quarantine (256 MiB by default) and ignores
     // mallopt/malloc_trim: RSS says nothing about leaks here, and LeakSanitizer checks them.
     std::printf("reattach_test: RSS not asserted under AddressSanitizer (its quarantine holds freed memory)\n");

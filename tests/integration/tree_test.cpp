@@ -465,7 +465,7 @@ TEST_CASE("a process per connection: 300 processes followed, counted as /proc co
     REQUIRE(s["listeners"].size() == 1);
     CHECK(s["listeners"][0]["processes"].get<int>() == 1);
     CHECK(rss_max > 0);
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(QSCOPE_UNDER_ASAN)  // the qscope under test is built with ASan
     // ASan's shadow memory and quarantine (490 MiB seen) say nothing of qscope's own use;
     // LeakSanitizer checks for leaks in that build.
     std::printf("tree_test: RSS %ld KiB not asserted under AddressSanitizer\n", static_cast<long>(rss_max));

@@ -92,11 +92,12 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
         cfg.label_cap, opt.listen, opt.allow_remote);
     // --ring: each target's own ring, before anything attaches (a bad --output fails now).
     std::vector<std::unique_ptr<RingKeeper>> rings;
-    if (opt.ring.enabled()) {
+    if (opt.ring.enabled())
         for (const auto& t : opt.targets)
             rings.push_back(std::make_unique<RingKeeper>(opt.ring, t.selector.text(), cfg.interval_seconds, t.service));
-        install_ring_signal();
-    }
+    install_ring_signal();
+    uint64_t signals_seen = 0;
+    ring_signal_since(signals_seen);
     // One at a time: each target is its own Collector with its own BPF objects (sharing
     // loaded probes across targets is not built; docs/grafana.md says so).
     for (auto& f : followers) f->start();
@@ -117,7 +118,10 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
     auto all_finished = [&] {
         return std::all_of(followers.begin(), followers.end(), [](const auto& f) { return f->finished(); });
     };
-    while (!g_stop_requested && !all_finished()) sleep_unless_stopped(0.1);
+    while (!g_stop_requested && !all_finished()) {
+        sleep_unless_stopped(0.1);
+        if (rings.empty() && ring_signal_since(signals_seen)) std::fprintf(stderr, "qscope: %s\n", kNoRingToWrite);
+    }
     int rc = 0;
     if (!g_stop_requested) {
         if (followers.size() == 1)

@@ -60,6 +60,13 @@ void install_ring_signal() {
     sigaction(SIGUSR1, &sa, nullptr);
 }
 
+bool ring_signal_since(uint64_t& seen) {
+    const uint64_t now = g_ring_signals.load();
+    if (now == seen) return false;
+    seen = now;
+    return true;
+}
+
 RingKeeper::RingKeeper(RingOptions opt, std::string selector, double interval_seconds, std::string service)
     : opt_(std::move(opt)), service_(std::move(service)), ring_(opt_.seconds), signals_seen_(g_ring_signals.load()) {
     check_writable(opt_.output);
@@ -77,11 +84,7 @@ std::string RingKeeper::keep(const Snapshot& s) {
     }
     ring_.push(s);
     last_tick_ms_ = s.taken_at_unix_ms;
-    const uint64_t signals = g_ring_signals.load();
-    if (signals != signals_seen_) {
-        signals_seen_ = signals;
-        return write_locked("SIGUSR1", s.taken_at_unix_ms);
-    }
+    if (ring_signal_since(signals_seen_)) return write_locked("SIGUSR1", s.taken_at_unix_ms);
     if (opt_.on_critical && s.verdict.severity == Severity::critical &&
         (!last_auto_ms_ || s.taken_at_unix_ms - last_auto_ms_ >= opt_.cooldown_seconds * 1000)) {
         last_auto_ms_ = s.taken_at_unix_ms;

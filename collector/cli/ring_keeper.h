@@ -21,8 +21,15 @@ struct RingOptions {
 };
 
 // SIGUSR1 asks every ring of the process to write (one per target of `export --target`):
-// each compares a counter the handler bumps against the value it last saw.
+// each compares a counter the handler bumps against the value it last saw. `top` and
+// `export` install it with or without a ring: SIGUSR1's default action would end an
+// exporter that an operator meant to ask for a dump.
 void install_ring_signal();
+// True when SIGUSR1 arrived since `seen` was last brought up to date (it is, here).
+bool ring_signal_since(uint64_t& seen);
+// What `top` and `export` say to a SIGUSR1 when they keep no ring.
+inline constexpr const char* kNoRingToWrite =
+    "SIGUSR1: no ring to write: start qscope with --ring SPAN --output FILE to keep the last minutes";
 
 // Thread-safe: the collector's thread keeps ticks while top's keyboard asks for a write.
 class RingKeeper {

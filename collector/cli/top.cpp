@@ -70,10 +70,10 @@ int run_top(const Config& given, const TopOptions& opt) {
     // Before the collector: "attaching…" shows while the probes load, and the dashboard
     // (which queues the snapshots) outlives the collector thread on every way out.
     std::optional<RingKeeper> ring;
-    if (opt.ring.enabled()) {
-        ring.emplace(opt.ring, opt.target.selector.text(), cfg.interval_seconds);
-        install_ring_signal();
-    }
+    if (opt.ring.enabled()) ring.emplace(opt.ring, opt.target.selector.text(), cfg.interval_seconds);
+    install_ring_signal();
+    uint64_t signals_seen = 0;
+    ring_signal_since(signals_seen);
     tui::Dashboard dash(cfg.pid, cfg.interval_seconds, !opt.no_color);
     Follower follower(opt.target, cfg, /*say=*/false);  // the dashboard owns the terminal
     follower.start(false, [&](const auto& progress) { dash.attaching(progress); });
@@ -83,7 +83,10 @@ int run_top(const Config& given, const TopOptions& opt) {
                                                  opt.allow_remote);
     follower.run_in_background([&](const std::shared_ptr<const Snapshot>& s) {
         dash.post(s);
-        if (!ring) return;
+        if (!ring) {
+            if (ring_signal_since(signals_seen)) dash.say(kNoRingToWrite);
+            return;
+        }
         if (std::string said = ring->keep(*s); !said.empty()) dash.say(std::move(said));
     });
     tui::Controls controls{

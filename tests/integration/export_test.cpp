@@ -296,8 +296,13 @@ TEST_CASE("export: promtool, a real Prometheus runs every dashboard query, value
         CHECK(lines > 30);
         CHECK(s.body.find("le=\"0.0001\"") != std::string::npos);
         CHECK(s.body.find("le=\"2.5\"") != std::string::npos);
+        // SIGUSR1 without --ring is said, not fatal: its default action would end the exporter.
+        q.signal(SIGUSR1);
+        sleep_s(0.5);
+        CHECK(scrape(kLocaleExportPort).status == 200);
         q.signal(SIGTERM);
         CHECK(q.wait(10) == 0);
+        CHECK(q.err().find("SIGUSR1: no ring to write") != std::string::npos);
     }
     sh("rm -rf " + locdir);
 

@@ -669,6 +669,35 @@ LOOP_POLL(ppoll, 0, -1)
 LOOP_POLL(select, 0, -1)
 LOOP_POLL(pselect6, 0, -1)
 
+/* io_uring: a loop waits for completions in io_uring_enter(fd, to_submit, min_complete,
+ * flags, ...) with IORING_ENTER_GETEVENTS and min_complete above 0 (liburing's
+ * io_uring_submit_and_wait, io_uring_wait_cqe when the ring is empty). One that only submits
+ * is work inside a turn, not a poll, and neither ends nor starts one. The ring's fd is the
+ * poll set. */
+#define QS_IORING_ENTER_GETEVENTS 1
+
+static __always_inline int uring_waits(__u64 min_complete, __u64 flags)
+{
+	return (flags & QS_IORING_ENTER_GETEVENTS) && (__u32)min_complete > 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_io_uring_enter")
+int qs_loop_enter_io_uring_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	if (uring_waits(ctx->args[2], ctx->args[3]))
+		loop_poll_enter((__u32)ctx->args[0], QS_NR_io_uring_enter);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_io_uring_enter")
+int qs_loop_exit_io_uring_enter(struct trace_event_raw_sys_exit *ctx)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (uring_waits(regs->dx, regs->r10))
+		loop_poll_exit((__u32)regs->di, QS_NR_io_uring_enter);
+	return 0;
+}
+
 /* cpu-clock sampling (one perf event per CPU, ~199 Hz): the first sample that lands in a
  * turn already loop_sample_min_ns long copies the user stack, once per turn. Everything else
  * returns after the tree check. The registers are the interrupted user context, or the

@@ -31,10 +31,20 @@ void settle_loops(Snapshot& s) {
                 loops.end());
     // Listeners are sockets, not processes: loops sharing one (nginx workers) each see its queue.
     for (auto& l : loops) l.accept_queue = accept_queue;
+    const std::string unseen =
+        "sock: an io_uring loop accepts through its ring, not accept(): its listeners' accept waits and accepted "
+        "counts are not seen";
+    if (accepts_unseen(s) && std::find(s.partial.begin(), s.partial.end(), unseen) == s.partial.end())
+        s.partial.push_back(unseen);
     std::stable_sort(loops.begin(), loops.end(), [](const EventLoop& a, const EventLoop& b) {
         if (a.utilization != b.utilization) return a.utilization > b.utilization;
         return a.tid < b.tid;
     });
+}
+
+bool accepts_unseen(const Snapshot& s) {
+    return std::any_of(s.carriers.loops.begin(), s.carriers.loops.end(),
+                       [](const EventLoop& l) { return l.poll == "io_uring_enter"; });
 }
 
 bool loop_saturated(const EventLoop& l) { return l.utilization >= kLoopSaturated; }

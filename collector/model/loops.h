@@ -28,6 +28,11 @@ constexpr double kLoopSaturated = 0.9;
 // Idempotent.
 void settle_loops(Snapshot& s);
 
+// A loop that waits in io_uring_enter accepts through its ring, with no accept() syscall:
+// the accept wait and accepted counts of its listeners are not seen (settle_loops says so in
+// `partial`), so no connection limit is read from "nothing accepted".
+bool accepts_unseen(const Snapshot& s);
+
 bool loop_saturated(const EventLoop& l);
 bool loop_stalled(const EventLoop& l, double stall_threshold_seconds);
 // Requests held up behind the loop: unread and in the accept queue, and the ones it has read

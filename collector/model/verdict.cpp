@@ -114,7 +114,7 @@ void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
     }
     if (accept_q) {
         const std::string at = top->unix_path.empty() ? ":" + std::to_string(top->port) : "unix:" + top->unix_path;
-        if (connection_limit_reached(*top))
+        if (connection_limit_reached(*top) && !accepts_unseen(s))
             stages.push_back({Stage::accept_queue, at, connection_limit(*top, at, accept_q), accept_q, true});
         else if (top->workers >= 2)
             stages.push_back({Stage::accept_queue, at, shared_accept_queue(s, *top, at, accept_q), accept_q});

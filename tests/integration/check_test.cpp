@@ -24,7 +24,7 @@ bool has_line(const std::string& out, const std::string& mark, const std::string
 }
 
 // The poll syscalls qscope times event-loop turns on (probes/sched/loops.h kLoopPolls).
-const char* const kPolls[] = {"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6"};
+const char* const kPolls[] = {"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "io_uring_enter"};
 
 bool tracefs_has(const std::string& event) { return exists("/sys/kernel/tracing/events/" + event); }
 

@@ -9,6 +9,9 @@
 //    10 points of its CPU share (+ runqueue wait, /proc), and the verdict names it.
 //  - Redis 7 (Debian) running a slow Lua script while clients PING: the loop's longest turn
 //    against Redis's SLOWLOG (20%) and INFO commandstats, the verdict naming the loop.
+//  - An io_uring loop (tests/targets/qs_uring.cpp, liburing) with a CPU-bound handler: the
+//    loop found in io_uring_enter, its longest turn against the server's own turn timer
+//    (20%), its utilization against /proc as above, the verdict naming the loop.
 // Ports 26000-26099.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -374,4 +377,56 @@ TEST_CASE("redis: a slow Lua script holds the loop, as SLOWLOG says", "[loops][i
     CHECK(!ranks_a_gate(s));
     redis.kill_and_wait();
     std::system(("rm -rf " + dir).c_str());
+}
+
+// io_uring: qs_uring (tests/targets/qs_uring.cpp) serves HTTP on one ring, its loop waiting for
+// completions in io_uring_enter, each request spinning 20 ms of CPU in the loop thread. Its own
+// turn timer is the oracle for the longest turn, as monitorEventLoopDelay is for Node.
+TEST_CASE("io_uring loop, CPU-bound handler: the ring's loop is the limit", "[loops][integration][io_uring]") {
+    if (!require_root()) return;
+    if (access(target_bin("qs_uring").c_str(), X_OK) != 0 || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("qs_uring not built (liburing-dev, in .ci/setup) or wrk not installed");
+        return;
+    }
+    Proc app = spawn({target_bin("qs_uring"), "--port", "26041", "--cpu-ms", "20"});
+    REQUIRE(!app.wait_for_output("READY", 10).empty());
+    Proc wrk;
+    const Observed o = observe(app.pid(), app.pid(), app.pid(), 6, [&] {
+        app.signal(SIGUSR2);  // its turn timer's max starts with the window
+        wrk = spawn({"/usr/bin/wrk", "-t1", "-c20", "-d14s", "--timeout", "20s", "http://127.0.0.1:26041/"});
+        sleep_s(0.5);
+    });
+    wrk.kill_and_wait();
+    const double own_max = [&] {
+        static const std::regex re("TURN mono_ns=(\\d+) max_ns=(\\d+)");
+        const std::string out = app.out();
+        double max = -1;
+        for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+            if (std::stod((*it)[1]) / 1e9 <= o.end_s) max = std::stod((*it)[2]) / 1e9;
+        return max;
+    }();
+    app.kill_and_wait();
+    const json& s = o.snap;
+    INFO("verdict: " << s["verdict"].dump());
+    INFO("loops: " << s["carriers"]["loops"].dump());
+    INFO("qs_uring's own longest turn: " << own_max);
+    const json* loop = find_loop(s, app.pid());
+    REQUIRE(loop != nullptr);
+    CHECK((*loop)["name"] == "qs_uring");
+    CHECK((*loop)["poll"] == "io_uring_enter");
+    CHECK((*loop)["connections_served_total"].get<uint64_t>() >= 10);
+    CHECK(o.cpu_seconds / s["window_seconds"].get<double>() > 0.5);  // really CPU-bound here
+    check_utilization(*loop, o);
+    REQUIRE(own_max > 0);
+    std::printf("loops_test io_uring: longest turn %.3f s (qs_uring's own %.3f s), utilization %.3f (CPU share %.3f, "
+                "runqueue %.3f), %llu turns, verdict: %s\n",
+                (*loop)["longest_turn_seconds"].get<double>(), own_max, (*loop)["utilization"].get<double>(),
+                o.cpu_seconds / s["window_seconds"].get<double>(), o.runqueue_seconds / s["window_seconds"].get<double>(),
+                static_cast<unsigned long long>((*loop)["turns"].get<uint64_t>()),
+                s["verdict"]["summary"].get<std::string>().c_str());
+    CHECK((*loop)["longest_turn_seconds"].get<double>() == Approx(own_max).epsilon(0.20));
+    CHECK((*loop)["stalls"].get<uint64_t>() > 0);
+    CHECK(s["verdict"]["stage"] == "carriers");
+    CHECK(s["verdict"]["where"].get<std::string>() == "event loop of qs_uring (tid " + std::to_string(app.pid()) + ")");
+    CHECK(!ranks_a_gate(s));
 }

@@ -336,7 +336,7 @@ TEST_CASE("kernel matrix: futex waiters at the pool gate vs the server's count a
     int listed = 0;
     for (std::string ev; polls >> ev; listed++)
         CHECK(attach_of(s, ev, "sched") == "tracepoint syscalls/" + ev);
-    CHECK(listed >= 12);  // epoll_wait, epoll_pwait, epoll_pwait2, poll, ppoll, select, pselect6
+    CHECK(listed >= 12);  // epoll_wait, epoll_pwait, epoll_pwait2, poll, ppoll, select, pselect6 (and io_uring_enter where built in)
     CHECK(attach_of(s, "JVM_VirtualThreadPinnedEvent", "jvm") == "none ");  // qs_server is no JVM
 }
 

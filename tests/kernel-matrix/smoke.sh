@@ -87,7 +87,7 @@ block check /tmp/check.txt
 ls /sys/kernel/tracing/events/sock > /tmp/tp.txt 2>&1
 block sock-tracepoints /tmp/tp.txt
 # ... and of the poll syscalls' tracepoints (the event-loop hooks).
-ls /sys/kernel/tracing/events/syscalls | grep -E '^sys_(enter|exit)_(epoll_wait|epoll_pwait|epoll_pwait2|poll|ppoll|select|pselect6)$' > /tmp/polls.txt
+ls /sys/kernel/tracing/events/syscalls | grep -E '^sys_(enter|exit)_(epoll_wait|epoll_pwait|epoll_pwait2|poll|ppoll|select|pselect6|io_uring_enter)$' > /tmp/polls.txt
 block poll-tracepoints /tmp/polls.txt
 
 # ---- requests: in flight max, completed, latency vs qs_server's counters ------------------

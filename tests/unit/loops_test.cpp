@@ -170,3 +170,40 @@ TEST_CASE("loop utilization: completed turns plus the one going on, clamped", "[
     CHECK(loop_utilization(30'000'000'000, 0, 10'000'000'000, 20'000'000'000) == Approx(1.0));
     CHECK(loop_utilization(0, 0, 10, 10) == 0);
 }
+
+TEST_CASE("an io_uring loop: accepts through the ring are named unseen, and no connection cap is read from them",
+          "[loops][verdict]") {
+    // qs_uring idle with a full accept queue: the sock family saw no accept() for seconds,
+    // which for a thread-per-connection server would mean a cap; here it means nothing.
+    Snapshot s;
+    Listener l;
+    l.port = 26041;
+    l.accept_queue = 129;
+    l.backlog = 128;
+    l.connections = 20;
+    l.seconds_since_accept = 6;
+    s.listeners.push_back(l);
+    s.requests.connections = 20;
+    EventLoop loop = polling(300, 300, "qs_uring", 0.3);
+    loop.poll = "io_uring_enter";
+    s.carriers.loops.push_back(loop);
+    s.serving.push_back(serving(300, 300, 20, 20, 0, 0));
+    compute_verdict(s);
+    REQUIRE(s.carriers.loops.size() == 1);
+    CHECK(accepts_unseen(s));
+    CHECK(s.verdict.stage == Stage::accept_queue);
+    CHECK(s.verdict.summary.find("connection limit") == std::string::npos);
+    const auto unseen = std::count_if(s.partial.begin(), s.partial.end(), [](const std::string& p) {
+        return p.find("io_uring loop accepts through its ring") != std::string::npos;
+    });
+    CHECK(unseen == 1);
+    compute_verdict(s);  // idempotent: a replayed window runs it again
+    CHECK(std::count(s.partial.begin(), s.partial.end(), s.partial.back()) == 1);
+
+    // The same listener behind an epoll loop: the cap is read as before.
+    s.partial.clear();
+    s.carriers.loops[0].poll = "epoll_wait";
+    compute_verdict(s);
+    CHECK_FALSE(accepts_unseen(s));
+    CHECK(s.verdict.summary.find("connection limit reached on :26041") == 0);
+}

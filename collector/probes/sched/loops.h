@@ -23,7 +23,7 @@ namespace qscope {
 // The poll hooks of bpf/sched.bpf.c (qs_loop_enter_<name>, qs_loop_exit_<name>), one pair of
 // syscall tracepoints each; `qscope check` lists the same.
 inline constexpr const char* kLoopPolls[] = {"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll",
-                                             "ppoll",      "select",      "pselect6"};
+                                             "ppoll",      "select",      "pselect6",     "io_uring_enter"};
 
 static_assert(sizeof(qs_loop_val) == 48 + 16 + QS_COMM_LEN + 4 * QS_WHIST_SLOTS, "qs_loop_val layout (bpf/qs_loop.h)");
 static_assert(sizeof(qs_loop_stall) == 16 + 48 + QS_COMM_LEN, "qs_loop_stall layout (bpf/qs_loop.h)");

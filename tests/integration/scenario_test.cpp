@@ -442,7 +442,14 @@ TEST_CASE("virtual threads: everything admitted, parked at the pool, 503 at the 
     REQUIRE(r.pg_active_max() == kPool);
     REQUIRE(cpuload > 0);  // the recording ran
     REQUIRE(pinned == 0);
-    REQUIRE(!p503.empty());
+    {
+        std::map<int, int> by_status;  // what the probers got instead, when no 503 came
+        for (const auto& p : r.probes) by_status[p.status]++;
+        std::string got;
+        for (const auto& [st, n] : by_status) got += " " + std::to_string(st) + "×" + std::to_string(n);
+        INFO("curl probes by status:" << got);
+        REQUIRE(!p503.empty());
+    }
     REQUIRE(median(p503) >= 0.9 * kPoolTimeout);
 
     REQUIRE(r.qs_rc == 0);

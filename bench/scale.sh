@@ -31,6 +31,23 @@ out() { echo "$*" | tee -a "${OUT:-/dev/null}"; }
 out "| measurement | result |"
 out "|---|---|"
 
+# A recording of PID (issue 18) beside a snapshot of the same target and length, one after
+# the other: the file's bytes per tick, and both processes' CPU (user + sys, attach included).
+record_vs_snapshot() {
+  local pid=$1 label=$2 what cpu_record cpu_snapshot
+  TIMEFORMAT='%U %S'
+  for what in record snapshot; do
+    local args=(snapshot --pid "$pid" --duration "$SECS" --json)
+    [[ $what == record ]] && args=(record --pid "$pid" --duration "$SECS" --output "$work/rec.qsrec")
+    local t; t=$( { time "$Q" "${args[@]}" >"$work/$what.out" 2>"$work/$what.err"; } 2>&1 )
+    printf -v "cpu_$what" '%.2f' "$(echo "$t" | awk '{print $1 + $2}')"
+  done
+  local ticks bytes
+  read -r ticks bytes < <(sed -n 's/.*wrote \([0-9]*\) ticks (\([0-9]*\) bytes).*/\1 \2/p' "$work/record.err")
+  out "| recording, $label, ${SECS}s at one tick a second: bytes per tick | $((bytes / ticks)) B ($ticks ticks, $bytes B) |"
+  out "| CPU of that recording, beside a snapshot of the same target and length | record ${cpu_record} s, snapshot ${cpu_snapshot} s |"
+}
+
 # --- collector CPU at ~10k req/s: 64 connections x 6 ms service time caps the rate near 10.7k/s.
 $T/qs_server --port 0 --workers 64 --service-ms 6 >"$work/s1.log" 2>&1 & pids+=($!); s1=$!
 p1=$(ready_port "$work/s1.log")
@@ -45,12 +62,14 @@ wait "$qp" || true
 rps=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["rps"])' "$work/l1.json")
 out "| collector CPU at $(printf %.0f "$rps") req/s (qs_server 64 workers, 6 ms service) | $(python3 -c "print(f'{($c1-$c0)/1e9/$SECS*100:.2f}% of a core')") |"
 out "| lost_events in that snapshot | $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("lost_events"))' "$work/q1.json") |"
+$T/qs_load --host 127.0.0.1 --port "$p1" --connections 64 --duration $((2 * SECS + 10)) >/dev/null 2>&1 & pids+=($!)
+record_vs_snapshot "$s1" "every family, qs_server at ~$(printf %.0f "$rps") req/s"
 kill "$s1"
 
 # --- 10,000 threads and 10,000 connections in one target.
 $T/qs_server --port 0 --workers 10000 --backlog 16384 >"$work/s2.log" 2>&1 & pids+=($!); s2=$!
 p2=$(ready_port "$work/s2.log")
-$T/qs_load --host 127.0.0.1 --port "$p2" --connect-only 10000 --hold $((SECS + 25)) >"$work/l2.json" 2>"$work/l2.err" & pids+=($!)
+$T/qs_load --host 127.0.0.1 --port "$p2" --connect-only 10000 --hold $((3 * SECS + 25)) >"$work/l2.json" 2>"$work/l2.err" & pids+=($!)
 for _ in $(seq 300); do
   n=$(ss -Htn state established "( sport = :$p2 )" | wc -l); [[ $n -ge 10000 ]] && break; sleep 0.1; done
 threads=$(awk '/^Threads/{print $2}' /proc/$s2/status)
@@ -61,6 +80,8 @@ hwm=0; while kill -0 "$qp" 2>/dev/null; do
 wait "$qp" || true
 out "| peak RSS (VmHWM) with $threads target threads and $n established connections | $((hwm / 1024)) MiB (snapshot of ${SECS}s, wall $(( ($(date +%s%N)-t0)/1000000 )) ms) |"
 out "| lost_events in that snapshot | $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("lost_events"))' "$work/q2.json" 2>/dev/null || echo "no JSON: $(tail -2 "$work/q2.err")") |"
+
+record_vs_snapshot "$s2" "every family, $threads threads and $n connections"
 
 # --- time to the first full top frame against that same large target, and a small one:
 # TOP_RUNS runs each (default 10), median and p90 (bench/top_startup.sh).

@@ -21,7 +21,7 @@ trap '"$here/pg.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
 "$here/pg.sh" start "$work/pg" 23432
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-profiles=(platform virtual gated partner)
+profiles=(platform virtual gated partner ceiling)
 for p in "${profiles[@]}"; do
     QSCOPE="$build/qscope" QS_DOWNSTREAM="$build/targets/qs_downstream" PG_DIR="$work/pg" APP_BUILD="$work/app-build" \
         QS_REPORT=1 QS_TUI=1 "$here/scenario.sh" "$p" "$work/$p"
@@ -68,7 +68,7 @@ shots() {
     echo "<details><summary>qscope snapshot --json (excerpt)</summary>"
     echo
     echo '```json'
-    jq '{requests, downstream, thread_groups: [.thread_groups[] | select(.threads >= 5)], carriers: (.carriers | del(.stalls)), parked_in_runtime, verdict}' "$work/$1/qscope.json"
+    jq '{listeners, requests, downstream, thread_groups: [.thread_groups[] | select(.threads >= 5)], carriers: (.carriers | del(.stalls)), parked_in_runtime, verdict}' "$work/$1/qscope.json"
     echo '```'
     echo
     echo "</details>"
@@ -109,6 +109,7 @@ again. qscope attaches **${ramp} s into the spike** and watches for ${window} s,
 | platform | 200 platform threads | nothing | $(w platform '.status."2xx"') × 2xx, $(w platform '.status."5xx"') × 5xx, p50 $(ms "$(w platform .latency_s.p50)") |
 | virtual | a virtual thread per request | nothing | $(w virtual '.status."2xx"') × 2xx, $(w virtual '.status."5xx"') × 5xx, p50 $(ms "$(w virtual .latency_s.p50)") |
 | gated | a virtual thread per request | \`Semaphore(10).tryAcquire()\`, else 503 | $(w gated '.status."2xx"') × 2xx, $(w gated '.status."5xx"') × 5xx, p50 $(ms "$(w gated .latency_s.p50)") |
+| ceiling | a virtual thread per request, \`maxConnections\` $(env_of ceiling max_connections), \`acceptCount\` $(env_of ceiling accept_count) | nothing (\`/ping\` answers at once) | $(w ceiling '.status."2xx"') × 2xx, p50 $(ms "$(w ceiling .latency_s.p50)") |
 
 EOF
 
@@ -214,6 +215,37 @@ $(peer $p 23090 .busy_max)), the oldest for **$(ms "$(peer $p 23090 .oldest_busy
 $(st $p .quote.oldest_seconds) s); \`ss\`: **$(awk '$1=="partner_estab"{print $2}' "$work/$p/end.txt")** established
 connections to the partner; \`jcmd Thread.print\`: **$(jstack_n $p http-nio HttpURLConnection.getInputStream)** exec
 threads reading from it; \`/ping\` probes with a 2 s limit: $(awk '$1==200{ok++} $1!=200{bad++} END{printf "%d answered, %d did not", ok, bad}' "$work/$p/probes.txt").
+
+EOF
+shots $p
+
+# ---------------------------------------------------------------------------------------------
+p=ceiling
+overflows=$(( $(awk '$1=="listen_overflows"{print $2}' "$work/$p/end.txt") - $(awk '$1=="listen_overflows"{print $2}' "$work/$p/start.txt") ))
+lq() { q $p "[.listeners[] | select(.port == $(env_of $p app_port))][0] | $1"; }
+queue_med() { awk -F'\t' '{print $5}' "$work/$1/samples.tsv" | med; }           # ss -lnt Recv-Q
+accepted_med() { awk -F'\t' '{print $10 - $5}' "$work/$1/samples.tsv" | med; }  # established, not queued
+cat <<EOF
+## 5. ceiling: virtual threads, and the connector's own connection limit
+
+**What to look for:** with virtual threads the thread limit is gone, and \`/ping\` needs no pool: nothing
+inside the app is scarce. The first limit left is at the door: Tomcat's \`maxConnections\`
+($(env_of $p max_connections) here; 8,192 by default on NIO). Once that many connections are open the acceptor
+parks on its connection latch and accepts nothing; the kernel's accept queue fills to \`acceptCount\`
+($(env_of $p accept_count)) and then overflows. **$(env_of $p clients)** clients, of whom at most
+$(( $(env_of $p max_connections) + $(env_of $p accept_count) + 1 )) hold a connection, however idle the app is.
+
+**qscope's verdict:** _$(q $p .verdict.summary)_
+
+**Measured by qscope:** listener :$(env_of $p app_port): **$(lq .connections)** connections open, accept queue
+**$(lq .accept_queue)** (backlog $(lq .backlog)), **$(lq .overflows)** overflows in the window, connection limit
+$(lq .connection_limit); requests in flight $(q $p .requests.in_flight), unread $(q $p .requests.waiting_unread).
+
+**Oracles, same window:** the connector's own count of open connections (Tomcat's \`LimitLatch\`, in the
+app's stats): **$(st $p .connections)**; \`ss -lnt\` Recv-Q median **$(queue_med $p)**;
+established and accepted (\`ss -tn\` established minus the queue) median
+**$(accepted_med $p)**; TcpExt ListenOverflows **+$overflows**
+(\`/proc/net/netstat\`, the whole run); wrk: $(w $p '.status."2xx"') × 2xx, p50 $(ms "$(w $p .latency_s.p50)").
 
 EOF
 shots $p

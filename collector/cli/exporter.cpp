@@ -95,9 +95,7 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
     if (opt.ring.enabled())
         for (const auto& t : opt.targets)
             rings.push_back(std::make_unique<RingKeeper>(opt.ring, t.selector.text(), cfg.interval_seconds, t.service));
-    install_ring_signal();
-    uint64_t signals_seen = 0;
-    ring_signal_since(signals_seen);
+    uint64_t signals_seen = install_ring_signal();
     // One at a time: each target is its own Collector with its own BPF objects (sharing
     // loaded probes across targets is not built; docs/grafana.md says so).
     for (auto& f : followers) f->start();

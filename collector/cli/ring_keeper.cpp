@@ -52,12 +52,13 @@ std::string kilobytes(size_t bytes) {
 
 }  // namespace
 
-void install_ring_signal() {
+uint64_t install_ring_signal() {
     struct sigaction sa {};
     sa.sa_handler = on_usr1;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, nullptr);
+    return g_ring_signals.load();
 }
 
 bool ring_signal_since(uint64_t& seen) {

@@ -23,8 +23,9 @@ struct RingOptions {
 // SIGUSR1 asks every ring of the process to write (one per target of `export --target`):
 // each compares a counter the handler bumps against the value it last saw. `top` and
 // `export` install it with or without a ring: SIGUSR1's default action would end an
-// exporter that an operator meant to ask for a dump.
-void install_ring_signal();
+// exporter that an operator meant to ask for a dump. Returns the count so far, to compare
+// against with ring_signal_since().
+uint64_t install_ring_signal();
 // True when SIGUSR1 arrived since `seen` was last brought up to date (it is, here).
 bool ring_signal_since(uint64_t& seen);
 // What `top` and `export` say to a SIGUSR1 when they keep no ring.

@@ -67,13 +67,11 @@ int run_top(const Config& given, const TopOptions& opt) {
     // A selector may match nothing yet: wait here, on the terminal we have not taken over.
     cfg.pid = wait_for_match(opt.target.selector);
     if (g_stop_requested) return 0;  // interrupted while waiting
+    std::optional<RingKeeper> ring;  // before the terminal is taken: a bad --output is said plainly
+    if (opt.ring.enabled()) ring.emplace(opt.ring, opt.target.selector.text(), cfg.interval_seconds);
+    uint64_t signals_seen = install_ring_signal();
     // Before the collector: "attaching…" shows while the probes load, and the dashboard
     // (which queues the snapshots) outlives the collector thread on every way out.
-    std::optional<RingKeeper> ring;
-    if (opt.ring.enabled()) ring.emplace(opt.ring, opt.target.selector.text(), cfg.interval_seconds);
-    install_ring_signal();
-    uint64_t signals_seen = 0;
-    ring_signal_since(signals_seen);
     tui::Dashboard dash(cfg.pid, cfg.interval_seconds, !opt.no_color);
     Follower follower(opt.target, cfg, /*say=*/false);  // the dashboard owns the terminal
     follower.start(false, [&](const auto& progress) { dash.attaching(progress); });

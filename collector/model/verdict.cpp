@@ -353,12 +353,18 @@ std::optional<Candidate> cpu_stage(const Snapshot& s) {
 // --- rank and choose -----------------------------------------------------------------------
 
 // The deepest stage with waiters inside in flight (most waiters first); else the door,
-// connector before accept queue.
+// connector before accept queue. A server's own connection cap (its queue full, nothing
+// accepted for seconds) outranks a stage inside that holds a single waiter: one housekeeping
+// thread caught parked while one request happened to be in flight is an instant's noise
+// (CI: Tomcat's Catalina-utility thread in Unsafe_Park beside one /ping, at maxConnections),
+// while a real gate behind a cap holds many (the cap fills because requests pile up there).
 const Candidate* choose_limit(const std::vector<Candidate>& ranked) {
+    const Candidate* cap = nullptr;
     for (const auto& c : ranked)
-        if (!at_the_door(c.stage)) return &c;
+        if (c.own_limit) cap = &c;
     for (const auto& c : ranked)
-        if (c.own_limit) return &c;
+        if (!at_the_door(c.stage) && (!cap || c.waiting >= 2)) return &c;
+    if (cap) return cap;
     for (Stage door : {Stage::connector, Stage::accept_queue})
         for (const auto& c : ranked)
             if (c.stage == door) return &c;

@@ -295,6 +295,37 @@ TEST_CASE("a saturated pool whose waiters are all between calls at the instant i
     CHECK(s.verdict.stage == Stage::downstream);
 }
 
+TEST_CASE("connection ceiling: a lone parked thread beside one request in flight does not outrank the cap",
+          "[verdict]") {
+    // scenario_test's ceiling profile in CI: Tomcat at maxConnections 100 with virtual threads,
+    // one /ping in flight at the instant and Catalina-utility parked in Unsafe_Park.
+    Snapshot s;
+    Listener l = listener(23080, 51, 50, 556);
+    l.connections = 100;
+    l.seconds_since_accept = 8;
+    s.listeners.push_back(l);
+    s.requests.connections = 100;
+    s.requests.in_flight = 1;
+    ThreadGroup g;
+    g.name = "Catalina-utilit";
+    g.threads = 2;
+    g.blocked = 2;
+    g.blocked_by = {{"futex", 1}, {"epoll_wait", 1}};
+    s.thread_groups.push_back(g);
+    s.waits.push_back(futex_wait("Catalina-utilit", 1, {"Unsafe_Park"}));
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::accept_queue);
+    CHECK(s.verdict.summary.rfind("connection limit reached on :23080: 100 connections open", 0) == 0);
+
+    // Requests piling up at a gate behind the cap: the gate is the limit, the cap its consequence.
+    s.requests.in_flight = 40;
+    s.thread_groups[0].blocked_by["futex"] = 38;
+    s.waits[0] = futex_wait("Catalina-utilit", 38, {"Unsafe_Park"});
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::gate);
+    CHECK(s.verdict.summary.find("; connection limit reached on :23080") != std::string::npos);  // what it backs up into
+}
+
 TEST_CASE("the thread view alone: workers between two waits at the instant still wait at the gate", "[verdict]") {
     // record_test's thread view (--no-requests) of qs_server --workers 4 --pool 2: two workers
     // wait at the pool most of the window, and at the snapshot's instant neither is in its

@@ -414,10 +414,14 @@ TEST_CASE("a process per connection: 300 processes followed, counted as /proc co
     auto srv = start_target("qs_server", {"--port", "0", "--fork-per-connection", "--service-ms", "20",
                                           "--backlog", "512"});
     const std::string port = std::to_string(srv.port);
+    // The load outlasts the oracle's reads below (it is stopped at the end): with 25 s, a slow
+    // CI run read /proc and ss after the clients had gone (1 process, 0 connections).
+    const double t0 = now_s();
     Proc load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", port, "--connections",
-                       std::to_string(kClients), "--duration", "25"});
+                       std::to_string(kClients), "--duration", "90"});
     for (int i = 0; i < 200 && static_cast<int>(children(srv.proc.pid()).size()) < kClients; ++i) sleep_s(0.1);
     REQUIRE(static_cast<int>(children(srv.proc.pid()).size()) == kClients);
+    const double forked = now_s() - t0;
 
     Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(srv.proc.pid()), "--duration", "6", "--json"});
     REQUIRE(wait_attached(q.pid(), 30));
@@ -433,6 +437,8 @@ TEST_CASE("a process per connection: 300 processes followed, counted as /proc co
     // server-side connections in ss.
     const int procs = 1 + static_cast<int>(children(srv.proc.pid()).size());
     const size_t conns = ss("state established sport = :" + port).size();
+    std::printf("tree_test: %d processes forked in %.1f s; the snapshot ended %.1f s after the load started\n",
+                kClients, forked, now_s() - t0);
     const json s = json::parse(q.out());
     INFO("qscope processes " << s["target"]["processes"]["count"] << ", /proc " << procs << "; ss " << conns
                              << "; RSS max " << rss_max << " KiB\n"

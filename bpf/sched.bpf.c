@@ -642,11 +642,20 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
 /* A non-blocking poll that found nothing (timeout 0, no event: libuv checks once before it
  * blocks, to measure its idle time) does not start a turn: the loop never left its poll. The
  * timeout is the 4th argument of epoll_wait/epoll_pwait (r10), the 3rd of poll (dx); ppoll
- * and select pass it by pointer and are taken as blocking. */
-#define LOOP_POLL(name, has_set, timeout_expr)                                          \
+ * and select pass it by pointer and are taken as blocking.
+ * A poll or ppoll of one fd waits for that fd alone: a thread-per-request server's worker
+ * blocking on its one socket (Java's NIO blocking reads in Tomcat's exec threads, php-fpm's
+ * children), not a loop multiplexing many. Its nfds (2nd argument: si) must be 2 or more, or
+ * it is no poll here: the scenario doc's platform Tomcat listed its 200 exec threads as
+ * stalled event loops. epoll and select sets are taken as many. */
+#define LOOP_POLL(name, has_set, timeout_expr, many_expr)                                \
 	SEC("tracepoint/syscalls/sys_enter_" #name)                                      \
 	int qs_loop_enter_##name(struct trace_event_raw_sys_enter *ctx)                  \
 	{                                                                                \
+		unsigned long long nfds = ctx->args[1];                                  \
+		(void)nfds;                                                              \
+		if (!(many_expr))                                                        \
+			return 0;                                                        \
 		loop_poll_enter(has_set ? (__u32)ctx->args[0] : QS_LOOP_FD_NONE, QS_NR_##name); \
 		return 0;                                                                \
 	}                                                                                \
@@ -655,19 +664,23 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
 	{                                                                                \
 		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf()); \
 		long long timeout = (timeout_expr);                                       \
+		unsigned long long nfds = regs->si;                                       \
+		(void)nfds;                                                              \
+		if (!(many_expr))                                                        \
+			return 0;                                                        \
 		if (ctx->ret == 0 && timeout == 0)                                        \
 			return 0;                                                        \
 		loop_poll_exit(has_set ? (__u32)regs->di : QS_LOOP_FD_NONE, QS_NR_##name); \
 		return 0;                                                                \
 	}
 
-LOOP_POLL(epoll_wait, 1, (int)regs->r10)
-LOOP_POLL(epoll_pwait, 1, (int)regs->r10)
-LOOP_POLL(epoll_pwait2, 1, -1)
-LOOP_POLL(poll, 0, (int)regs->dx)
-LOOP_POLL(ppoll, 0, -1)
-LOOP_POLL(select, 0, -1)
-LOOP_POLL(pselect6, 0, -1)
+LOOP_POLL(epoll_wait, 1, (int)regs->r10, 1)
+LOOP_POLL(epoll_pwait, 1, (int)regs->r10, 1)
+LOOP_POLL(epoll_pwait2, 1, -1, 1)
+LOOP_POLL(poll, 0, (int)regs->dx, nfds >= 2)
+LOOP_POLL(ppoll, 0, -1, nfds >= 2)
+LOOP_POLL(select, 0, -1, 1)
+LOOP_POLL(pselect6, 0, -1, 1)
 
 /* io_uring: a loop waits for completions in io_uring_enter(fd, to_submit, min_complete,
  * flags, ...) with IORING_ENTER_GETEVENTS and min_complete above 0 (liburing's

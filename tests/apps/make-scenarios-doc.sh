@@ -68,7 +68,7 @@ shots() {
     echo "<details><summary>qscope snapshot --json (excerpt)</summary>"
     echo
     echo '```json'
-    jq '{listeners, requests, downstream, thread_groups: [.thread_groups[] | select(.threads >= 5)], carriers: (.carriers | del(.stalls)), parked_in_runtime, verdict}' "$work/$1/qscope.json"
+    jq '{listeners, requests, downstream, thread_groups: [.thread_groups[] | select(.threads >= 5)], carriers: (.carriers | del(.stalls) | .loops |= map(del(.recent_stalls))), parked_in_runtime, verdict}' "$work/$1/qscope.json"
     echo '```'
     echo
     echo "</details>"

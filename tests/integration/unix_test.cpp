@@ -138,8 +138,10 @@ TEST_CASE("nginx master PID: php-fpm over a Unix socket is a downstream peer nam
     FpmNginx f = start_fpm_nginx(27010, 6);
     const std::string peer = "unix:" + f.sock();
     // 4 connections on 6 children: every request is being served, none queues, so nginx's
-    // calls awaiting a reply are php-fpm's active processes.
-    Proc load = spawn({"/usr/bin/wrk", "-t1", "-c4", "-d14s", "http://127.0.0.1:27010/sleep.php"});
+    // calls awaiting a reply are php-fpm's active processes. The load lasts until the test
+    // stops it, after the exporter below has seen it: six snapshots and an exporter's attach
+    // outlasted a 14 s load once in CI (the exporter then never saw the peer).
+    Proc load = spawn({"/usr/bin/wrk", "-t1", "-c4", "-d90s", "http://127.0.0.1:27010/sleep.php"});
     sleep_s(1.5);
 
     double busy = 0, active = 0;
@@ -193,7 +195,7 @@ TEST_CASE("nginx master PID: php-fpm over a Unix socket is a downstream peer nam
     CHECK(metrics.find("peer=\"" + peer + "\"") != std::string::npos);
     // After the load, every per-request connection the exporter saw open was seen to close:
     // no Unix close has a tracepoint (sys_enter_close and the per-tick fd sweep find them).
-    load.wait(30);
+    load.kill_and_wait();
     sleep_s(2.5);
     metrics = http_get("127.0.0.1", 27011, "/metrics", 5);
     const std::string open_line = "qscope_downstream_connections{peer=\"" + peer + "\"} ";
@@ -209,7 +211,8 @@ TEST_CASE("php-fpm master PID: its Unix listener's queue and requests against th
     FpmNginx f = start_fpm_nginx(27020, 4);
     // 10 connections on 4 children: 4 requests in flight, 6 connections in the listener's
     // queue (nginx connects per request, and php-fpm accepts only when a child is free).
-    Proc load = spawn({"/usr/bin/wrk", "-t1", "-c10", "-d14s", "http://127.0.0.1:27020/sleep.php"});
+    // Until the test stops it: six snapshots end close to 14 s in (see the nginx case).
+    Proc load = spawn({"/usr/bin/wrk", "-t1", "-c10", "-d90s", "http://127.0.0.1:27020/sleep.php"});
     sleep_s(1.5);
     double in_flight = 0, active = 0, queue = 0, ssq = 0, status_queue = 0;
     std::string pairs;
@@ -255,7 +258,7 @@ TEST_CASE("php-fpm master PID: its Unix listener's queue and requests against th
     CHECK((*l)["accept_wait_seconds"]["p50"].get<double>() > 0.05);
     CHECK(s["verdict"]["stage"] == "accept_queue");
     CHECK(s["verdict"]["where"] == "unix:" + f.sock());
-    load.wait(30);
+    load.kill_and_wait();
 }
 
 TEST_CASE("pgbench over PostgreSQL's Unix socket: the peer is the socket path, attached mid-load",

@@ -346,23 +346,39 @@ TEST_CASE("redis: a slow Lua script holds the loop, as SLOWLOG says", "[loops][i
     const std::string slowlog = cli("SLOWLOG GET 1024");
     const std::string stats = cli("INFO commandstats");
     INFO("INFO commandstats: " << stats);
-    double slow_max = 0;
+    // SLOWLOG stamps each entry with the wall-clock second the command ended. Entries logged
+    // in the seconds wholly inside qscope's window bound its longest turn from below (a turn
+    // holds its EVAL); those logged within a second of the window bound it from above. An EVAL
+    // outside the window is no oracle: on a busy machine one preempted while qscope attached
+    // ran 61 ms against 28 ms for the rest.
+    const double end_unix = o.snap["taken_at_unix_ms"].get<int64_t>() / 1e3;
+    const double start_unix = end_unix - o.snap["window_seconds"].get<double>();
+    double inside_max = 0, near_max = 0, all_max = 0;
     {
         // redis-cli (not on a tty) prints each entry a line per field: id, timestamp, duration
         // (us), the arguments (EVAL, script, numkeys), client address, client name.
         std::istringstream in(slowlog);
         std::vector<std::string> lines;
         for (std::string l; std::getline(in, l);) lines.push_back(l);
-        for (size_t i = 0; i + 1 < lines.size(); ++i)
-            if (lines[i + 1] == "EVAL") slow_max = std::max(slow_max, std::atof(lines[i].c_str()) / 1e6);
+        for (size_t i = 1; i + 1 < lines.size(); ++i) {
+            if (lines[i + 1] != "EVAL") continue;
+            const double d = std::atof(lines[i].c_str()) / 1e6;
+            const double ended = std::atof(lines[i - 1].c_str());
+            all_max = std::max(all_max, d);
+            if (ended - d >= start_unix && ended + 1 <= end_unix) inside_max = std::max(inside_max, d);
+            if (ended + 1 >= start_unix && ended <= end_unix + 1) near_max = std::max(near_max, d);
+        }
     }
-    INFO("SLOWLOG max EVAL seconds: " << slow_max);
-    REQUIRE(slow_max > 0.01);
+    INFO("SLOWLOG max EVAL seconds: inside the window " << inside_max << ", within a second of it " << near_max
+                                                         << ", over the whole run " << all_max);
+    REQUIRE(inside_max > 0.01);
     const json* loop = find_loop(s, redis.pid());
     REQUIRE(loop != nullptr);
     CHECK((*loop)["name"] == "redis-server");
     // A turn holds one EVAL (one client sends them) plus the PINGs ready with it.
-    CHECK((*loop)["longest_turn_seconds"].get<double>() == Approx(slow_max).epsilon(0.20));
+    const double longest = (*loop)["longest_turn_seconds"].get<double>();
+    CHECK(longest >= 0.95 * inside_max);
+    CHECK(longest <= 1.20 * near_max);
     // commandstats: usec_per_call of eval is a turn's worth: the p99 turn is at least it.
     std::smatch m;
     static const std::regex re("cmdstat_eval:calls=(\\d+),usec=(\\d+),usec_per_call=([0-9.]+)");

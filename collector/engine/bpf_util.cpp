@@ -8,6 +8,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 namespace qscope {
 
@@ -125,6 +126,19 @@ Link attach_program(bpf_program* prog, const std::string& what) {
     Link l(bpf_program__attach(prog));
     if (!l) throw_bpf_error(what, errno);
     return l;
+}
+
+void detach_concurrently(std::vector<Link>& links) noexcept {
+    std::vector<std::thread> closers;
+    try {
+        closers.reserve(links.size());
+        for (Link& l : links)
+            if (l) closers.emplace_back([&l] { l.reset(); });
+    } catch (...) {
+        // Out of threads: the links left are detached below, one by one.
+    }
+    for (std::thread& t : closers) t.join();
+    links.clear();
 }
 
 ProbeAttach program_attach(ProbeFamily family, const bpf_program* prog) {

@@ -51,6 +51,11 @@ using Owned = std::unique_ptr<T, LibbpfDeleter<T, Destroy>>;
 using Link = Owned<bpf_link, bpf_link__destroy>;
 // Throws naming `what` when the attach fails.
 Link attach_program(bpf_program* prog, const std::string& what);
+// Detaches every link at once and empties `links`. Detaching a syscall tracepoint waits out
+// RCU grace periods in the kernel (tracepoint_synchronize_unregister: ~55 ms each here); one
+// after another, the sched family's 16 poll hooks held qscope's exit for 0.9 s. From threads
+// of their own the waits overlap. Never throws: without threads, links go one by one.
+void detach_concurrently(std::vector<Link>& links) noexcept;
 
 // How a program reaches its hook, from its section name, for the snapshot's probe_attach:
 // "tp_btf/sched_switch" (hook and via sched_switch), "tracepoint/syscalls/sys_exit_read" (hook
@@ -84,9 +89,11 @@ public:
     // tracepoint/<category>/<name>, listed by tracefs (mounted if needed). The per-syscall
     // events (syscalls/sys_exit_accept4) have no BTF of their own.
     static bool has_tracefs(const std::string& category, const std::string& name);
+    // The kernel's BTF, parsed once for every question above and the feature probes
+    // (engine/kernel_features.h); null when the kernel has none.
+    btf* vmlinux();
 
 private:
-    btf* vmlinux();
     Owned<btf, btf__free> vmlinux_;
     bool loaded_ = false;
 };

@@ -155,6 +155,7 @@ using WaitRows = std::map<WaitRowKey, WaitRow>;
 
 class SchedSource final : public Source {
 public:
+    ~SchedSource() override { detach_concurrently(links_); }
     ProbeFamily family() const override { return ProbeFamily::sched; }
     void start(const Target& target, const Config& cfg) override;
     void collect(Snapshot& snap, const Tick& tick) override;

@@ -82,6 +82,12 @@ struct ListenSocket {
 
 class SockSource final : public Source {
 public:
+    ~SockSource() override {
+        std::vector<Link> all = std::move(links_);
+        for (auto& [pid, proc] : tls_procs_)
+            for (Link& l : proc.links) all.push_back(std::move(l));
+        detach_concurrently(all);
+    }
     ProbeFamily family() const override { return ProbeFamily::sock; }
 
     void start(const Target& target, const Config& cfg) override {
@@ -277,7 +283,7 @@ private:
             skel_->rodata->tcp_recvmsg_nargs = static_cast<__u32>(tps.function_args("tcp_recvmsg"));
         // The Unix sweep's iterator is the one a kernel may refuse alone (engine/kernel_features.h):
         // without it the object would not load at all.
-        sweep_error_ = iter_probe("bpf_map_elem");
+        sweep_error_ = iter_probe(tps, "bpf_map_elem");
         if (!sweep_error_.empty()) bpf_program__set_autoload(p.qs_unix_sweep, false);
         const SockAttachPlan plan = plan_sock_attach(offer);
         if (!plan.error.empty()) throw Error(Exit::kernel, plan.error);

@@ -152,7 +152,7 @@ int run_check() {
          {std::pair<const char*, const char*>{"task_file", "connections open before the attach, Unix listeners"},
           {"task", "threads blocked on a downstream read at attach"},
           {"bpf_map_elem", "Unix connections gone since the last tick"}}) {
-        const std::string why = may_bpf ? iter_probe(target)
+        const std::string why = may_bpf ? iter_probe(tps, target)
                                 : tps.has_function(std::string("bpf_iter_") + target) ? ""
                                                                                        : "not in this kernel";
         sock.add(why.empty() ? Mark::ok : Mark::warn,

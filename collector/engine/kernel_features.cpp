@@ -15,13 +15,14 @@ namespace {
 
 // Loads an empty tracing program (r0 = 0; exit) of `type` on BTF function `function`: its fd,
 // or -1 with `why` set.
-int load_empty_tracing(bpf_attach_type type, const std::string& function, std::string& why) {
-    Owned<btf, btf__free> vmlinux(btf__load_vmlinux_btf());
+int load_empty_tracing(KernelTracepoints& kernel, bpf_attach_type type, const std::string& function,
+                       std::string& why) {
+    btf* vmlinux = kernel.vmlinux();
     if (!vmlinux) {
         why = "no kernel BTF";
         return -1;
     }
-    const int id = btf__find_by_name_kind(vmlinux.get(), function.c_str(), BTF_KIND_FUNC);
+    const int id = btf__find_by_name_kind(vmlinux, function.c_str(), BTF_KIND_FUNC);
     if (id <= 0) {
         why = "no BTF for function " + function;
         return -1;
@@ -38,9 +39,9 @@ int load_empty_tracing(bpf_attach_type type, const std::string& function, std::s
 
 }  // namespace
 
-std::string fentry_probe(const std::string& function) {
+std::string fentry_probe(KernelTracepoints& kernel, const std::string& function) {
     std::string why;
-    const int prog = load_empty_tracing(BPF_TRACE_FEXIT, function, why);
+    const int prog = load_empty_tracing(kernel, BPF_TRACE_FEXIT, function, why);
     if (prog < 0) return why;
     const int link = bpf_link_create(prog, 0, BPF_TRACE_FEXIT, nullptr);
     const int err = errno;
@@ -50,10 +51,10 @@ std::string fentry_probe(const std::string& function) {
     return "";
 }
 
-std::string iter_probe(const std::string& target) {
+std::string iter_probe(KernelTracepoints& kernel, const std::string& target) {
     // DEFINE_BPF_ITER_FUNC gives each iterator target a function bpf_iter_<target>.
     std::string why;
-    const int prog = load_empty_tracing(BPF_TRACE_ITER, "bpf_iter_" + target, why);
+    const int prog = load_empty_tracing(kernel, BPF_TRACE_ITER, "bpf_iter_" + target, why);
     if (prog < 0) return why;
     close(prog);
     return "";

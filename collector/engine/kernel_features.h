@@ -7,15 +7,18 @@
 
 namespace qscope {
 
+class KernelTracepoints;
+
 // Tries what the sock family would do: loads an empty fexit program on `function` (a kernel
 // function in vmlinux BTF) and attaches it for a moment. "" when that works, else why not
-// ("load: Operation not permitted", "no BTF for function x").
-std::string fentry_probe(const std::string& function);
+// ("load: Operation not permitted", "no BTF for function x"). `kernel` holds the kernel's
+// BTF, parsed once (each parse costs ~60 ms of CPU on the way to the first frame).
+std::string fentry_probe(KernelTracepoints& kernel, const std::string& function);
 
 // "" when an iterator program for `target` ("bpf_map_elem") loads here, else why not. A kernel
 // (or a security policy) may refuse one iterator target and not the others: this sandbox
 // refuses iter/bpf_map_elem with EPERM while iter/task and iter/task_file load.
-std::string iter_probe(const std::string& target);
+std::string iter_probe(KernelTracepoints& kernel, const std::string& target);
 
 // The kernel has kprobes (CONFIG_KPROBES): the perf "kprobe" event source libbpf attaches
 // through, or tracefs's kprobe_events.

@@ -100,7 +100,7 @@ KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most,
         if (n < 0 || (s.hook == SockHook::recv && n != 5 && n != 6)) continue;
         offer.functions.insert(s.function);
     }
-    offer.fentry_error = fentry_probe("tcp_sendmsg");
+    offer.fentry_error = fentry_probe(tps, "tcp_sendmsg");
     offer.fentry = offer.fentry_error.empty();
     offer.kprobes = kprobes_available();
     offer.syscall_exits = true;

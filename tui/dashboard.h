@@ -55,6 +55,8 @@ public:
     // Until `q`, a stop request or, with max_frames > 0, that many frames painted.
     // Returns the newest snapshot posted (null if none).
     std::shared_ptr<const Snapshot> run(const Controls& controls, int max_frames);
+    // Hands the terminal back; the dashboard paints nothing after it (post() still queues).
+    void leave() { term_.leave(); }
     // Plays `src` until `q` or a stop request (or, with max_frames > 0, that many frames).
     void replay(const ReplaySource& src, const Controls& controls, int max_frames);
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "model/errors.h"
 
@@ -114,14 +115,20 @@ Terminal::Terminal(bool colour) : session_(std::make_unique<Session>()) {
     }
 }
 
-Terminal::~Terminal() {
+Terminal::~Terminal() { leave(); }
+
+void Terminal::leave() {
     if (g_curses_active.exchange(false)) endwin();
-    if (session_->term) delscreen(session_->term);
+    if (session_->term) delscreen(std::exchange(session_->term, nullptr));
 }
 
-void Terminal::size(int& w, int& h) const { getmaxyx(stdscr, h, w); }
+void Terminal::size(int& w, int& h) const {
+    if (session_->term) getmaxyx(stdscr, h, w);
+    else w = h = 0;
+}
 
 void Terminal::paint(const Grid& g) {
+    if (!session_->term) return;  // left: the shell owns the screen again
     for (int y = 0; y < g.height(); ++y) {
         int x = 0;
         while (x < g.width()) {

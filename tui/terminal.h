@@ -27,6 +27,11 @@ public:
     Terminal(const Terminal&) = delete;
     Terminal& operator=(const Terminal&) = delete;
 
+    // Gives the terminal back (the screen as it was, the cursor, cooked mode) before the
+    // object goes: qscope's exit then waits on the kernel detaching probes, not the user.
+    // Nothing may be painted after it.
+    void leave();
+
     bool unicode() const { return unicode_; }
     void size(int& width, int& height) const;
     void paint(const Grid& g);

@@ -188,7 +188,7 @@ std::shared_ptr<const Snapshot> Collector::tick() {
         if (cfg_.verbose && t.index == 0)
             std::fprintf(stderr, "qscope: tick 0 %s %.0f ms\n", s->name(), (monotonic_ns() - ts) / 1e6);
     }
-    compute_verdict(*snap);
+    compute_verdict(*snap, t.index == 0 ? Seen::first_look : Seen::window);
     std::shared_ptr<const Snapshot> out = snap;
     {
         std::lock_guard<std::mutex> g(latest_mu_);

@@ -396,13 +396,42 @@ void describe_limit(const Candidate& limit, const std::vector<Candidate>& stages
     v.severity = (overflows || pool_is_saturated || limit.waiting >= 10) ? Severity::critical : Severity::warn;
 }
 
+// The first look: only the door is ranked, and the verdict says what is not known yet.
+void describe_first_look(const Snapshot& s, const std::vector<Candidate>& door, uint64_t overflows, Verdict& v) {
+    const std::string inside = "where requests wait inside shows after the first interval";
+    for (const auto& c : door) v.ranking.push_back({c.stage, c.where, c.waiting});
+    if (const Candidate* limit = choose_limit(door)) {
+        describe_limit(*limit, door, overflows, false, v);
+        v.summary += " (first look: " + inside + ")";
+        return;
+    }
+    const uint64_t in_flight = s.requests.in_flight;
+    v.stage = Stage::none;
+    v.summary = "first look: " + (in_flight ? fmt_count(in_flight) + " requests in flight, " : std::string()) +
+                "none waiting at the door; " + inside;
+    if (overflows) {
+        v.summary += "; " + fmt_count(overflows) + " connections overflowed the accept queue";
+        v.severity = Severity::warn;
+    }
+}
+
 }  // namespace
 
-void compute_verdict(Snapshot& s) {
+void compute_verdict(Snapshot& s, Seen seen) {
     settle_loops(s);
     Verdict v;
     std::vector<Candidate> stages;
     door_stages(s, stages);
+    uint64_t overflows = 0;
+    for (const auto& l : s.listeners) overflows += l.overflows;
+    if (seen == Seen::first_look) {
+        std::stable_sort(stages.begin(), stages.end(),
+                         [](const Candidate& a, const Candidate& b) { return a.waiting > b.waiting; });
+        describe_first_look(s, stages, overflows, v);
+        if (s.target.exited) v.summary = "(target exited) " + v.summary;
+        s.verdict = v;
+        return;
+    }
 
     const Inside in = count_inside(s);
     s.parked_in_runtime = parked_in_runtime(s, in);
@@ -419,8 +448,6 @@ void compute_verdict(Snapshot& s) {
                      [](const Candidate& a, const Candidate& b) { return a.waiting > b.waiting; });
     for (const auto& c : ranked) v.ranking.push_back({c.stage, c.where, c.waiting});
 
-    uint64_t overflows = 0;
-    for (const auto& l : s.listeners) overflows += l.overflows;
     if (const Candidate* limit = choose_limit(ranked))
         describe_limit(*limit, stages, overflows, saturated, v);
     else

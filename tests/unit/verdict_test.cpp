@@ -441,3 +441,50 @@ TEST_CASE("go: every P busy, goroutines wait for one", "[verdict][go]") {
     CHECK(t.verdict.stage == Stage::gate);
     CHECK(t.verdict.summary == "99 requests parked in the Go runtime");
 }
+
+// The first tick is the instant of attach: a loop is told from its turns and none has been
+// seen. Node under load, attached mid-spike: one V8 worker parked in uv_cond_wait while the
+// loop thread is busy and requests pile up at the door.
+static Snapshot node_at_attach() {
+    Snapshot s;
+    s.listeners.push_back(listener(28080, 33, 511));
+    s.requests.in_flight = 1;
+    s.requests.waiting_unread = 16;
+    ThreadGroup g;
+    g.name = "node";
+    g.threads = 7;
+    g.blocked_by["futex"] = 1;
+    s.thread_groups.push_back(g);
+    s.waits.push_back(futex_wait("node", 1, {"__futex_abstimed_wait_common (libc.so.6)",
+                                             "uv_cond_wait (node)", "node::WorkerThreadsTaskRunner (node)"}));
+    return s;
+}
+
+TEST_CASE("first look: the door is ranked, nothing inside is guessed", "[verdict][loops]") {
+    Snapshot guessed = node_at_attach();
+    compute_verdict(guessed);  // as a window would read it, with no loop seen: the wrong gate
+    REQUIRE(guessed.verdict.stage == Stage::gate);
+
+    Snapshot s = node_at_attach();
+    compute_verdict(s, Seen::first_look);
+    CHECK(s.verdict.stage == Stage::connector);
+    CHECK(s.verdict.severity == Severity::critical);
+    CHECK(s.verdict.summary ==
+          "16 requests unread in the connector; 33 connections in the accept queue of :28080 (backlog 511) "
+          "(first look: where requests wait inside shows after the first interval)");
+    for (const auto& r : s.verdict.ranking) CHECK(r.stage != Stage::gate);
+}
+
+TEST_CASE("first look with nothing at the door says so, not 'no queue'", "[verdict]") {
+    Snapshot s;
+    s.listeners.push_back(listener(8080, 0, 128));
+    s.requests.in_flight = 40;
+    s.waits.push_back(futex_wait("http-nio-8080-exec", 40, {"Parker::park+0x1a (libjvm.so)",
+                                                             "HikariPool.getConnection (perf-map)"}));
+    compute_verdict(s, Seen::first_look);
+    CHECK(s.verdict.stage == Stage::none);
+    CHECK(s.verdict.summary ==
+          "first look: 40 requests in flight, none waiting at the door; where requests wait inside shows after the "
+          "first interval");
+    CHECK(s.verdict.ranking.empty());
+}

@@ -161,6 +161,7 @@ struct NodeRun {
     Observed o;
     double eld_max = -1;  // seconds: the app's monitorEventLoopDelay max, /reset to the window's end
     pid_t pid = 0;
+    RunResult first_frame;  // `top --iterations 1` as text, attached while the load still runs
 };
 
 // The last "ELD mono_ns=... max_ns=..." line printed before `end_s` (steady_clock and
@@ -186,6 +187,8 @@ NodeRun run_node(const std::string& mode, int ms, int clients, uint16_t port) {
                      "http://127.0.0.1:" + std::to_string(port) + "/"});
         sleep_s(0.5);  // the clients connected: the window's first turns already carry them
     });
+    // wrk runs 14 s: the window ended ~7 s in, so this attach too lands mid-load.
+    r.first_frame = run_qscope({"top", "--pid", std::to_string(node.pid()), "--iterations", "1"}, 30);
     wrk.kill_and_wait();
     r.eld_max = eld_max_before(node.out(), r.o.end_s);
     node.kill_and_wait();
@@ -226,6 +229,21 @@ TEST_CASE("node CPU-bound handler: the event loop is the limit", "[loops][integr
     CHECK(s["verdict"]["stage"] == "carriers");
     CHECK(s["verdict"]["where"].get<std::string>() == "event loop of node (tid " + std::to_string(r.pid) + ")");
     CHECK(!ranks_a_gate(s));
+
+    // top's first frame is the instant of attach, before any turn: it must not guess a gate
+    // (it named the idle worker in uv_cond_wait), and says what it cannot know yet.
+    INFO("first top frame:\n" << r.first_frame.out << r.first_frame.err);
+    CHECK(r.first_frame.rc == 0);
+    const std::string& frame = r.first_frame.out;
+    const auto at = frame.find("first look");
+    REQUIRE(at != std::string::npos);
+    // The verdict: the frame's second line, wrapped up to the stage strip's line ("accept queue →").
+    const auto from = frame.find('\n') + 1, to = frame.find("\naccept queue ");
+    REQUIRE(to != std::string::npos);
+    const std::string verdict = frame.substr(from, to - from);
+    CHECK(verdict.find("first look") != std::string::npos);
+    CHECK(verdict.find("gate") == std::string::npos);
+    CHECK(verdict.find("uv_cond_wait") == std::string::npos);
 }
 
 TEST_CASE("node blocking handler: a stall blocked outside the poll", "[loops][integration][node]") {

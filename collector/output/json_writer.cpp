@@ -331,7 +331,7 @@ static void render_threads(std::ostringstream& o, const Snapshot& s) {
     o << "\nCARRIERS\n";
     if (!c.detected && c.loops.empty())
         o << "  (none detected)\n";
-    else {
+    else if (c.detected) {  // the runtime's carriers; a loop-only target has none to sum up
         o << "  " << c.pattern << ": " << c.threads << " carriers, " << c.running << " running, " << c.idle
           << " idle, " << c.runnable << " runnable, " << c.stalled << " stalled; " << c.stall_events
           << " stall events\n";

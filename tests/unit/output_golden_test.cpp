@@ -39,5 +39,6 @@ TEST_CASE("golden JSON, report and metrics of each fixture", "[output][golden]")
     check_fixture("pool_saturated", pool_saturated());
     check_fixture("silent_partner", silent_partner());
     check_fixture("carriers_stalled", carriers_stalled());
+    check_fixture("event_loop", event_loop());
     check_fixture("target_exited", target_exited());
 }

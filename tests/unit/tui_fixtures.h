@@ -249,6 +249,59 @@ inline Snapshot carriers_stalled() {
     return s;
 }
 
+// Node with a CPU-bound handler: its one event loop busy 96% of the window, requests piling
+// up in the connector behind it, an idle V8 worker parked on its condvar. No runtime carriers.
+inline Snapshot event_loop() {
+    Snapshot s = base(3972, "node");
+    s.target.cmdline = "node server.js";
+    s.target.threads = 7;
+    s.listeners = {listener(3000, 511, 12, 33, 40, 0)};
+    auto& r = s.requests;
+    r.in_flight = 11;
+    r.in_flight_max = 21;
+    r.waiting_unread = 29;
+    r.waiting_unread_max = 39;
+    r.completed = 298;
+    r.rate_per_second = 50;
+    r.latency = q(0.105, 0.188, 0.432, 0.436);
+    r.oldest_in_flight_seconds = 0.106;
+    r.status.c2xx = 298;
+    r.connections = 40;
+    EventLoop l;
+    l.tid = l.pid = 3972;
+    l.name = "node";
+    l.poll = "epoll_pwait";
+    l.state = CarrierState::stalled;
+    l.utilization = 0.96;
+    l.turns = 14;
+    l.turns_per_second = 4.7;
+    l.longest_turn_seconds = 0.2116;
+    l.p99_turn_seconds = 0.2116;
+    l.current_turn_seconds = 0.106;
+    l.stalls = l.stalls_total = 14;
+    l.connections = l.connections_max = 40;
+    l.connections_served_total = 40;
+    l.in_flight = 11;
+    l.unread = 29;
+    l.accept_queue = 12;
+    l.recent_stalls = {{0.2116, 0.2116, 0, "", "", {"handle (/srv/server.js:12)", "uv__io_poll+0x3a1", "uv_run+0x114"}}};
+    s.carriers.loops = {l};
+    s.carriers.loop_stall_threshold_seconds = 0.02;
+    s.thread_groups = {group("node", 7, 1, 0, {{"futex", 5}, {"epoll_wait", 1}})};
+    s.waits = {wait("node", "futex", "0x7f00c0", WaitKind::futex, 5, 249.3, 0,
+                    {"__futex_abstimed_wait_common+0x7c", "uv_cond_wait+0x9", "node::WorkerThreadsTaskRunner+0x61"})};
+    s.verdict.stage = Stage::carriers;
+    s.verdict.where = "event loop of node (tid 3972)";
+    s.verdict.waiting = 52;
+    s.verdict.severity = Severity::critical;
+    s.verdict.summary =
+        "requests queue behind the event loop of node (tid 3972): busy 96% of the window, longest turn 212 ms in "
+        "handle, in a turn for 106 ms now; 10 requests read and waiting behind it; 29 requests unread in the "
+        "connector; 12 connections in the accept queue of :3000 (backlog 511)";
+    s.verdict.ranking = {{Stage::carriers, "event loop of node (tid 3972)", 52}};
+    return s;
+}
+
 inline Snapshot target_exited() {
     Snapshot s = idle();
     s.target.exited = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/loops.h"
 #include "tui/format.h"
 
 namespace qscope::tui {
@@ -55,6 +56,14 @@ GateDownstream gate_downstream(const Snapshot& s) {
     return g;
 }
 
+// Event loops stalled or saturated (model/loops.h): the carriers an event-loop server has.
+uint64_t loops_held(const Snapshot& s) {
+    const auto& loops = s.carriers.loops;
+    return static_cast<uint64_t>(std::count_if(loops.begin(), loops.end(), [&](const EventLoop& l) {
+        return loop_saturated(l) || loop_stalled(l, s.carriers.loop_stall_threshold_seconds);
+    }));
+}
+
 }  // namespace
 
 std::array<uint64_t, kStageCount> stage_counts(const Snapshot& s) {
@@ -64,7 +73,7 @@ std::array<uint64_t, kStageCount> stage_counts(const Snapshot& s) {
     c[2] = s.requests.in_flight;
     const GateDownstream g = gate_downstream(s);
     c[3] = g.gate + g.busy;
-    c[4] = s.carriers.detected ? static_cast<uint64_t>(std::max(s.carriers.stalled, 0)) : 0;
+    c[4] = (s.carriers.detected ? static_cast<uint64_t>(std::max(s.carriers.stalled, 0)) : 0) + loops_held(s);
     return c;
 }
 
@@ -146,13 +155,19 @@ StageView carriers_view(const Snapshot& s, uint64_t now, bool u) {
     StageView k;
     k.name = "carriers";
     k.short_name = "carriers";
-    k.observed = s.carriers.detected;
+    const size_t loops = s.carriers.loops.size();
+    k.observed = s.carriers.detected || loops > 0;
     k.now = now;
     k.max = 0;
-    if (k.observed) {
+    if (s.carriers.detected) {
         k.detail = "stalled of " + std::to_string(s.carriers.threads) +
                    (s.carriers.runnable ? dot(u) + "runq " + std::to_string(s.carriers.runnable) : "");
-        k.severity = s.carriers.stalled ? Role::critical : s.carriers.runnable ? Role::warn : Role::ok;
+        if (loops) k.detail += dot(u) + std::to_string(loops) + (loops == 1 ? " loop" : " loops");
+        k.severity = s.carriers.stalled || loops_held(s) ? Role::critical : s.carriers.runnable ? Role::warn : Role::ok;
+    } else if (loops) {
+        // Loops only (Node, nginx, Redis): how many of them hold requests up.
+        k.detail = "held of " + std::to_string(loops) + (loops == 1 ? " loop" : " loops");
+        k.severity = now ? Role::critical : Role::ok;
     } else {
         k.detail = "not detected";
     }

@@ -292,13 +292,13 @@ inline Snapshot event_loop() {
                     {"__futex_abstimed_wait_common+0x7c", "uv_cond_wait+0x9", "node::WorkerThreadsTaskRunner+0x61"})};
     s.verdict.stage = Stage::carriers;
     s.verdict.where = "event loop of node (tid 3972)";
-    s.verdict.waiting = 52;
+    s.verdict.waiting = 51;
     s.verdict.severity = Severity::critical;
     s.verdict.summary =
         "requests queue behind the event loop of node (tid 3972): busy 96% of the window, longest turn 212 ms in "
         "handle, in a turn for 106 ms now; 10 requests read and waiting behind it; 29 requests unread in the "
         "connector; 12 connections in the accept queue of :3000 (backlog 511)";
-    s.verdict.ranking = {{Stage::carriers, "event loop of node (tid 3972)", 52}};
+    s.verdict.ranking = {{Stage::carriers, "event loop of node (tid 3972)", 51}};
     return s;
 }
 

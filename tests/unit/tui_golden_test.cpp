@@ -96,6 +96,12 @@ TEST_CASE("golden: carriers stalled", "[tui][golden]") {
     check_golden("carriers_stalled_200x50", &s, 200, 50, ui_at(Panel::carriers), h);
 }
 
+TEST_CASE("golden: an event loop is the limit", "[tui][golden][loops]") {
+    const Snapshot s = event_loop();
+    const History h = history_for(s);
+    check_golden("event_loop_120x40", &s, 120, 40, ui_at(Panel::carriers), h);
+}
+
 TEST_CASE("golden: target exited", "[tui][golden]") {
     const Snapshot s = target_exited();
     const History h = history_for(s);

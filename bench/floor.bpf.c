@@ -18,3 +18,16 @@ SEC("tp_btf/tcp_send_reset") int floor_rst_out(void *ctx) { return 0; }
 SEC("tp_btf/sched_switch") int floor_sched_switch(void *ctx) { return 0; }
 SEC("tp_btf/sched_wakeup") int floor_sched_wakeup(void *ctx) { return 0; }
 SEC("tp_btf/sched_wakeup_new") int floor_sched_wakeup_new(void *ctx) { return 0; }
+SEC("tracepoint/syscalls/sys_enter_close") int floor_close_enter(void *ctx) { return 0; }
+// The event-loop polls (bpf/sched.bpf.c LOOP_POLL and io_uring_enter): entry and exit each.
+#define FLOOR_POLL(name)                                                                   \
+	SEC("tracepoint/syscalls/sys_enter_" #name) int floor_##name##_enter(void *ctx) { return 0; } \
+	SEC("tracepoint/syscalls/sys_exit_" #name) int floor_##name##_exit(void *ctx) { return 0; }
+FLOOR_POLL(epoll_wait)
+FLOOR_POLL(epoll_pwait)
+FLOOR_POLL(epoll_pwait2)
+FLOOR_POLL(poll)
+FLOOR_POLL(ppoll)
+FLOOR_POLL(select)
+FLOOR_POLL(pselect6)
+FLOOR_POLL(io_uring_enter)

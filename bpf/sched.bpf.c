@@ -555,6 +555,7 @@ static __always_inline void loop_stall_record(struct task_struct *t, __u32 tid, 
 
 /* Entering a poll ends the turn that began when the same poll set last returned. A poll of
  * another set inside a turn is a nested loop: it neither ends nor starts the turn. */
+/* Called for the tree's threads only: the programs check it first. */
 static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
 {
 	struct task_struct *t;
@@ -564,8 +565,6 @@ static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
 	__u64 now, turn, slot;
 	__u32 tid;
 
-	if (!qs_current_in_tree())
-		return;
 	t = bpf_get_current_task_btf();
 	s = bpf_task_storage_get(&tstates, t, 0, 0);
 	if (!s || !s->turn_start || s->turn_fd != fd)
@@ -606,6 +605,7 @@ static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
 }
 
 /* Leaving a poll starts a turn, unless one is going on (a nested loop's poll returned). */
+/* Called for the tree's threads only, like loop_poll_enter. */
 static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
 {
 	struct task_struct *t;
@@ -613,8 +613,6 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
 	struct qs_loop_val *v;
 	__u64 now;
 
-	if (!qs_current_in_tree())
-		return;
 	t = bpf_get_current_task_btf();
 	s = bpf_task_storage_get(&tstates, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!s) {
@@ -647,14 +645,16 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
  * blocking on its one socket (Java's NIO blocking reads in Tomcat's exec threads, php-fpm's
  * children), not a loop multiplexing many. Its nfds (2nd argument: si) must be 2 or more, or
  * it is no poll here: the scenario doc's platform Tomcat listed its 200 exec threads as
- * stalled event loops. epoll and select sets are taken as many. */
+ * stalled event loops. epoll and select sets are taken as many.
+ * Every process on the host polls through these: the tree check comes before anything else,
+ * a register read included. */
 #define LOOP_POLL(name, has_set, timeout_expr, many_expr)                                \
 	SEC("tracepoint/syscalls/sys_enter_" #name)                                      \
 	int qs_loop_enter_##name(struct trace_event_raw_sys_enter *ctx)                  \
 	{                                                                                \
 		unsigned long long nfds = ctx->args[1];                                  \
 		(void)nfds;                                                              \
-		if (!(many_expr))                                                        \
+		if (!qs_current_in_tree() || !(many_expr))                               \
 			return 0;                                                        \
 		loop_poll_enter(has_set ? (__u32)ctx->args[0] : QS_LOOP_FD_NONE, QS_NR_##name); \
 		return 0;                                                                \
@@ -662,9 +662,14 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                       \
 	int qs_loop_exit_##name(struct trace_event_raw_sys_exit *ctx)                    \
 	{                                                                                \
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf()); \
-		long long timeout = (timeout_expr);                                       \
-		unsigned long long nfds = regs->si;                                       \
+		struct pt_regs *regs;                                                    \
+		long long timeout;                                                       \
+		unsigned long long nfds;                                                 \
+		if (!qs_current_in_tree())                                               \
+			return 0;                                                        \
+		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());   \
+		timeout = (timeout_expr);                                                \
+		nfds = regs->si;                                                         \
 		(void)nfds;                                                              \
 		if (!(many_expr))                                                        \
 			return 0;                                                        \
@@ -697,7 +702,7 @@ static __always_inline int uring_waits(__u64 min_complete, __u64 flags)
 SEC("tracepoint/syscalls/sys_enter_io_uring_enter")
 int qs_loop_enter_io_uring_enter(struct trace_event_raw_sys_enter *ctx)
 {
-	if (uring_waits(ctx->args[2], ctx->args[3]))
+	if (qs_current_in_tree() && uring_waits(ctx->args[2], ctx->args[3]))
 		loop_poll_enter((__u32)ctx->args[0], QS_NR_io_uring_enter);
 	return 0;
 }
@@ -705,7 +710,11 @@ int qs_loop_enter_io_uring_enter(struct trace_event_raw_sys_enter *ctx)
 SEC("tracepoint/syscalls/sys_exit_io_uring_enter")
 int qs_loop_exit_io_uring_enter(struct trace_event_raw_sys_exit *ctx)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct pt_regs *regs;
+
+	if (!qs_current_in_tree())
+		return 0;
+	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (uring_waits(regs->dx, regs->r10))
 		loop_poll_exit((__u32)regs->di, QS_NR_io_uring_enter);
 	return 0;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -129,11 +130,17 @@ Link attach_program(bpf_program* prog, const std::string& what) {
 }
 
 void detach_concurrently(std::vector<Link>& links) noexcept {
+    // The kernel serializes most of the wait: a few closers overlap what it does not. A tree
+    // of hundreds of processes under --tls holds two uprobe links each; not a thread per link.
+    constexpr size_t kClosers = 16;
+    const size_t n = std::min(kClosers, links.size());
     std::vector<std::thread> closers;
     try {
-        closers.reserve(links.size());
-        for (Link& l : links)
-            if (l) closers.emplace_back([&l] { l.reset(); });
+        closers.reserve(n);
+        for (size_t i = 0; i < n; ++i)
+            closers.emplace_back([&links, i, n] {
+                for (size_t j = i; j < links.size(); j += n) links[j].reset();
+            });
     } catch (...) {
         // Out of threads: the links left are detached below, one by one.
     }

@@ -396,19 +396,14 @@ void describe_limit(const Candidate& limit, const std::vector<Candidate>& stages
     v.severity = (overflows || pool_is_saturated || limit.waiting >= 10) ? Severity::critical : Severity::warn;
 }
 
-// The first look: only the door is ranked, and the verdict says what is not known yet.
-void describe_first_look(const Snapshot& s, const std::vector<Candidate>& door, uint64_t overflows, Verdict& v) {
-    const std::string inside = "where requests wait inside shows after the first interval";
-    for (const auto& c : door) v.ranking.push_back({c.stage, c.where, c.waiting});
-    if (const Candidate* limit = choose_limit(door)) {
-        describe_limit(*limit, door, overflows, false, v);
-        v.summary += " (first look: " + inside + ")";
-        return;
-    }
+constexpr const char* kInsideLater = "where requests wait inside shows after the first interval";
+
+// The first look with nothing at the door: what is known, and that the inside is not yet.
+void describe_first_look(const Snapshot& s, uint64_t overflows, Verdict& v) {
     const uint64_t in_flight = s.requests.in_flight;
     v.stage = Stage::none;
     v.summary = "first look: " + (in_flight ? fmt_count(in_flight) + " requests in flight, " : std::string()) +
-                "none waiting at the door; " + inside;
+                "none waiting at the door; " + kInsideLater;
     if (overflows) {
         v.summary += "; " + fmt_count(overflows) + " connections overflowed the accept queue";
         v.severity = Severity::warn;
@@ -422,36 +417,35 @@ void compute_verdict(Snapshot& s, Seen seen) {
     Verdict v;
     std::vector<Candidate> stages;
     door_stages(s, stages);
-    uint64_t overflows = 0;
-    for (const auto& l : s.listeners) overflows += l.overflows;
-    if (seen == Seen::first_look) {
-        std::stable_sort(stages.begin(), stages.end(),
-                         [](const Candidate& a, const Candidate& b) { return a.waiting > b.waiting; });
-        describe_first_look(s, stages, overflows, v);
-        if (s.target.exited) v.summary = "(target exited) " + v.summary;
-        s.verdict = v;
-        return;
+    bool saturated = false;
+    // At the first look only the door is ranked (Seen).
+    if (seen == Seen::window) {
+        const Inside in = count_inside(s);
+        s.parked_in_runtime = parked_in_runtime(s, in);
+        const DownstreamPeer* peer = busiest_peer(s);
+        saturated = peer && pool_saturated(*peer);
+        gate_and_downstream_stages(s, in, peer, saturated, stages, v);
+        if (auto c = syscall_stage(in)) stages.push_back(*c);
+        if (auto c = carriers_stage(s, s.parked_in_runtime - parked_at_gate(s, saturated))) stages.push_back(*c);
+        if (auto l = loop_limit(s)) stages.push_back({Stage::carriers, l->where, l->detail, l->waiting});
+        if (auto c = cpu_stage(s)) stages.push_back(*c);
     }
-
-    const Inside in = count_inside(s);
-    s.parked_in_runtime = parked_in_runtime(s, in);
-    const DownstreamPeer* peer = busiest_peer(s);
-    const bool saturated = peer && pool_saturated(*peer);
-    gate_and_downstream_stages(s, in, peer, saturated, stages, v);
-    if (auto c = syscall_stage(in)) stages.push_back(*c);
-    if (auto c = carriers_stage(s, s.parked_in_runtime - parked_at_gate(s, saturated))) stages.push_back(*c);
-    if (auto l = loop_limit(s)) stages.push_back({Stage::carriers, l->where, l->detail, l->waiting});
-    if (auto c = cpu_stage(s)) stages.push_back(*c);
 
     std::vector<Candidate> ranked = stages;
     std::stable_sort(ranked.begin(), ranked.end(),
                      [](const Candidate& a, const Candidate& b) { return a.waiting > b.waiting; });
     for (const auto& c : ranked) v.ranking.push_back({c.stage, c.where, c.waiting});
 
-    if (const Candidate* limit = choose_limit(ranked))
+    uint64_t overflows = 0;
+    for (const auto& l : s.listeners) overflows += l.overflows;
+    if (const Candidate* limit = choose_limit(ranked)) {
         describe_limit(*limit, stages, overflows, saturated, v);
-    else
+        if (seen == Seen::first_look) v.summary += std::string(" (first look: ") + kInsideLater + ")";
+    } else if (seen == Seen::first_look) {
+        describe_first_look(s, overflows, v);
+    } else {
         describe_no_limit(s, overflows, v);
+    }
     if (s.target.exited) v.summary = "(target exited) " + v.summary;
     s.verdict = v;
 }

@@ -41,6 +41,7 @@
 #define QS_F_H2 4            /* inbound: a response began with an HTTP/2 frame (see qs_note_protocol) */
 #define QS_F_TLS 8           /* inbound: a response began with a TLS record */
 #define QS_F_UNIX 16         /* a Unix-domain connection: no TCP fields; its close is found by sock.bpf.c */
+#define QS_F_CALL_FAILED 32  /* outbound: the current call's failure is counted (once: a reset follows an abandon) */
 #define QS_F_TLS_PLAIN 64    /* inbound TLS: a response's plaintext was classified through libssl (--tls) */
 #define QS_F_TLS_H2 128      /* inbound TLS: that plaintext was HTTP/2 frames (h2 over TLS) */
 
@@ -77,7 +78,8 @@ struct qs_conn {
 	__u8 state;      /* QS_ST_* */
 	__u8 flags;      /* QS_F_* */
 	__u8 pad[3];
-	__u32 server_tid; /* inbound: the thread that last read or wrote it (event-loop detection) */
+	__u32 server_tid; /* inbound: the thread that last read or wrote it (event-loop detection);
+	                   * outbound: the thread that started its current call or connect */
 	__u32 pad2;
 };
 

@@ -19,6 +19,7 @@
 #include "sock.h"
 #include "syscalls.h"
 #include "tree.h"
+#include "req_ctx.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -33,6 +34,9 @@ __u64 lost_conn_full = 0;  /* connections not tracked: conns map full */
 __u64 lost_port_full = 0;  /* listening ports beyond QS_MAX_PORTS */
 __u64 conns_h2 = 0;        /* inbound connections seen answering in HTTP/2 frames (qs_note_protocol) */
 __u64 conns_tls = 0;       /* inbound connections seen answering in TLS records */
+__u64 fan_attributed = 0;  /* requests answered whose calls were all counted (bpf/req_ctx.h) */
+__u64 fan_unattributed = 0;/* requests answered whose life crossed threads or overlapped another */
+__u64 fan_slots_full = 0;  /* calls to a fifth distinct peer in one request: not counted */
 
 /* The connection table: struct sock * -> state. Sized from Config before load. */
 struct {
@@ -196,6 +200,106 @@ static __always_inline void apply(const struct qs_conn *c, const struct qs_effec
 		if (e->connect_fail)
 			__sync_fetch_and_add(&p->connect_failures, 1);
 	}
+}
+
+/* ---- calls per inbound request (bpf/req_ctx.h) ------------------------------------------ */
+
+/* The request each thread serves, per tid. LRU: threads that stopped serving age out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct qs_req_ctx);
+} req_ctx SEC(".maps");
+
+/* Followed only once the target has a downstream peer: a server that never calls out pays
+ * no map operation per request for it. */
+static __always_inline int fan_out_on(void)
+{
+	return next_peer_idx != 0;
+}
+
+/* The current thread began reading a new request on inbound connection `conn`. */
+static __always_inline void req_begin(__u64 conn)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct qs_req_ctx *x, nx = {};
+	if (!fan_out_on())
+		return;
+	x = bpf_map_lookup_elem(&req_ctx, &tid);
+	if (x) {
+		qs_req_begin(x, conn);
+		return;
+	}
+	nx.conn = conn;
+	bpf_map_update_elem(&req_ctx, &tid, &nx, BPF_ANY);
+}
+
+/* The current thread wrote the response of the request on `conn`; `counted`: it is a
+ * completion of the window (its start was seen), with status class `status`. */
+static __always_inline void req_end(__u64 conn, int counted, int status)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct qs_req_ctx *x;
+	int i, mine;
+	if (!fan_out_on())
+		return;
+	x = bpf_map_lookup_elem(&req_ctx, &tid);
+	mine = x ? qs_req_end(x, conn) : 0;
+	if (!counted)
+		return;
+	if (!mine) {
+		__sync_fetch_and_add(&fan_unattributed, 1);
+		return;
+	}
+	__sync_fetch_and_add(&fan_attributed, 1);
+	for (i = 0; i < QS_REQ_PEERS; i++) {
+		struct qs_req_peer *rp = &x->peers[i];
+		struct qs_peer_stats *p;
+		if (!rp->idx)
+			break;
+		p = peer_at(rp->idx - 1);
+		if (!p)
+			continue;
+		__sync_fetch_and_add(&p->fan_requests, 1);
+		__sync_fetch_and_add(&p->fan_calls, rp->calls);
+		__sync_fetch_and_add(&p->fan_retries, rp->retries);
+		hist_add(peer_hist(rp->idx - 1, QS_PEER_H_FANOUT), rp->calls);
+		if (status == QS_STATUS_5XX) {
+			__sync_fetch_and_add(&p->fail_requests, 1);
+			__sync_fetch_and_add(&p->fail_calls, rp->calls);
+			__sync_fetch_and_add(&p->fail_retries, rp->retries);
+		}
+	}
+}
+
+/* Thread `tid` started a call (or a connect attempt that failed) to outbound connection c's peer. */
+static __always_inline void call_start(struct qs_conn *c, __u32 tid)
+{
+	struct qs_peer_stats *p = peer_at(c->idx);
+	struct qs_req_ctx *x = bpf_map_lookup_elem(&req_ctx, &tid);
+	int r;
+	if (!p)
+		return;
+	r = qs_req_call(x, c->idx);
+	if (r == QS_REQ_CALL_FULL)
+		__sync_fetch_and_add(&fan_slots_full, 1);
+	else if (r == QS_REQ_CALL_OUTSIDE)
+		__sync_fetch_and_add(&p->calls_outside, 1);
+	else
+		__sync_fetch_and_add(&p->calls_in_request, 1);
+}
+
+/* The call in progress on outbound connection c failed; c->server_tid is the caller. */
+static __always_inline void call_failed(struct qs_conn *c)
+{
+	struct qs_peer_stats *p = peer_at(c->idx);
+	__u32 tid = c->server_tid;
+	if (!p || !tid || (c->flags & QS_F_CALL_FAILED))
+		return;
+	c->flags |= QS_F_CALL_FAILED;
+	__sync_fetch_and_add(&p->failed_calls, 1);
+	qs_req_call_failed(bpf_map_lookup_elem(&req_ctx, &tid), c->idx);
 }
 
 /* One bit per local port, set when the port is registered (before its port_idx entry): the
@@ -716,6 +820,7 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 			return 0;
 		fill_peer_key(&pk, sk);
 		qs_conn_init_outbound(&nc, bpf_ktime_get_ns(), peer_index(&pk));
+		nc.server_tid = (__u32)bpf_get_current_pid_tgid();
 		conn_insert(key, &nc);
 		return 0;
 	}
@@ -737,9 +842,18 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 		/* On loopback a response written to a peer that has gone resets the socket inside
 		 * the write itself (the RST is processed before sendmsg returns), so the entry would
 		 * be gone when sock_send_length fires: the close then IS the response's write. */
-		if (c->dir == QS_DIR_IN && c->state == QS_ST_REQUEST && is_target() && in_send_syscall() &&
-		    qs_on_write(c, bpf_ktime_get_ns(), 1, &e))
-			status = response_status();
+		if (c->dir == QS_DIR_IN && c->state == QS_ST_REQUEST && is_target() && in_send_syscall()) {
+			int counted = qs_on_write(c, bpf_ktime_get_ns(), 1, &e);
+			if (counted)
+				status = response_status();
+			req_end(key, counted, status);
+		}
+		/* A refused connect is a failed call of the request that made it (the caller's
+		 * tid was kept at SYN_SENT): the next connect to that peer is a retry. */
+		if (c->dir == QS_DIR_OUT && c->state == QS_ST_CONNECTING && fan_out_on()) {
+			call_start(c, c->server_tid);
+			call_failed(c);
+		}
 		qs_on_close(c, &e);
 		apply(c, &e, status);
 		bpf_map_delete_elem(&conns, &key);
@@ -762,11 +876,14 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 #define QS_BTF 0
 #define QS_PROBE 1
 
+static __always_inline void reply_read(struct qs_conn *c, int ret);
+
 static __always_inline void on_recv(struct sock *sk, int ret, int flags, const int probe)
 {
 	__u64 key = (__u64)sk;
 	struct qs_conn *c;
 	struct qs_effects e = {};
+	__u8 was;
 
 	if (!is_target())
 		return;
@@ -777,6 +894,7 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 		return;
 	if (c->dir == QS_DIR_IN)
 		note_server(c);
+	was = c->state;
 	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
 	 * php-fpm leaves FastCGI's empty STDIN record queued until its script ends, which would
 	 * read as a request unread in the connector behind every one in flight. A request
@@ -784,6 +902,10 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	qs_on_read(c, bpf_ktime_get_ns(), ret, flags,
 		   c->dir == QS_DIR_IN && !(c->flags & QS_F_UNIX)
 			   ? (probe ? sk_unread_probe(sk) : sk_unread(sk)) : 0, &e);
+	if (c->dir == QS_DIR_IN && was != QS_ST_REQUEST && c->state == QS_ST_REQUEST)
+		req_begin(key);
+	else if (c->dir == QS_DIR_OUT && e.d_busy < 0)
+		reply_read(c, ret);
 	apply(c, &e, 0);
 }
 
@@ -879,56 +1001,90 @@ int BPF_KRETPROBE(qs_recv_kretprobe, int ret)
 	return 0;
 }
 
-/* Status class of the response whose first bytes this write carries, or QS_STATUS_H2 / _TLS
- * (qs_response_class). Only the 12 bytes of the status line are copied, 9 when the first
- * buffer is an HTTP/2 frame header alone. At sock_send_length the current thread is inside
- * the syscall: its registers give the buffer (write/sendto), the iovec (writev), the msghdr
- * (sendmsg). */
-static __always_inline int response_status(void)
+/* The first user buffer of the socket syscall the current thread is in: the buffer of
+ * write/read and sendto/recvfrom, the first iovec of writev/readv, of the (first) message of
+ * sendmsg/recvmsg/sendmmsg. At sock_send_length and sock_recv_length (and the fallbacks' exits)
+ * the thread is inside that syscall, so its registers give them. 0 when there is no user
+ * buffer here (sendfile, splice, io_uring). */
+static __always_inline int syscall_buffer(const void **base, __u64 *len)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
-	unsigned char buf[12];
-	const void *base = 0;
-	__u64 len = 0;
-	__u32 n;
 	long nr;
 	unsigned long si, dx;
 	struct iovec iov;
 
 	if (!regs)
-		return QS_STATUS_UNKNOWN;
+		return 0;
 	/* All three registers read up front: otherwise clang merges the dx load with the iovec
 	 * length load below and the verifier rejects one instruction on two pointer types. */
 	nr = regs->orig_ax;
 	si = regs->si;
 	dx = regs->dx;
 	barrier_var(dx);
-	if (nr == QS_NR_write || nr == QS_NR_sendto) {
-		base = (const void *)si;
-		len = dx;
-	} else if (nr == QS_NR_writev || nr == QS_NR_sendmsg || nr == QS_NR_sendmmsg) {
+	if (nr == QS_NR_write || nr == QS_NR_sendto || nr == QS_NR_read || nr == QS_NR_recvfrom) {
+		*base = (const void *)si;
+		*len = dx;
+		return 1;
+	}
+	if (nr == QS_NR_writev || nr == QS_NR_sendmsg || nr == QS_NR_sendmmsg || nr == QS_NR_readv ||
+	    nr == QS_NR_recvmsg) {
 		const struct iovec *iovp = (const struct iovec *)si;
-		if (nr != QS_NR_writev) {
+		if (nr != QS_NR_writev && nr != QS_NR_readv) {
 			/* struct mmsghdr begins with its struct msghdr */
 			struct user_msghdr mh;
 			if (bpf_probe_read_user(&mh, sizeof(mh), (const void *)si))
-				return QS_STATUS_UNKNOWN;
+				return 0;
 			iovp = (const struct iovec *)mh.msg_iov;
 		}
 		if (bpf_probe_read_user(&iov, sizeof(iov), iovp))
-			return QS_STATUS_UNKNOWN;
-		base = iov.iov_base;
-		len = iov.iov_len;
-	} else {
-		return QS_STATUS_UNKNOWN;   /* sendfile, splice, io_uring: no user buffer here */
+			return 0;
+		*base = iov.iov_base;
+		*len = iov.iov_len;
+		return 1;
 	}
-	if (!base || len < QS_H2_FRAME_HEADER)
+	return 0;
+}
+
+/* Status class of the response whose first bytes this write carries, or QS_STATUS_H2 / _TLS
+ * (qs_response_class). Only the 12 bytes of the status line are copied, 9 when the first
+ * buffer is an HTTP/2 frame header alone. */
+static __always_inline int response_status(void)
+{
+	unsigned char buf[12];
+	const void *base = 0;
+	__u64 len = 0;
+	__u32 n;
+
+	if (!syscall_buffer(&base, &len) || !base || len < QS_H2_FRAME_HEADER)
 		return QS_STATUS_UNKNOWN;
 	n = len < sizeof(buf) ? QS_H2_FRAME_HEADER : sizeof(buf);
 	if (bpf_probe_read_user(buf, n, base))
 		return QS_STATUS_UNKNOWN;
 	return qs_response_class(buf, n);
+}
+
+/* The current thread read the first `ret` bytes of a reply on outbound connection c: the call
+ * ended. A reply read by another thread than sent the request means the caller moved (a
+ * virtual thread resumed on another carrier, an async client's I/O thread): per-thread
+ * attribution does not hold there, and user space says so. A status line of 5xx or 429 fails
+ * the call (its 12 bytes are all that is copied). */
+static __always_inline void reply_read(struct qs_conn *c, int ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct qs_peer_stats *p = peer_at(c->idx);
+	unsigned char buf[12];
+	const void *base = 0;
+	__u64 len = 0;
+
+	if (!p || !c->server_tid)
+		return;
+	if (c->server_tid != tid)
+		__sync_fetch_and_add(&p->calls_moved, 1);
+	if (ret < (int)sizeof(buf) || !syscall_buffer(&base, &len) || !base || len < sizeof(buf))
+		return;
+	if (!bpf_probe_read_user(buf, sizeof(buf), base) && qs_reply_failed(buf, sizeof(buf)))
+		call_failed(c);
 }
 
 static __always_inline int in_send_syscall(void)
@@ -948,6 +1104,7 @@ static __always_inline void on_send(struct sock *sk, int ret)
 	struct qs_effects e = {};
 	int status = 0;
 	struct qs_tls_pending tls;
+	__u8 was;
 
 	if (!is_target())
 		return;
@@ -959,6 +1116,7 @@ static __always_inline void on_send(struct sock *sk, int ret)
 		return;
 	if (c->dir == QS_DIR_IN)
 		note_server(c);
+	was = c->state;
 	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e)) {
 		__u8 proto;
 		status = response_status();
@@ -969,6 +1127,14 @@ static __always_inline void on_send(struct sock *sk, int ret)
 			__sync_fetch_and_add(&conns_tls, 1);
 		if (status == QS_STATUS_TLS)
 			status = tls_response(c, &tls, &e);
+	}
+	if (c->dir == QS_DIR_IN && was == QS_ST_REQUEST && c->state == QS_ST_RESPONSE)
+		req_end(key, e.record_latency, status);
+	else if (c->dir == QS_DIR_OUT && e.d_busy > 0 && fan_out_on()) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		c->server_tid = tid;
+		c->flags &= ~QS_F_CALL_FAILED;
+		call_start(c, tid);
 	}
 	apply(c, &e, status);
 }
@@ -1311,6 +1477,8 @@ static __always_inline void on_reset(const struct sock *sk)
 	p = peer_at(c->idx);
 	if (p)
 		__sync_fetch_and_add(&p->resets, 1);
+	if (c->state == QS_ST_BUSY)
+		call_failed(c);
 }
 
 SEC("tp_btf/tcp_receive_reset")
@@ -1508,9 +1676,10 @@ int qs_seed_busy(struct bpf_iter__task *ctx)
 
 /* ---- Unix-domain sockets: closes ---------------------------------------------------------- */
 
-/* close(fd) in the target, of the last reference to a tracked Unix socket's file: the
+/* close(fd) in the target, of the last reference to a tracked socket's file. A Unix
  * connection ends now rather than at the next sweep (which still catches exits, dup'd fds and
- * files another thread held at the close). */
+ * files another thread held at the close); an outbound call still waiting for its reply was
+ * given up. */
 SEC("tracepoint/syscalls/sys_enter_close")
 int qs_close_enter(struct trace_event_raw_sys_enter *ctx)
 {
@@ -1529,7 +1698,13 @@ int qs_close_enter(struct trace_event_raw_sys_enter *ctx)
 	sk = BPF_CORE_READ(so, sk);
 	key = (__u64)sk;
 	c = sk ? bpf_map_lookup_elem(&conns, &key) : 0;
-	if (!c || !(c->flags & QS_F_UNIX) || !qs_file_last_ref(f))
+	if (!c || !qs_file_last_ref(f))
+		return 0;
+	/* Closing a connection whose call has no reply yet gives the call up (a read timeout,
+	 * a cancelled request): it failed, and the next call to that peer is a retry. */
+	if (c->dir == QS_DIR_OUT && c->state == QS_ST_BUSY)
+		call_failed(c);
+	if (!(c->flags & QS_F_UNIX))
 		return 0;
 	conn_close_stale(key);
 	bpf_map_delete_elem(&unix_live, &key);

@@ -24,7 +24,8 @@
 /* Histograms per peer. */
 #define QS_PEER_H_CALL 0
 #define QS_PEER_H_CONNECT 1
-#define QS_PEER_HISTS 2
+#define QS_PEER_H_FANOUT 2       /* calls to the peer per request that called it (a count, not ns) */
+#define QS_PEER_HISTS 3
 
 struct qs_port_stats {
 	__s64 in_flight;
@@ -72,6 +73,19 @@ struct qs_peer_stats {
 	__u64 connects;
 	__u64 connect_failures;
 	__u64 resets;
+	/* Calls per inbound request (bpf/req_ctx.h), added when a request whose life ran on one
+	 * thread is answered: requests that called this peer, their calls and retries, and the
+	 * same for those answered 5xx. */
+	__u64 fan_requests;
+	__u64 fan_calls;
+	__u64 fan_retries;
+	__u64 fail_requests;
+	__u64 fail_calls;
+	__u64 fail_retries;
+	__u64 failed_calls;           /* reset while busy, refused, abandoned busy, a 5xx/429 reply */
+	__u64 calls_in_request;       /* started by a thread with an open request */
+	__u64 calls_outside;          /* started by a thread with none */
+	__u64 calls_moved;            /* reply read by another thread than sent the request */
 	struct qs_peer_key key;
 	__u32 used;
 };

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/fan_out.h"
 #include "model/histogram.h"
 
 namespace qscope {
@@ -167,6 +168,10 @@ struct Requests {
     uint64_t connections = 0;           // open accepted connections now
     std::vector<PortRequests> ports;
     TlsSeen tls;
+    // Requests answered whose calls could be tied to them, and the rest (model/fan_out.h):
+    // window, and since attach. Counted once the target has a downstream peer.
+    RequestAttribution attribution;
+    RequestAttribution attribution_total;
 };
 
 struct DownstreamPeer {
@@ -185,6 +190,7 @@ struct DownstreamPeer {
     uint64_t connect_failures_total = 0;
     uint64_t resets_total = 0;
     Histogram call_total;
+    FanOut fan_out;                     // calls per inbound request and retries (model/fan_out.h)
 };
 
 // Every connection busy at some point in the window, and some busy now. "Busy now" alone

@@ -17,24 +17,13 @@
 #include "model/loops.h"
 #include "model/runtime_frames.h"
 #include "model/syscall_table.h"
+#include "model/fan_out.h"
+#include "model/format.h"
 #include "model/thread_group.h"
 #include "model/verdict.h"
 
 namespace qscope {
 namespace {
-
-std::string fmt_count(uint64_t n) {
-    // 6800 → "6,800": the summary is read at 3 a.m.
-    std::string s = std::to_string(n), out;
-    int c = 0;
-    for (auto it = s.rbegin(); it != s.rend(); ++it) {
-        if (c && c % 3 == 0) out.push_back(',');
-        out.push_back(*it);
-        ++c;
-    }
-    std::reverse(out.begin(), out.end());
-    return out;
-}
 
 // A wait at a gate: a futex, or a lock wait that looks like an idle poll (ProcSleep). A Go M
 // parked under the runtime's idle frames (runtime.stopm) waits for work, not at a gate.
@@ -396,6 +385,23 @@ void describe_limit(const Candidate& limit, const std::vector<Candidate>& stages
     v.severity = (overflows || pool_is_saturated || limit.waiting >= 10) ? Severity::critical : Severity::warn;
 }
 
+// Retries multiply calls: the peer whose failing requests call it most, said when each one
+// makes several calls of which some are retries (model/fan_out.h). Empty otherwise.
+std::string retry_clause(const Snapshot& s) {
+    const DownstreamPeer* worst = nullptr;
+    RetryAmplification worst_r;
+    for (const auto& d : s.downstream) {
+        RetryAmplification r;
+        if (retry_amplification(d.fan_out, r) && (!worst || r.calls_per_failing_request > worst_r.calls_per_failing_request)) {
+            worst = &d;
+            worst_r = r;
+        }
+    }
+    if (!worst) return {};
+    return "each failing request makes " + fmt_count(worst_r.calls_per_failing_request) + " calls to " + worst->peer +
+           " (" + fmt_count(worst_r.retries_per_failing_request) + " retries)";
+}
+
 constexpr const char* kInsideLater = "where requests wait inside shows after the first interval";
 
 // The first look with nothing at the door: what is known, and that the inside is not yet.
@@ -445,6 +451,13 @@ void compute_verdict(Snapshot& s, Seen seen) {
         describe_first_look(s, overflows, v);
     } else {
         describe_no_limit(s, overflows, v);
+    }
+    if (seen == Seen::window) {
+        if (const std::string r = retry_clause(s); !r.empty()) {
+            // Nothing queues when requests fail fast: then the amplification is the news.
+            v.summary = v.stage == Stage::none ? r + "; " + v.summary : v.summary + "; " + r;
+            v.severity = std::max(v.severity, Severity::warn);
+        }
     }
     if (s.target.exited) v.summary = "(target exited) " + v.summary;
     s.verdict = v;

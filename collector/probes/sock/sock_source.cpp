@@ -28,6 +28,7 @@
 #include "sys/proc_tasks.h"
 #include "sys/tls_libs.h"
 #include "tree.h"  // struct qs_tree_range: the skeleton maps its .data.tree section
+#include "req_ctx.h"
 #include "sock.skel.h"
 #include "sys/sock_diag.h"
 #include "sys/unix_diag.h"
@@ -40,7 +41,7 @@ static_assert(sizeof(qs_served) == 16, "qs_served layout shared with bpf/sock.h"
 static_assert(sizeof(qs_conn) == 48, "qs_conn layout shared with bpf/conn_state.h");
 static_assert(sizeof(qs_port_stats) == 112, "qs_port_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_key) == 20, "qs_peer_key layout shared with bpf/sock.h");
-static_assert(sizeof(qs_peer_stats) == 80, "qs_peer_stats layout shared with bpf/sock.h");
+static_assert(sizeof(qs_peer_stats) == 160, "qs_peer_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_unix_name) == 128, "qs_unix_name layout shared with bpf/sock.h");
 
 std::string peer_label(const qs_peer_key& k) {
@@ -70,8 +71,24 @@ struct PortWindow {
 
 struct PeerWindow {
     uint64_t calls = 0, connect_failures = 0, resets = 0;
+    FanOutCounts fan_out;
     Histogram hists[QS_PEER_HISTS];
 };
+
+FanOutCounts fan_out_counts(const qs_peer_stats& ps) {
+    FanOutCounts f;
+    f.requests = load(ps.fan_requests);
+    f.calls = load(ps.fan_calls);
+    f.retries = load(ps.fan_retries);
+    f.failing_requests = load(ps.fail_requests);
+    f.failing_calls = load(ps.fail_calls);
+    f.failing_retries = load(ps.fail_retries);
+    f.failed_calls = load(ps.failed_calls);
+    f.calls_in_requests = load(ps.calls_in_request);
+    f.calls_outside_requests = load(ps.calls_outside);
+    f.calls_moved = load(ps.calls_moved);
+    return f;
+}
 
 struct ListenSocket {
     uint16_t port = 0;
@@ -236,6 +253,8 @@ public:
         }
 
         // ---- downstream peers ----------------------------------------------------------
+        r.attribution_total = {load(b->fan_attributed), load(b->fan_unattributed)};
+        r.attribution = r.attribution_total.since(attribution_base_);
         collect_peers(snap, oldest_busy);
 
         // ---- losses --------------------------------------------------------------------
@@ -243,7 +262,9 @@ public:
                      {{load(b->lost_conn_full), "connections not tracked (connection table full at --max-connections " +
                                                     std::to_string(cfg_.max_connections) + ")"},
                       {load(b->lost_port_full), "listening ports not measured (more than " +
-                                                    std::to_string(QS_MAX_PORTS) + " ports)"}},
+                                                    std::to_string(QS_MAX_PORTS) + " ports)"},
+                      {load(b->fan_slots_full), "calls not counted per request (a request called more than " +
+                                                    std::to_string(QS_REQ_PEERS) + " distinct peers)"}},
                      snap);
         if (listen_error_.size()) snap.partial.push_back("sock: listeners: " + listen_error_);
         if (unix_error_.size()) snap.partial.push_back("sock: Unix listeners: " + unix_error_);
@@ -661,6 +682,7 @@ private:
         w.calls = load(ps.calls);
         w.connect_failures = load(ps.connect_failures);
         w.resets = load(ps.resets);
+        w.fan_out = fan_out_counts(ps);
         for (int h = 0; h < QS_PEER_HISTS; ++h) w.hists[h] = Histogram::from_kernel(skel_->bss->peer_hists[i * QS_PEER_HISTS + h]);
         return w;
     }
@@ -698,6 +720,7 @@ private:
                     depth = it->second.rqueue.value_or(0);
             __atomic_store_n(&ps.accept_queue_max, depth, __ATOMIC_RELAXED);
         }
+        attribution_base_ = {load(b->fan_attributed), load(b->fan_unattributed)};
         const uint32_t npeers = std::min<uint64_t>(load(b->next_peer_idx), QS_PEER_OTHER);
         for (uint32_t i = 0; i <= npeers && i < QS_MAX_PEERS; ++i) {
             qs_peer_stats& ps = b->peer_stats[i];
@@ -732,7 +755,7 @@ private:
         auto* b = skel_->bss;
         struct Row {
             DownstreamPeer p;
-            Histogram call_win, connect_win;
+            Histogram call_win, connect_win, fan_out_win;
             bool other = false;
         };
         std::vector<Row> rows;
@@ -763,6 +786,10 @@ private:
             p.call_total = cum.hists[QS_PEER_H_CALL];
             row.call_win = cum.hists[QS_PEER_H_CALL].delta(base.hists[QS_PEER_H_CALL]);
             row.connect_win = cum.hists[QS_PEER_H_CONNECT].delta(base.hists[QS_PEER_H_CONNECT]);
+            p.fan_out.total = cum.fan_out;
+            p.fan_out.window = cum.fan_out.since(base.fan_out);
+            p.fan_out.per_request_total = cum.hists[QS_PEER_H_FANOUT];
+            row.fan_out_win = cum.hists[QS_PEER_H_FANOUT].delta(base.hists[QS_PEER_H_FANOUT]);
             if (auto it = oldest_busy.find(i); it != oldest_busy.end()) p.oldest_busy_seconds = it->second;
             rows.push_back(std::move(row));
         }
@@ -799,14 +826,21 @@ private:
             o.oldest_busy_seconds = std::max(o.oldest_busy_seconds, row.p.oldest_busy_seconds);
             other.call_win.merge(row.call_win);
             other.connect_win.merge(row.connect_win);
+            o.fan_out.total.add(row.p.fan_out.total);
+            o.fan_out.window.add(row.p.fan_out.window);
+            o.fan_out.per_request_total.merge(row.p.fan_out.per_request_total);
+            other.fan_out_win.merge(row.fan_out_win);
         }
         if (have_other) kept.push_back(std::move(other));
         if (any_unix)
             snap.partial.push_back("sock: Unix peers: connect time is not measured (a Unix connect has no handshake); "
                                    "their connect_seconds read 0");
+        const RequestAttribution attribution = snap.requests.attribution;
         for (auto& row : kept) {
             row.p.call = row.call_win.quantiles();
             row.p.connect = row.connect_win.quantiles();
+            fill_per_request(row.p.fan_out, row.fan_out_win);
+            judge_fan_out(row.p.fan_out, attribution);
             snap.downstream.push_back(std::move(row.p));
         }
     }
@@ -968,6 +1002,7 @@ private:
     std::map<uint16_t, uint64_t> overflow_floor_;
     std::map<uint32_t, PortWindow> port_base_;
     std::map<uint32_t, PeerWindow> peer_base_;
+    RequestAttribution attribution_base_;
 };
 
 }  // namespace

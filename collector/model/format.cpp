@@ -1,0 +1,19 @@
+#include "model/format.h"
+
+#include <algorithm>
+
+namespace qscope {
+
+std::string fmt_count(uint64_t n) {
+    std::string s = std::to_string(n), out;
+    int c = 0;
+    for (auto it = s.rbegin(); it != s.rend(); ++it) {
+        if (c && c % 3 == 0) out.push_back(',');
+        out.push_back(*it);
+        ++c;
+    }
+    std::reverse(out.begin(), out.end());
+    return out;
+}
+
+}  // namespace qscope

@@ -84,6 +84,19 @@ Line port_line(const PortRequests& p) {
             {fmt_count(p.completed_total), Role::normal}};
 }
 
+// Calls per request (p50) and retries in the window: "?" when they cannot be tied to
+// requests (model/fan_out.h), "-" when no request called the peer.
+Cell per_request_cell(const FanOut& f) {
+    if (!f.known) return {f.unknown_reason.empty() ? "-" : "?", Role::dim};
+    if (!f.window.requests) return {"-", Role::dim};
+    return {fmt_count(f.per_request_p50), f.window.failing_retries ? Role::critical : count_role(f.window.retries, Role::warn)};
+}
+
+Cell retries_cell(const FanOut& f) {
+    if (!f.known) return {f.unknown_reason.empty() ? "-" : "?", Role::dim};
+    return {fmt_count(f.window.retries), count_role(f.window.retries, Role::warn)};
+}
+
 Row peer_row(const DownstreamPeer& d, bool u) {
     const Role oldest = d.oldest_busy_seconds >= 10 ? Role::critical
                         : d.oldest_busy_seconds >= 1 ? Role::warn
@@ -97,7 +110,9 @@ Row peer_row(const DownstreamPeer& d, bool u) {
             {fmt_secs(d.call.p99, u), Role::normal},
             {fmt_secs(d.oldest_busy_seconds, u), oldest},
             {fmt_count(d.connect_failures), count_role(d.connect_failures, Role::critical)},
-            {fmt_count(d.resets), count_role(d.resets, Role::warn)}};
+            {fmt_count(d.resets), count_role(d.resets, Role::warn)},
+            per_request_cell(d.fan_out),
+            retries_cell(d.fan_out)};
 }
 
 }  // namespace
@@ -173,7 +188,7 @@ PanelBody downstream_panel(const Snapshot& s, const UiState& ui, int width) {
         {"peer", "peer", 10, false, 0}, {"conns", "conn", 5, true, 0},  {"busy", "busy", 5, true, 0},
         {"max", "max", 5, true, 2},     {"calls", "calls", 6, true, 1}, {"p50", "p50", 7, true, 4},
         {"p99", "p99", 7, true, 1},     {"oldest", "old", 7, true, 0},  {"fail", "fail", 5, true, 3},
-        {"resets", "rst", 6, true, 3},
+        {"resets", "rst", 6, true, 3},  {"per req", "/req", 7, true, 5}, {"retries", "rtry", 7, true, 5},
     };
     std::vector<Row> rows;
     for (size_t k : sorted_order(s, Panel::downstream, sk)) rows.push_back(peer_row(s.downstream[k], ui.unicode));

@@ -241,6 +241,27 @@ void downstream_families(const Snapshot& s, uint32_t cap, Families& out) {
     Fam resets("qscope_downstream_resets_total", "Connections to the peer reset, since attach", kCounter, {"peer"});
     Fam dur("qscope_downstream_call_duration_seconds", "Time from a request sent to the peer to its reply read", kHist,
             {"peer"}, &kDownstreamBuckets);
+    // Calls per request (model/fan_out.h): rate(calls) / rate(requests) is calls per request.
+    Fam fan_req("qscope_downstream_fanout_requests_total",
+                "Requests answered that called the peer, their calls tied to them (one thread from read to "
+                "response), since attach",
+                kCounter, {"peer"});
+    Fam fan_calls("qscope_downstream_fanout_calls_total", "Calls to the peer made by those requests, since attach",
+                  kCounter, {"peer"});
+    Fam retries("qscope_downstream_retries_total",
+                "Calls to the peer that followed a failed call to it in the same request, since attach", kCounter,
+                {"peer"});
+    Fam fail_req("qscope_downstream_failing_requests_total",
+                 "Of the requests that called the peer, those answered 5xx, since attach", kCounter, {"peer"});
+    Fam fail_calls("qscope_downstream_failing_request_calls_total",
+                   "Calls to the peer made by requests answered 5xx, since attach", kCounter, {"peer"});
+    Fam failed("qscope_downstream_failed_calls_total",
+               "Calls to the peer that failed (reset, refused, given up, or a 5xx/429 reply), since attach", kCounter,
+               {"peer"});
+    Fam unknown("qscope_downstream_fanout_unknown",
+                "1 when calls to the peer could not be tied to requests in the last window (event loop, virtual "
+                "threads, async client)",
+                kGauge, {"peer"});
     for (const auto& d : s.downstream) {
         const LabelValues lv{peer(d.peer)};
         conns.add(lv, static_cast<double>(d.connections));
@@ -250,8 +271,18 @@ void downstream_families(const Snapshot& s, uint32_t cap, Families& out) {
         fails.add(lv, static_cast<double>(d.connect_failures_total));
         resets.add(lv, static_cast<double>(d.resets_total));
         dur.add_hist(lv, d.call_total);
+        const FanOutCounts& t = d.fan_out.total;
+        fan_req.add(lv, static_cast<double>(t.requests));
+        fan_calls.add(lv, static_cast<double>(t.calls));
+        retries.add(lv, static_cast<double>(t.retries));
+        fail_req.add(lv, static_cast<double>(t.failing_requests));
+        fail_calls.add(lv, static_cast<double>(t.failing_calls));
+        failed.add(lv, static_cast<double>(t.failed_calls));
+        unknown.set_max(lv, !d.fan_out.known && !d.fan_out.unknown_reason.empty() ? 1 : 0);
     }
-    for (auto* f : {&conns, &busy, &oldest, &calls, &fails, &resets, &dur}) out.push_back(std::move(*f).finish());
+    for (auto* f : {&conns, &busy, &oldest, &calls, &fails, &resets, &dur, &fan_req, &fan_calls, &retries, &fail_req,
+                    &fail_calls, &failed, &unknown})
+        out.push_back(std::move(*f).finish());
 }
 
 void thread_families(const Snapshot& s, uint32_t cap, Families& out) {

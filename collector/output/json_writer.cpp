@@ -81,6 +81,24 @@ static json requests_json(const Requests& r) {
               {"5xx", r.status.c5xx},
               {"unknown", r.status.unknown}}}};
     if (r.tls.present()) j["tls"] = tls_json(r.tls);
+    j["attribution"] = {{"attributed", r.attribution.attributed}, {"across_threads", r.attribution.across_threads}};
+    return j;
+}
+
+static json fan_out_json(const FanOut& f) {
+    const FanOutCounts& w = f.window;
+    json j = {{"known", f.known}};
+    if (!f.known && !f.unknown_reason.empty()) j["unknown_reason"] = f.unknown_reason;
+    j["requests"] = w.requests;
+    j["calls"] = w.calls;
+    j["retries"] = w.retries;
+    j["per_request"] = {{"p50", f.per_request_p50}, {"p99", f.per_request_p99}, {"max", f.per_request_max}};
+    j["failing_requests"] = w.failing_requests;
+    j["failing_calls"] = w.failing_calls;
+    j["failing_retries"] = w.failing_retries;
+    j["failed_calls"] = w.failed_calls;
+    j["calls_outside_requests"] = w.calls_outside_requests;
+    j["calls_moved"] = w.calls_moved;
     return j;
 }
 
@@ -96,7 +114,8 @@ static json downstream_json(const std::vector<DownstreamPeer>& peers) {
                       {"oldest_busy_seconds", secs(d.oldest_busy_seconds)},
                       {"connect_seconds", q_json(d.connect, false)},
                       {"connect_failures", d.connect_failures},
-                      {"resets", d.resets}});
+                      {"resets", d.resets},
+                      {"fan_out", fan_out_json(d.fan_out)}});
     }
     return ds;
 }
@@ -272,6 +291,23 @@ static std::string ms(double s) {
     return b;
 }
 
+// One line under a peer: its calls per request, or why they cannot be told; nothing when
+// no request called it.
+static void render_fan_out(std::ostringstream& o, const FanOut& f) {
+    const FanOutCounts& w = f.window;
+    if (!f.known) {
+        if (!f.unknown_reason.empty()) o << "    per request: unknown: " << f.unknown_reason << "\n";
+        return;
+    }
+    if (!w.requests) return;
+    o << "    per request: " << f.per_request_p50 << " calls (p50), p99 " << f.per_request_p99 << ", max "
+      << f.per_request_max << ", " << w.retries << " retries over " << w.requests << " requests";
+    if (w.failing_requests)
+        o << "; answered 5xx: " << w.failing_requests << " requests, " << w.failing_calls << " calls, "
+          << w.failing_retries << " retries";
+    o << "; failed calls " << w.failed_calls << "\n";
+}
+
 static void render_requests(std::ostringstream& o, const Snapshot& s) {
     o << "\nLISTENERS\n";
     if (s.listeners.empty()) o << "  (none)\n";
@@ -298,11 +334,13 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
 
     o << "\nDOWNSTREAM\n";
     if (s.downstream.empty()) o << "  (none)\n";
-    for (const auto& d : s.downstream)
+    for (const auto& d : s.downstream) {
         o << "  " << d.peer << "  conns " << d.connections << ", busy " << d.busy << " (max " << d.busy_max
           << "), calls " << d.calls << ", p50 " << ms(d.call.p50) << " p99 " << ms(d.call.p99) << ", oldest busy "
           << ms(d.oldest_busy_seconds) << ", connect failures " << d.connect_failures << ", resets " << d.resets
           << "\n";
+        render_fan_out(o, d.fan_out);
+    }
 }
 
 static void render_threads(std::ostringstream& o, const Snapshot& s) {

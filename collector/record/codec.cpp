@@ -40,7 +40,16 @@ template <class V> void fields(V& v, PortRequests& x) {
 template <class V> void fields(V& v, Requests& x) {
     v(x.in_flight); v(x.in_flight_max); v(x.waiting_unread); v(x.waiting_unread_max); v(x.completed);
     v(x.rate_per_second); v(x.latency); v(x.oldest_in_flight_seconds); v(x.oldest_unread_seconds); v(x.status);
-    v(x.connections); v(x.ports); v(x.tls);
+    v(x.connections); v(x.ports); v(x.tls); v(x.attribution); v(x.attribution_total);
+}
+template <class V> void fields(V& v, RequestAttribution& x) { v(x.attributed); v(x.across_threads); }
+template <class V> void fields(V& v, FanOutCounts& x) {
+    v(x.requests); v(x.calls); v(x.retries); v(x.failing_requests); v(x.failing_calls); v(x.failing_retries);
+    v(x.failed_calls); v(x.calls_in_requests); v(x.calls_outside_requests); v(x.calls_moved);
+}
+template <class V> void fields(V& v, FanOut& x) {
+    v(x.window); v(x.total); v(x.per_request_total); v(x.per_request_p50); v(x.per_request_p99);
+    v(x.per_request_max); v(x.known); v(x.unknown_reason);
 }
 template <class V> void fields(V& v, TlsSeen& x) {
     v(x.probing); v(x.libraries); v(x.connections); v(x.plaintext_connections); v(x.h2_connections);
@@ -48,7 +57,7 @@ template <class V> void fields(V& v, TlsSeen& x) {
 template <class V> void fields(V& v, DownstreamPeer& x) {
     v(x.peer); v(x.connections); v(x.busy); v(x.busy_max); v(x.calls); v(x.call); v(x.oldest_busy_seconds);
     v(x.connect); v(x.connect_failures); v(x.resets); v(x.calls_total); v(x.connect_failures_total);
-    v(x.resets_total); v(x.call_total);
+    v(x.resets_total); v(x.call_total); v(x.fan_out);
 }
 template <class V> void fields(V& v, ThreadGroup& x) {
     v(x.name); v(x.threads); v(x.running); v(x.runnable); v(x.blocked); v(x.blocked_by); v(x.runqueue_wait);

@@ -52,6 +52,7 @@ private:
 void requests_window(Span& sp, Snapshot& out) {
     const Requests& a = sp.begin().requests;
     Requests& r = out.requests;
+    r.attribution = r.attribution_total.since(a.attribution_total);
     Histogram latency;
     StatusCounts st;
     uint64_t* by_class[5] = {&st.c2xx, &st.c3xx, &st.c4xx, &st.c5xx, &st.unknown};
@@ -103,6 +104,9 @@ void downstream_window(Span& sp, Snapshot& out) {
         p.connect_failures = minus(p.connect_failures_total, before->connect_failures_total);
         p.resets = minus(p.resets_total, before->resets_total);
         p.call = p.call_total.delta(before->call_total).quantiles();
+        p.fan_out.window = p.fan_out.total.since(before->fan_out.total);
+        fill_per_request(p.fan_out, p.fan_out.per_request_total.delta(before->fan_out.per_request_total));
+        judge_fan_out(p.fan_out, out.requests.attribution);
         p.busy_max = sp.max_of([&](const Snapshot& s) {
             std::optional<std::pair<uint64_t, uint64_t>> v;
             for (const auto& x : s.downstream)

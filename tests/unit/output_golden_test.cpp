@@ -40,5 +40,6 @@ TEST_CASE("golden JSON, report and metrics of each fixture", "[output][golden]")
     check_fixture("silent_partner", silent_partner());
     check_fixture("carriers_stalled", carriers_stalled());
     check_fixture("event_loop", event_loop());
+    check_fixture("retry_storm", retry_storm());
     check_fixture("target_exited", target_exited());
 }

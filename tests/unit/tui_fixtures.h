@@ -302,6 +302,48 @@ inline Snapshot event_loop() {
     return s;
 }
 
+// Nested retries around a partner answering 503: requests wait on the partner, and each
+// failing one turns into 27 calls. A cache called from a background thread cannot be tied to
+// requests: its fan-out is unknown, with the reason.
+inline Snapshot retry_storm() {
+    Snapshot s = base(5120, "java");
+    s.target.threads = 64;
+    s.listeners = {listener(8080, 100, 0, 1, 1800, 0)};
+    auto& r = s.requests;
+    r.in_flight = 8;
+    r.in_flight_max = 8;
+    r.completed = 1800;
+    r.rate_per_second = 360;
+    r.latency = q(0.021, 0.026, 0.031, 0.044);
+    r.status.c5xx = 1800;
+    r.connections = 8;
+    r.attribution = {1800, 0};
+    r.attribution_total = {5400, 0};
+    DownstreamPeer partner = peer("10.0.0.9:8443", 8, 6, 7, 48600, 0.0006, 0.0011, 0.001);
+    FanOut& f = partner.fan_out;
+    f.window = {1800, 48600, 46800, 1800, 48600, 46800, 48600, 48600, 0, 0};
+    f.total = {5400, 145800, 140400, 5400, 145800, 140400, 145800, 145800, 0, 0};
+    f.per_request_p50 = f.per_request_p99 = f.per_request_max = 27;
+    f.known = true;
+    DownstreamPeer cache = peer("127.0.0.1:6379", 1, 0, 1, 50, 0.0002, 0.0004, 0);
+    cache.fan_out.window.calls_outside_requests = 50;
+    cache.fan_out.total.calls_outside_requests = 150;
+    cache.fan_out.unknown_reason =
+        "50 of 50 calls were started by threads serving no request (an async client, a pool or a background task)";
+    s.downstream = {partner, cache};
+    s.thread_groups = {group("http-nio-8080-exec-", 200, 6, 0, {{"futex", 186}, {"read", 8}}),
+                       group("java", 20, 0, 0, {{"futex", 20}})};
+    s.verdict.stage = Stage::downstream;
+    s.verdict.where = "10.0.0.9:8443";
+    s.verdict.waiting = 6;
+    s.verdict.severity = Severity::warn;
+    s.verdict.summary =
+        "requests wait on 10.0.0.9:8443: 6 calls awaiting a reply; each failing request makes 27 calls to "
+        "10.0.0.9:8443 (26 retries)";
+    s.verdict.ranking = {{Stage::downstream, "10.0.0.9:8443", 6}};
+    return s;
+}
+
 inline Snapshot target_exited() {
     Snapshot s = idle();
     s.target.exited = true;

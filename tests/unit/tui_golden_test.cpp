@@ -102,6 +102,12 @@ TEST_CASE("golden: an event loop is the limit", "[tui][golden][loops]") {
     check_golden("event_loop_120x40", &s, 120, 40, ui_at(Panel::carriers), h);
 }
 
+TEST_CASE("golden: retries multiply calls to a failing partner", "[tui][golden][fan_out]") {
+    const Snapshot s = retry_storm();
+    const History h = history_for(s);
+    check_golden("retry_storm_120x40", &s, 120, 40, ui_at(Panel::downstream), h);
+}
+
 TEST_CASE("golden: target exited", "[tui][golden]") {
     const Snapshot s = target_exited();
     const History h = history_for(s);

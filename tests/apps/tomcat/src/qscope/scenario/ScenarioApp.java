@@ -10,7 +10,12 @@
 //             the first limit left at the door
 //
 // Endpoints: /ping (at once), /db (borrow, select pg_sleep(0.05), return), /quote (HTTP GET
-// to the partner with no read timeout). A failed pool borrow or a full gate answers 503.
+// to the partner with no read timeout), /retry (issue 20's retry amplification: three nested
+// layers that each retry up to qs.retryAttempts (3) times, so a failing partner
+// (qs.retryPartner) gets 3 × 3 × 3 = 27 calls per inbound request). A failed pool borrow or a
+// full gate answers 503; so does /retry when every attempt failed.
+// -Dqs.pg=none starts without PostgreSQL (no pool, no /db): HikariCP opens its connections at
+// start and fails when there is no server, and the /retry story needs none.
 //
 // The app publishes its own counters (an oracle for the tests) by rewriting a small JSON file
 // every 250 ms rather than on an HTTP port: with every worker stuck, an HTTP stats endpoint
@@ -25,7 +30,9 @@ import jakarta.servlet.http.HttpServletResponse;
 import java.io.IOException;
 import java.io.InputStream;
 import java.net.HttpURLConnection;
+import java.net.Proxy;
 import java.net.URI;
+import java.net.URL;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -66,6 +73,11 @@ public final class ScenarioApp {
                 dbOtherError = new AtomicLong(), dbNow = new AtomicLong(), dbBorrowing = new AtomicLong(),
                 dbQuerying = new AtomicLong(), quoteStarted = new AtomicLong(), quoteDone = new AtomicLong(),
                 quoteNow = new AtomicLong(), pings = new AtomicLong();
+        // /retry: inbound requests, calls to the partner (leaf_calls), those among them that
+        // follow a failed call in the same request (leaf_retries: 26 of 27 when all fail), and
+        // how the requests were answered (failed: 503 after every attempt failed; ok: 200).
+        final AtomicLong retryRequests = new AtomicLong(), retryLeafCalls = new AtomicLong(),
+                retryLeafRetries = new AtomicLong(), retryFailed = new AtomicLong(), retryOk = new AtomicLong();
         final AtomicLong dbNowMax = new AtomicLong(), dbQueryingMax = new AtomicLong();
         // start time (ms) of each /quote call still waiting → oldest in progress
         final ConcurrentSkipListMap<Long, Long> quoteStarts = new ConcurrentSkipListMap<>();
@@ -88,11 +100,14 @@ public final class ScenarioApp {
                             + "\"other_error\":%d,\"in_progress\":%d,\"in_progress_max\":%d,\"borrowing\":%d,"
                             + "\"querying\":%d,\"querying_max\":%d},"
                             + "\"quote\":{\"started\":%d,\"done\":%d,\"in_progress\":%d,\"oldest_seconds\":%.3f},"
+                            + "\"retry\":{\"requests\":%d,\"leaf_calls\":%d,\"leaf_retries\":%d,\"failed\":%d,"
+                            + "\"ok\":%d},"
                             + "\"connections\":%d}\n",
                     profile, pid, now, pings.get(), dbStarted.get(), dbOk.get(), dbPoolTimeout.get(),
                     dbGateRejected.get(), dbOtherError.get(), dbNow.get(), dbNowMax.get(), dbBorrowing.get(),
                     dbQuerying.get(), dbQueryingMax.get(), quoteStarted.get(), quoteDone.get(), quoteNow.get(),
-                    oldestQuote, connections.getAsLong());
+                    oldestQuote, retryRequests.get(), retryLeafCalls.get(), retryLeafRetries.get(),
+                    retryFailed.get(), retryOk.get(), connections.getAsLong());
         }
     }
 
@@ -199,6 +214,83 @@ public final class ScenarioApp {
         }
     }
 
+    // Issue 20: retry amplification. Three layers, as in a service whose handler calls a
+    // client library that calls an adapter, each of which retries on its own: a partner that
+    // fails every call gets attempts³ calls per inbound request. Plain loops on the request
+    // thread, so every call to the partner is made (and waited for) by the thread that read
+    // the inbound request, as a blocking client does.
+    static final class RetryServlet extends HttpServlet {
+        final URL leaf;
+        final int attempts;
+
+        RetryServlet(String hostPort, int attempts) throws IOException {
+            this.leaf = URI.create("http://" + hostPort + "/fail").toURL();
+            this.attempts = attempts;
+        }
+
+        // One inbound request's calls, for leaf_retries: a call after a failed call is a retry.
+        static final class Calls {
+            boolean lastFailed;
+        }
+
+        @Override
+        protected void doGet(HttpServletRequest req, HttpServletResponse resp) throws IOException {
+            STATS.retryRequests.incrementAndGet();
+            Calls calls = new Calls();
+            boolean ok = false;
+            for (int i = 0; i < attempts && !ok; i++) ok = layer(calls);
+            if (ok) {
+                STATS.retryOk.incrementAndGet();
+                text(resp, 200, "ok\n");
+            } else {
+                STATS.retryFailed.incrementAndGet();
+                text(resp, 503, "retries exhausted\n");
+            }
+        }
+
+        boolean layer(Calls calls) {
+            for (int i = 0; i < attempts; i++)
+                if (adapter(calls)) return true;
+            return false;
+        }
+
+        boolean adapter(Calls calls) {
+            for (int i = 0; i < attempts; i++)
+                if (call(calls)) return true;
+            return false;
+        }
+
+        // One blocking GET on this thread (java.net.http.HttpClient would do its I/O on its
+        // own selector thread). Failure: no answer (IOException, e.g. a timeout), 5xx or 429.
+        boolean call(Calls calls) {
+            STATS.retryLeafCalls.incrementAndGet();
+            if (calls.lastFailed) STATS.retryLeafRetries.incrementAndGet();
+            boolean ok;
+            HttpURLConnection c = null;
+            try {
+                c = (HttpURLConnection) leaf.openConnection(Proxy.NO_PROXY);
+                c.setConnectTimeout(1000);
+                c.setReadTimeout(2000);
+                int status = c.getResponseCode();
+                ok = status < 500 && status != 429;
+                // Read the body to its end and close it: only then does HttpURLConnection put
+                // the connection back in its keep-alive cache, so calls reuse connections as a
+                // pooled client would instead of opening one per call.
+                InputStream in = status >= 400 ? c.getErrorStream() : c.getInputStream();
+                if (in != null) {
+                    try (in) {
+                        in.readAllBytes();
+                    }
+                }
+            } catch (IOException e) {
+                ok = false;
+                if (c != null) c.disconnect();  // the connection's state is unknown: never reuse it
+            }
+            calls.lastFailed = !ok;
+            return ok;
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         String profile = prop("qs.profile", args.length > 0 ? args[0] : "platform");
         if (!java.util.Set.of("platform", "virtual", "gated", "ceiling").contains(profile)) {
@@ -212,16 +304,27 @@ public final class ScenarioApp {
         int poolTimeoutMs = intProp("qs.poolTimeoutMs", 3000);
         int gateSize = intProp("qs.gate", 10);
         int maxThreads = intProp("qs.maxThreads", 200);
+        String retryPartner = prop("qs.retryPartner", "127.0.0.1:23091");
+        int retryAttempts = intProp("qs.retryAttempts", 3);
         String statsFile = prop("qs.stats", "");
         String baseDir = prop("qs.baseDir", Files.createTempDirectory("qs-tomcat").toString());
 
-        HikariConfig hc = new HikariConfig();
-        hc.setJdbcUrl("jdbc:postgresql://" + pg + "/postgres?ApplicationName=qscope-scenario");
-        hc.setUsername(prop("qs.pgUser", "postgres"));
-        hc.setMaximumPoolSize(poolSize);
-        hc.setMinimumIdle(poolSize);  // fixed-size pool, all connections open before load
-        hc.setConnectionTimeout(poolTimeoutMs);
-        HikariDataSource ds = new HikariDataSource(hc);
+        // HttpURLConnection keeps at most http.maxConnections (default 5) idle connections per
+        // partner: with more concurrent /retry requests than that, the rest would be closed
+        // after each call and reopened for the next, thousands of connections a second (and as
+        // many TIME_WAIT sockets) instead of one per request in progress.
+        if (System.getProperty("http.maxConnections") == null) System.setProperty("http.maxConnections", "256");
+
+        HikariDataSource ds = null;
+        if (!pg.equals("none")) {
+            HikariConfig hc = new HikariConfig();
+            hc.setJdbcUrl("jdbc:postgresql://" + pg + "/postgres?ApplicationName=qscope-scenario");
+            hc.setUsername(prop("qs.pgUser", "postgres"));
+            hc.setMaximumPoolSize(poolSize);
+            hc.setMinimumIdle(poolSize);  // fixed-size pool, all connections open before load
+            hc.setConnectionTimeout(poolTimeoutMs);
+            ds = new HikariDataSource(hc);
+        }
 
         Tomcat tomcat = new Tomcat();
         tomcat.setBaseDir(baseDir);
@@ -253,10 +356,14 @@ public final class ScenarioApp {
         tomcat.getHost().addChild(ctx);
         Tomcat.addServlet(ctx, "ping", new PingServlet());
         ctx.addServletMappingDecoded("/ping", "ping");
-        Tomcat.addServlet(ctx, "db", new DbServlet(ds, profile.equals("gated") ? new Semaphore(gateSize) : null));
-        ctx.addServletMappingDecoded("/db", "db");
+        if (ds != null) {
+            Tomcat.addServlet(ctx, "db", new DbServlet(ds, profile.equals("gated") ? new Semaphore(gateSize) : null));
+            ctx.addServletMappingDecoded("/db", "db");
+        }
         Tomcat.addServlet(ctx, "quote", new QuoteServlet(partner));
         ctx.addServletMappingDecoded("/quote", "quote");
+        Tomcat.addServlet(ctx, "retry", new RetryServlet(retryPartner, retryAttempts));
+        ctx.addServletMappingDecoded("/retry", "retry");
         tomcat.start();
         if (!"STARTED".equals(conn.getStateName())) {
             System.err.println("scenario app: connector failed to start on 127.0.0.1:" + port);
@@ -283,9 +390,9 @@ public final class ScenarioApp {
             }, 0, 250, TimeUnit.MILLISECONDS);
         }
         System.out.printf("scenario app: profile=%s pid=%d listening 127.0.0.1:%d pool=%d timeout=%dms gate=%s "
-                        + "maxThreads=%s pg=%s partner=%s%n",
+                        + "maxThreads=%s pg=%s partner=%s retryPartner=%s retryAttempts=%d%n",
                 profile, pid, port, poolSize, poolTimeoutMs, profile.equals("gated") ? gateSize : "none",
-                profile.equals("platform") ? maxThreads : "n/a (virtual)", pg, partner);
+                profile.equals("platform") ? maxThreads : "n/a (virtual)", pg, partner, retryPartner, retryAttempts);
         System.out.flush();
         tomcat.getServer().await();
     }

@@ -180,10 +180,17 @@ Inside count_inside(const Snapshot& s) {
     }
     for (const auto& d : s.downstream) in.downstream_busy += d.busy;
     // Idle pool threads park on futexes too; only as many waiters as there are requests in
-    // flight can be requests waiting (when the request path is visible at all).
+    // flight can be requests waiting (when the request path is visible at all). The gate
+    // group's threads on a CPU, or runnable, hold their requests there, not at a gate: eight
+    // workers calling a partner in a loop had two between calls at the instant, and their
+    // idle colleagues' futexes read as "2 threads waiting" at a pool.
     const auto& r = s.requests;
     if (r.in_flight > 0 || !s.listeners.empty()) {
-        in.room = r.in_flight > in.downstream_busy ? r.in_flight - in.downstream_busy : 0;
+        uint64_t on_cpu = 0;
+        for (const auto& g : s.thread_groups)
+            if (g.name == group) on_cpu = static_cast<uint64_t>(g.running + g.runnable);
+        const uint64_t held = in.downstream_busy + on_cpu;
+        in.room = r.in_flight > held ? r.in_flight - held : 0;
         in.futex_waiters = std::min(in.futex_waiters, in.room);
     }
     // The gate group's futex time over the window (that group, else the one with the most).

@@ -203,3 +203,15 @@ TEST_CASE("verdict: failing requests that retry are said after the limit, or ahe
         CHECK(u.verdict.summary.find("each failing request") == std::string::npos);
     }
 }
+
+TEST_CASE("verdict: workers between calls on a CPU are not waiters at the pool their idle colleagues park beside",
+          "[fan_out][verdict]") {
+    // The retry scenario on platform threads: 8 workers each reuse their own keep-alive
+    // connection, every one was busy at some point (so the peer looks like a saturated pool),
+    // 6 await a reply and 2 run between calls; 186 idle workers park on the executor's futex.
+    Snapshot s = tui_fixtures::retry_storm();
+    s.downstream[0].busy_max = 8;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::downstream);
+    CHECK(s.verdict.summary.rfind("requests wait on 10.0.0.9:8443: 6 calls awaiting a reply", 0) == 0);
+}

@@ -34,31 +34,17 @@ std::string find_in(std::initializer_list<const char*> paths) {
     return "";
 }
 
-void write_nginx_conf(const std::string& prefix) {
-    for (const char* d : {"/logs", "/tmp"}) REQUIRE(::mkdir((prefix + d).c_str(), 0755) == 0);
-    std::ofstream conf(prefix + "/nginx.conf");
-    conf << "user root;\n"
-            "worker_processes 1;\n"
-            "daemon off;\n"
-            "pid " << prefix << "/nginx.pid;\n"
-            "error_log " << prefix << "/logs/error.log warn;\n"
-            "events { worker_connections 1024; }\n"
-            "http {\n"
-            "  access_log off;\n"
-            // 1000 by default: each HTTP/2 connection would end after 1000 streams (see above).
-            "  keepalive_requests 1000000;\n"
-            "  client_body_temp_path " << prefix << "/tmp/body;\n"
-            "  proxy_temp_path " << prefix << "/tmp/proxy;\n"
-            "  fastcgi_temp_path " << prefix << "/tmp/fastcgi;\n"
-            "  uwsgi_temp_path " << prefix << "/tmp/uwsgi;\n"
-            "  scgi_temp_path " << prefix << "/tmp/scgi;\n"
-            "  upstream slow { server 127.0.0.1:" << kBackend << "; keepalive 128; }\n"
-            "  server {\n"
-            "    listen 127.0.0.1:" << kFront << " http2;\n"
-            "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
-            "                 proxy_set_header Connection \"\"; }\n"
-            "  }\n"
-            "}\n";
+void write_front_conf(const std::string& prefix) {
+    write_nginx_conf(prefix, 1,
+                     "  access_log off;\n"
+                     // 1000 by default: each HTTP/2 connection would end after 1000 streams (see above).
+                     "  keepalive_requests 1000000;\n"
+                     "  upstream slow { server 127.0.0.1:" + std::to_string(kBackend) + "; keepalive 128; }\n"
+                     "  server {\n"
+                     "    listen 127.0.0.1:" + std::to_string(kFront) + " http2;\n"
+                     "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
+                     "                 proxy_set_header Connection \"\"; }\n"
+                     "  }\n");
 }
 
 json peer_of(const json& snap, const std::string& label) {
@@ -95,7 +81,7 @@ TEST_CASE("nginx h2c front, keepalive upstream, attached mid-load: downstream bu
     auto backend = start_target("qs_server", {"--port", std::to_string(kBackend), "--workers", "128", "--service-ms",
                                               "100", "--backlog", "256", "--counters-file", counters});
     const std::string prefix = temp_dir("qs-sock-h2");
-    write_nginx_conf(prefix);
+    write_front_conf(prefix);
     Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
     REQUIRE(wait_for_port(kFront, 10));
     const pid_t worker = nginx_worker(master.pid(), 5);

@@ -426,6 +426,26 @@ std::string find_nginx() {
     return "";
 }
 
+std::string write_nginx_conf(const std::string& prefix, int workers, const std::string& http) {
+    for (const char* d : {"/logs", "/tmp"}) ::mkdir((prefix + d).c_str(), 0755);
+    const std::string path = prefix + "/nginx.conf";
+    std::ofstream conf(path);
+    conf << "user root;\n"
+            "worker_processes " << workers << ";\n"
+            "daemon off;\n"
+            "pid " << prefix << "/nginx.pid;\n"
+            "error_log " << prefix << "/logs/error.log warn;\n"
+            "events { worker_connections 1024; }\n"
+            "http {\n"
+            "  client_body_temp_path " << prefix << "/tmp/body;\n"
+            "  proxy_temp_path " << prefix << "/tmp/proxy;\n"
+            "  fastcgi_temp_path " << prefix << "/tmp/fastcgi;\n"
+            "  uwsgi_temp_path " << prefix << "/tmp/uwsgi;\n"
+            "  scgi_temp_path " << prefix << "/tmp/scgi;\n"
+         << http << "}\n";
+    return path;
+}
+
 PgCluster::PgCluster(uint16_t p) : port(p) {
     dir = temp_dir("qs-pg");
     ::chmod(dir.c_str(), 0755);

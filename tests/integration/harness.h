@@ -189,6 +189,11 @@ std::set<int> children(pid_t pid);
 // \n server accepts handled requests\n A H R \n Reading: r Writing: w Waiting: x"), -1
 // for what could not be read.
 std::string find_nginx();
+// A test's own nginx.conf at prefix/nginx.conf: root, in the foreground, `workers` worker
+// processes, its pid, error log and temp files under prefix (created: prefix/logs, prefix/tmp),
+// so no test touches /etc/nginx or another's files; `http` is the body of the http block
+// (access_log, upstreams, servers). Returns the file's path.
+std::string write_nginx_conf(const std::string& prefix, int workers, const std::string& http);
 pid_t nginx_worker(pid_t master, double timeout_seconds);
 struct StubStatus {
     long requests = -1;  // handled since start

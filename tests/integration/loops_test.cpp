@@ -285,24 +285,13 @@ TEST_CASE("nginx worker saturated on gzip: the worker's loop is the limit", "[lo
     for (const char* d : {"/logs", "/tmp", "/www"}) REQUIRE(::mkdir((prefix + d).c_str(), 0755) == 0);
     // ~1.3 MB of text: gzip level 9 costs the worker milliseconds of CPU per response.
     REQUIRE(std::system(("seq 1 200000 > " + prefix + "/www/big.txt").c_str()) == 0);
-    {
-        std::ofstream conf(prefix + "/nginx.conf");
-        conf << "user root;\nworker_processes 1;\ndaemon off;\n"
-                "pid " << prefix << "/nginx.pid;\n"
-                "error_log " << prefix << "/logs/error.log warn;\n"
-                "events { worker_connections 1024; }\n"
-                "http {\n  access_log off;\n"
-                "  client_body_temp_path " << prefix << "/tmp/body;\n"
-                "  proxy_temp_path " << prefix << "/tmp/proxy;\n"
-                "  fastcgi_temp_path " << prefix << "/tmp/fastcgi;\n"
-                "  uwsgi_temp_path " << prefix << "/tmp/uwsgi;\n"
-                "  scgi_temp_path " << prefix << "/tmp/scgi;\n"
-                "  gzip on; gzip_comp_level 9; gzip_min_length 0; gzip_types text/plain;\n"
-                "  server {\n    listen 127.0.0.1:26021 backlog=511;\n"
-                "    root " << prefix << "/www;\n"
-                "    location = /nginx_status { stub_status; }\n"
-                "  }\n}\n";
-    }
+    write_nginx_conf(prefix, 1,
+                     "  access_log off;\n"
+                     "  gzip on; gzip_comp_level 9; gzip_min_length 0; gzip_types text/plain;\n"
+                     "  server {\n    listen 127.0.0.1:26021 backlog=511;\n"
+                     "    root " + prefix + "/www;\n"
+                     "    location = /nginx_status { stub_status; }\n"
+                     "  }\n");
     Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
     REQUIRE(wait_for_port(26021, 10));
     const pid_t worker = nginx_worker(master.pid(), 5);

@@ -34,31 +34,15 @@ TEST_CASE("nginx worker: in flight agrees with stub_status Writing", "[sock][int
     auto upstream = start_target("qs_server", {"--port", "18311", "--workers", "64", "--service-ms", "200",
                                                "--backlog", "256"});
     const std::string prefix = temp_dir("qs-sock-nginx");
-    for (const char* d : {"/logs", "/tmp"}) REQUIRE(::mkdir((prefix + d).c_str(), 0755) == 0);
-    {
-        std::ofstream conf(prefix + "/nginx.conf");
-        conf << "user root;\n"
-                "worker_processes 1;\n"
-                "daemon off;\n"
-                "pid " << prefix << "/nginx.pid;\n"
-                "error_log " << prefix << "/logs/error.log warn;\n"
-                "events { worker_connections 1024; }\n"
-                "http {\n"
-                "  access_log off;\n"
-                "  client_body_temp_path " << prefix << "/tmp/body;\n"
-                "  proxy_temp_path " << prefix << "/tmp/proxy;\n"
-                "  fastcgi_temp_path " << prefix << "/tmp/fastcgi;\n"
-                "  uwsgi_temp_path " << prefix << "/tmp/uwsgi;\n"
-                "  scgi_temp_path " << prefix << "/tmp/scgi;\n"
-                "  upstream slow { server 127.0.0.1:18311; keepalive 64; }\n"
-                "  server {\n"
-                "    listen 127.0.0.1:18310 backlog=511;\n"
-                "    location = /nginx_status { stub_status; }\n"
-                "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
-                "                 proxy_set_header Connection \"\"; }\n"
-                "  }\n"
-                "}\n";
-    }
+    write_nginx_conf(prefix, 1,
+                     "  access_log off;\n"
+                     "  upstream slow { server 127.0.0.1:18311; keepalive 64; }\n"
+                     "  server {\n"
+                     "    listen 127.0.0.1:18310 backlog=511;\n"
+                     "    location = /nginx_status { stub_status; }\n"
+                     "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
+                     "                 proxy_set_header Connection \"\"; }\n"
+                     "  }\n");
     Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
     REQUIRE(wait_for_port(18310, 10));
     const pid_t worker = nginx_worker(master.pid(), 5);

@@ -82,30 +82,16 @@ AppBuild& app_build() {
 // The partner: nginx, one worker, 503 on /fail, connections kept for as many requests as the
 // app sends. Its access log has one line per request: "$msec $status $connection".
 std::string write_partner_conf(const std::string& prefix) {
-    for (const char* d : {"/logs", "/tmp"}) REQUIRE(::mkdir((prefix + d).c_str(), 0755) == 0);
-    std::ofstream conf(prefix + "/nginx.conf");
-    conf << "user root;\n"
-            "worker_processes 1;\n"
-            "daemon off;\n"
-            "pid " << prefix << "/nginx.pid;\n"
-            "error_log " << prefix << "/logs/error.log warn;\n"
-            "events { worker_connections 1024; }\n"
-            "http {\n"
-            "  log_format oracle '$msec $status $connection';\n"
-            "  access_log " << prefix << "/logs/access.log oracle;\n"
-            "  keepalive_timeout 120s;\n"
-            "  keepalive_requests 10000000;\n"
-            "  client_body_temp_path " << prefix << "/tmp/body;\n"
-            "  proxy_temp_path " << prefix << "/tmp/proxy;\n"
-            "  fastcgi_temp_path " << prefix << "/tmp/fastcgi;\n"
-            "  uwsgi_temp_path " << prefix << "/tmp/uwsgi;\n"
-            "  scgi_temp_path " << prefix << "/tmp/scgi;\n"
-            "  server {\n"
-            "    listen 127.0.0.1:" << kPartner << " backlog=511;\n"
-            "    location /fail { return 503; }\n"
-            "    location / { return 404; }\n"
-            "  }\n"
-            "}\n";
+    write_nginx_conf(prefix, 1,
+                     "  log_format oracle '$msec $status $connection';\n"
+                     "  access_log " + prefix + "/logs/access.log oracle;\n"
+                     "  keepalive_timeout 120s;\n"
+                     "  keepalive_requests 10000000;\n"
+                     "  server {\n"
+                     "    listen 127.0.0.1:" + std::to_string(kPartner) + " backlog=511;\n"
+                     "    location /fail { return 503; }\n"
+                     "    location / { return 404; }\n"
+                     "  }\n");
     return prefix + "/logs/access.log";
 }
 

@@ -29,31 +29,17 @@ namespace {
 constexpr uint16_t kH1 = 31410, kH2 = 31411;
 
 void write_conf(const std::string& prefix) {
-    for (const char* d : {"/logs", "/tmp"}) REQUIRE(::mkdir((prefix + d).c_str(), 0755) == 0);
-    std::ofstream conf(prefix + "/nginx.conf");
-    conf << "user root;\n"
-            "worker_processes 2;\n"
-            "daemon off;\n"
-            "pid " << prefix << "/nginx.pid;\n"
-            "error_log " << prefix << "/logs/error.log warn;\n"
-            "events { worker_connections 1024; }\n"
-            "http {\n"
-            "  log_format oracle '$status $server_protocol $connection';\n"
-            "  access_log " << prefix << "/logs/access.log oracle;\n"
-            "  client_body_temp_path " << prefix << "/tmp/body;\n"
-            "  proxy_temp_path " << prefix << "/tmp/proxy;\n"
-            "  fastcgi_temp_path " << prefix << "/tmp/fastcgi;\n"
-            "  uwsgi_temp_path " << prefix << "/tmp/uwsgi;\n"
-            "  scgi_temp_path " << prefix << "/tmp/scgi;\n"
-            "  ssl_certificate " << prefix << "/cert.pem;\n"
-            "  ssl_certificate_key " << prefix << "/key.pem;\n"
-            "  server {\n"
-            "    listen 127.0.0.1:" << kH1 << " ssl;\n"
-            "    listen 127.0.0.1:" << kH2 << " ssl http2;\n"
-            "    location = /ok { return 200 \"ok\\n\"; }\n"
-            "    location / { return 404; }\n"
-            "  }\n"
-            "}\n";
+    write_nginx_conf(prefix, 2,
+                     "  log_format oracle '$status $server_protocol $connection';\n"
+                     "  access_log " + prefix + "/logs/access.log oracle;\n"
+                     "  ssl_certificate " + prefix + "/cert.pem;\n"
+                     "  ssl_certificate_key " + prefix + "/key.pem;\n"
+                     "  server {\n"
+                     "    listen 127.0.0.1:" + std::to_string(kH1) + " ssl;\n"
+                     "    listen 127.0.0.1:" + std::to_string(kH2) + " ssl http2;\n"
+                     "    location = /ok { return 200 \"ok\\n\"; }\n"
+                     "    location / { return 404; }\n"
+                     "  }\n");
 }
 
 struct LogCounts {

@@ -39,33 +39,18 @@ struct Nginx {
 Nginx start_nginx(const std::string& bin, uint16_t port, uint16_t upstream_port, int workers) {
     Nginx n;
     n.prefix = temp_dir("qs-tree-nginx");
-    for (const char* d : {"/logs", "/tmp", "/html"}) REQUIRE(::mkdir((n.prefix + d).c_str(), 0755) == 0);
+    REQUIRE(::mkdir((n.prefix + "/html").c_str(), 0755) == 0);
     std::ofstream(n.prefix + "/html/index.html") << "hello\n";
-    {
-        std::ofstream conf(n.prefix + "/nginx.conf");
-        conf << "user root;\n"
-                "worker_processes " << workers << ";\n"
-                "daemon off;\n"
-                "pid " << n.prefix << "/nginx.pid;\n"
-                "error_log " << n.prefix << "/logs/error.log warn;\n"
-                "events { worker_connections 1024; }\n"
-                "http {\n"
-                "  access_log off;\n"
-                "  client_body_temp_path " << n.prefix << "/tmp/body;\n"
-                "  proxy_temp_path " << n.prefix << "/tmp/proxy;\n"
-                "  fastcgi_temp_path " << n.prefix << "/tmp/fastcgi;\n"
-                "  uwsgi_temp_path " << n.prefix << "/tmp/uwsgi;\n"
-                "  scgi_temp_path " << n.prefix << "/tmp/scgi;\n"
-                "  upstream slow { server 127.0.0.1:" << upstream_port << "; keepalive 64; }\n"
-                "  server {\n"
-                "    listen 127.0.0.1:" << port << " backlog=511;\n"
-                "    location = /nginx_status { stub_status; }\n"
-                "    location = /static { root " << n.prefix << "/html; try_files /index.html =404; }\n"
-                "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
-                "                 proxy_set_header Connection \"\"; }\n"
-                "  }\n"
-                "}\n";
-    }
+    write_nginx_conf(n.prefix, workers,
+                     "  access_log off;\n"
+                     "  upstream slow { server 127.0.0.1:" + std::to_string(upstream_port) + "; keepalive 64; }\n"
+                     "  server {\n"
+                     "    listen 127.0.0.1:" + std::to_string(port) + " backlog=511;\n"
+                     "    location = /nginx_status { stub_status; }\n"
+                     "    location = /static { root " + n.prefix + "/html; try_files /index.html =404; }\n"
+                     "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
+                     "                 proxy_set_header Connection \"\"; }\n"
+                     "  }\n");
     n.master = spawn({bin, "-c", n.prefix + "/nginx.conf", "-p", n.prefix});
     REQUIRE(wait_for_port(port, 10));
     for (int i = 0; i < 100 && static_cast<int>(children(n.master.pid()).size()) < workers; ++i) sleep_s(0.05);

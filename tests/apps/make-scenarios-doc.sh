@@ -5,6 +5,7 @@
 #
 # usage: make-scenarios-doc.sh [BUILD_DIR] [OUT.md]    (root; ~3 minutes)
 #   BUILD_DIR  where qscope and targets/qs_downstream were built   [REPO/build]
+#   (the retry scenario's partner is Debian's nginx; the fleet scenario needs Debian's prometheus)
 #   OUT.md     [REPO/docs/scenarios.md]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,7 +22,7 @@ trap '"$here/pg.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
 "$here/pg.sh" start "$work/pg" 23432
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-profiles=(platform virtual gated partner ceiling)
+profiles=(platform virtual gated partner ceiling retry fleet)
 for p in "${profiles[@]}"; do
     QSCOPE="$build/qscope" QS_DOWNSTREAM="$build/targets/qs_downstream" PG_DIR="$work/pg" APP_BUILD="$work/app-build" \
         QS_REPORT=1 QS_TUI=1 "$here/scenario.sh" "$p" "$work/$p"
@@ -110,6 +111,8 @@ again. qscope attaches **${ramp} s into the spike** and watches for ${window} s,
 | virtual | a virtual thread per request | nothing | $(w virtual '.status."2xx"') × 2xx, $(w virtual '.status."5xx"') × 5xx, p50 $(ms "$(w virtual .latency_s.p50)") |
 | gated | a virtual thread per request | \`Semaphore(10).tryAcquire()\`, else 503 | $(w gated '.status."2xx"') × 2xx, $(w gated '.status."5xx"') × 5xx, p50 $(ms "$(w gated .latency_s.p50)") |
 | ceiling | a virtual thread per request, \`maxConnections\` $(env_of ceiling max_connections), \`acceptCount\` $(env_of ceiling accept_count) | nothing (\`/ping\` answers at once) | $(w ceiling '.status."2xx"') × 2xx, p50 $(ms "$(w ceiling .latency_s.p50)") |
+| retry | 200 platform threads, $(env_of retry clients) clients without a pause on \`/retry\` | nothing (no pool: a partner answering 503) | $(w retry '.status."5xx"') × 5xx, p50 $(ms "$(w retry .latency_s.p50)") |
+| fleet | two instances × 200 platform threads, $(env_of fleet clients_per_instance) clients each without a pause on \`/partner-call\` | no pool: \`Semaphore($(env_of fleet partner_limit)).acquire()\` per instance in front of a $(env_of fleet partner_delay_ms) ms partner | $(jq -r '.status."2xx"' "$work/fleet/wrk-app1.json") + $(jq -r '.status."2xx"' "$work/fleet/wrk-app2.json") × 2xx, p50 $(ms "$(jq -r .latency_s.p50 "$work/fleet/wrk-app1.json")") and $(ms "$(jq -r .latency_s.p50 "$work/fleet/wrk-app2.json")") |
 
 EOF
 
@@ -249,6 +252,100 @@ established and accepted (\`ss -tn\` established minus the queue) median
 
 EOF
 shots $p
+
+# ---------------------------------------------------------------------------------------------
+p=retry
+pport=$(env_of $p partner_port)
+fo() { peer $p "$pport" ".fan_out.$1"; }
+# the partner's own access log over qscope's window (taken_at_unix_ms and window_seconds)
+t_end=$(q $p .taken_at_unix_ms); t_win=$(q $p .window_seconds)
+partner_calls=$(awk -v a="$t_end" -v w="$t_win" '{t = $1 * 1000} t >= a - w * 1000 && t <= a {n++} END{print n+0}' "$work/$p/partner/logs/access.log")
+per() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+req_d=$(dst $p .retry.requests); calls_d=$(dst $p .retry.leaf_calls); retries_d=$(dst $p .retry.leaf_retries)
+cat <<EOF
+## 6. retry: three attempts around three around three, 27 calls for one failing request
+
+**What to look for:** \`/retry\` makes up to $(env_of $p retry_attempts) attempts of a layer that makes up to
+$(env_of $p retry_attempts) attempts of an adapter that makes up to $(env_of $p retry_attempts) attempts of an HTTP call
+(\`HttpURLConnection\`, on the request's thread) to a partner that answers 503 (nginx on :$pport). Each layer is
+reasonable on its own; together each failing request sends **27** calls to the struggling partner, 26 of them
+retries. Calls per peer and requests completed are both visible without qscope; their ratio per request is not.
+
+**qscope's verdict:** _$(q $p .verdict.summary)_
+
+**Measured by qscope:** peer $(peer $p "$pport" .peer): per request p50 **$(fo per_request.p50)**, p99 $(fo per_request.p99),
+max $(fo per_request.max) calls; requests answered 5xx that called it **$(fo failing_requests)**, their calls
+**$(fo failing_calls)** ($(per "$(fo failing_calls)" "$(fo failing_requests)") per request) and retries **$(fo failing_retries)**
+($(per "$(fo failing_retries)" "$(fo failing_requests)") per request); failed calls $(fo failed_calls); calls tied to requests:
+$(fo known) (calls outside requests $(fo calls_outside_requests), replies read on another thread $(fo calls_moved)).
+
+**Oracles:** the app's own counters over qscope's whole run (its attach included, so more than its window: compare them per request): **$req_d** requests, **$calls_d** leaf calls
+($(per "$calls_d" "$req_d") per request), **$retries_d** retries ($(per "$retries_d" "$req_d") per request); the partner's own
+access log: **$partner_calls** requests in qscope's window; wrk: $(w $p '.status."5xx"') × 5xx. On virtual threads the same
+numbers cannot be tied to one request (a request's calls resume on other carriers), and qscope says so instead:
+\`tests/integration/retry_test.cpp\` asserts both.
+
+EOF
+shots $p
+
+# ---------------------------------------------------------------------------------------------
+p=fleet
+fcol() { awk -F'\t' -v c="$2" 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == c) k = i; next} $k != "-" {print $k}' "$work/$1/fleet_samples.tsv"; }
+fmed() { fcol "$1" "$2" | med; }
+fmax() { fcol "$1" "$2" | sort -n | tail -1; }
+fst() { jq -r "$3" "$work/$1/stats-$2-end.json"; }
+fmetric() { awk -v s="$2" -v n="$3" 'index($0, n "{") == 1 && index($0, "service=\"" s "\"") {print $NF; exit}' "$work/$1/metrics.txt"; }
+falert() { jq -r --arg p "$(env_of $p peer)" "[.data.alerts[] | select(.labels.alertname == \"QscopeFleetPeerOverBudget\" and .labels.peer == \$p)][0] | $2 // \"none\"" "$work/$1/alerts.json"; }
+fpeer=$(env_of $p peer); flimit=$(env_of $p partner_limit)
+fsamples=$(fcol $p prom_sum | wc -l)
+cat <<EOF
+## 7. fleet: two instances, a limit of $flimit calls each, $((2 * flimit)) at the partner
+
+**What to look for:** per-instance limits add up across replicas. Two instances of the app (platform
+threads, no PostgreSQL) on :$(env_of $p app_port) and :$(env_of $p app_port2), each with \`/partner-call\` behind its
+own \`Semaphore($flimit)\` (a blocking \`acquire()\`, as a client library's per-instance limit does), call one partner,
+\`qs_downstream --delay-ms $(env_of $p partner_delay_ms)\` on $fpeer, a line-based service that answers each line after
+$(env_of $p partner_delay_ms) ms. $(env_of $p clients_per_instance) wrk clients per instance, without a pause, keep every permit busy. Each
+instance looks comfortable at its own limit; the partner carries the sum. One \`qscope export\` watches both
+(\`--target app1=port:$(env_of $p app_port) --target app2=port:$(env_of $p app_port2)\`), a real Prometheus
+(version $(sed -n 's/.*prometheus, version \([^ ]*\).*/\1/p' "$work/$p/env.txt")) scrapes it every second and evaluates
+\`dashboards/alerts.yml\` plus a budget of **$(env_of $p budget)** concurrent calls for the partner:
+
+EOF
+block "$work/$p/budget.yml" "no budget rule"
+cat <<EOF
+
+The alert \`QscopeFleetPeerOverBudget\` waits \`for: 2m\` in \`alerts.yml\`; this run loads a copy with every
+\`for:\` shortened to **$(env_of $p alert_for)** (as \`tests/integration/fleet_test.cpp\` does) so that it can fire
+within the run. Its expression (the 2-minute average of the sum over the budget) is unchanged.
+
+**Measured by qscope**, through Prometheus, $fsamples samples every 0.5 s over $(env_of $p sample_secs) s of steady load:
+\`qscope_downstream_busy\` for $fpeer median **$(fmed $p prom_busy_app1)** from app1 (max $(fmax $p prom_busy_app1)) and
+**$(fmed $p prom_busy_app2)** from app2 (max $(fmax $p prom_busy_app2)); the recording rule
+\`qscope:downstream_busy:sum_by_peer\` median **$(fmed $p prom_sum)** (max $(fmax $p prom_sum)). The exporter's
+/metrics at the window's end: busy $(fmetric $p app1 qscope_downstream_busy) and $(fmetric $p app2 qscope_downstream_busy),
+connections $(fmetric $p app1 qscope_downstream_connections) and $(fmetric $p app2 qscope_downstream_connections).
+
+**Oracles, same samples:** the partner's own count of requests in progress (its \`--counters-file\`) median
+**$(fmed $p partner_in_progress)** (max $(fmax $p partner_in_progress) in the samples; its exact maximum over the whole run, $(jq -r .in_progress_max "$work/$p/partner-counters-end.json"),
+counts each call until its reply is written, and by then the instance may have read it and sent the next); the
+instances' own counters: calls to the partner in progress median **$(fmed $p app1_in_progress)** and
+**$(fmed $p app2_in_progress)** (at most $(fst $p app1 .partner.in_progress_max) and $(fst $p app2 .partner.in_progress_max) over the run, limit
+$(fst $p app1 .partner.limit) each), requests waiting for a permit median **$(fmed $p app1_waiting)** and **$(fmed $p app2_waiting)**;
+wrk: $(jq -r '.status."2xx"' "$work/$p/wrk-app1.json") and $(jq -r '.status."2xx"' "$work/$p/wrk-app2.json") × 2xx,
+$(jq -r '.status."5xx"' "$work/$p/wrk-app1.json") and $(jq -r '.status."5xx"' "$work/$p/wrk-app2.json") × 5xx, p50
+$(ms "$(jq -r .latency_s.p50 "$work/$p/wrk-app1.json")") and $(ms "$(jq -r .latency_s.p50 "$work/$p/wrk-app2.json")").
+
+**The alert** (Prometheus's \`/api/v1/alerts\`): \`QscopeFleetPeerOverBudget\` for $fpeer
+**$(awk '$1=="state"{print $2}' "$work/$p/alert.txt")** $(awk '$1=="seconds_since_load_start"{printf "%.0f", $2}' "$work/$p/alert.txt") s after the load
+started, severity $(falert $p .labels.severity): _$(falert $p .annotations.summary)_ (budget
+$(jq -r '.data.result[0].value[1] // "none"' "$work/$p/prom-budget.json") from the rule above).
+
+#### qscope snapshot of app1 (\`qscope snapshot --pid APP1 --duration 5\`, during the same load)
+
+EOF
+block "$work/$p/qscope.txt" "no report captured"
+echo
 
 cat <<EOF
 ## Reproduce

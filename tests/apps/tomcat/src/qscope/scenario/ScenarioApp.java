@@ -13,7 +13,11 @@
 // to the partner with no read timeout), /retry (issue 20's retry amplification: three nested
 // layers that each retry up to qs.retryAttempts (3) times, so a failing partner
 // (qs.retryPartner) gets 3 × 3 × 3 = 27 calls per inbound request). A failed pool borrow or a
-// full gate answers 503; so does /retry when every attempt failed.
+// full gate answers 503; so does /retry when every attempt failed. /partner-call (issue 20's
+// fleet story) sends one line ("q\n") on a plain socket to qs.partner, a line-based partner
+// (qs_downstream), and reads its one-line answer on the request thread, behind a per-instance
+// limit: a Semaphore(qs.partnerLimit) acquired blocking (0, the default: no limit). Each
+// instance keeps to its own limit; the partner sees the sum over instances.
 // -Dqs.pg=none starts without PostgreSQL (no pool, no /db): HikariCP opens its connections at
 // start and fails when there is no server, and the /retry story needs none.
 //
@@ -29,8 +33,11 @@ import jakarta.servlet.http.HttpServletRequest;
 import jakarta.servlet.http.HttpServletResponse;
 import java.io.IOException;
 import java.io.InputStream;
+import java.io.OutputStream;
 import java.net.HttpURLConnection;
+import java.net.InetSocketAddress;
 import java.net.Proxy;
+import java.net.Socket;
 import java.net.URI;
 import java.net.URL;
 import java.nio.charset.StandardCharsets;
@@ -79,6 +86,12 @@ public final class ScenarioApp {
         final AtomicLong retryRequests = new AtomicLong(), retryLeafCalls = new AtomicLong(),
                 retryLeafRetries = new AtomicLong(), retryFailed = new AtomicLong(), retryOk = new AtomicLong();
         final AtomicLong dbNowMax = new AtomicLong(), dbQueryingMax = new AtomicLong();
+        // /partner-call: calls to the line partner in progress (a permit held, from the line
+        // written to its answer read), requests waiting for a permit, and their maxima.
+        final AtomicLong partnerStarted = new AtomicLong(), partnerDone = new AtomicLong(),
+                partnerFailed = new AtomicLong(), partnerNow = new AtomicLong(), partnerNowMax = new AtomicLong(),
+                partnerWaiting = new AtomicLong(), partnerWaitingMax = new AtomicLong();
+        volatile int partnerLimit;
         // start time (ms) of each /quote call still waiting → oldest in progress
         final ConcurrentSkipListMap<Long, Long> quoteStarts = new ConcurrentSkipListMap<>();
         final AtomicLong quoteSeq = new AtomicLong();
@@ -102,12 +115,16 @@ public final class ScenarioApp {
                             + "\"quote\":{\"started\":%d,\"done\":%d,\"in_progress\":%d,\"oldest_seconds\":%.3f},"
                             + "\"retry\":{\"requests\":%d,\"leaf_calls\":%d,\"leaf_retries\":%d,\"failed\":%d,"
                             + "\"ok\":%d},"
+                            + "\"partner\":{\"limit\":%d,\"started\":%d,\"done\":%d,\"failed\":%d,"
+                            + "\"in_progress\":%d,\"in_progress_max\":%d,\"waiting\":%d,\"waiting_max\":%d},"
                             + "\"connections\":%d}\n",
                     profile, pid, now, pings.get(), dbStarted.get(), dbOk.get(), dbPoolTimeout.get(),
                     dbGateRejected.get(), dbOtherError.get(), dbNow.get(), dbNowMax.get(), dbBorrowing.get(),
                     dbQuerying.get(), dbQueryingMax.get(), quoteStarted.get(), quoteDone.get(), quoteNow.get(),
                     oldestQuote, retryRequests.get(), retryLeafCalls.get(), retryLeafRetries.get(),
-                    retryFailed.get(), retryOk.get(), connections.getAsLong());
+                    retryFailed.get(), retryOk.get(), partnerLimit, partnerStarted.get(), partnerDone.get(),
+                    partnerFailed.get(), partnerNow.get(), partnerNowMax.get(), partnerWaiting.get(),
+                    partnerWaitingMax.get(), connections.getAsLong());
         }
     }
 
@@ -291,6 +308,61 @@ public final class ScenarioApp {
         }
     }
 
+    // Issue 20's fleet story: each instance limits its own concurrent calls to one partner
+    // (a Semaphore per JVM, blocking acquire, as a client library's per-instance limit does);
+    // with N instances the partner gets N times the limit. The partner is line-based
+    // (qs_downstream: "q\n" in, "y\n" out after its delay), so the call is a plain socket on
+    // the request thread: connect, write one line, read one line, close.
+    static final class PartnerCallServlet extends HttpServlet {
+        final InetSocketAddress partner;
+        final Semaphore limit;  // null: no limit
+
+        PartnerCallServlet(String hostPort, int limit) {
+            int i = hostPort.lastIndexOf(':');
+            this.partner = new InetSocketAddress(hostPort.substring(0, i), Integer.parseInt(hostPort.substring(i + 1)));
+            this.limit = limit > 0 ? new Semaphore(limit) : null;
+        }
+
+        @Override
+        protected void doGet(HttpServletRequest req, HttpServletResponse resp) throws IOException {
+            if (limit != null) {
+                Stats.max(STATS.partnerWaitingMax, STATS.partnerWaiting.incrementAndGet());
+                try {
+                    limit.acquire();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    text(resp, 503, "interrupted waiting for a permit\n");
+                    return;
+                } finally {
+                    STATS.partnerWaiting.decrementAndGet();
+                }
+            }
+            STATS.partnerStarted.incrementAndGet();
+            Stats.max(STATS.partnerNowMax, STATS.partnerNow.incrementAndGet());
+            try (Socket s = new Socket()) {
+                s.setTcpNoDelay(true);
+                s.connect(partner, 1000);
+                s.setSoTimeout(10000);
+                OutputStream o = s.getOutputStream();
+                o.write('q');
+                o.write('\n');
+                o.flush();
+                InputStream in = s.getInputStream();
+                StringBuilder line = new StringBuilder();
+                for (int c; (c = in.read()) != -1 && c != '\n';) line.append((char) c);
+                if (!"y".contentEquals(line)) throw new IOException("partner answered '" + line + "'");
+                text(resp, 200, "y\n");
+            } catch (IOException e) {
+                STATS.partnerFailed.incrementAndGet();
+                text(resp, 502, "partner: " + e + "\n");
+            } finally {
+                STATS.partnerNow.decrementAndGet();
+                STATS.partnerDone.incrementAndGet();
+                if (limit != null) limit.release();
+            }
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         String profile = prop("qs.profile", args.length > 0 ? args[0] : "platform");
         if (!java.util.Set.of("platform", "virtual", "gated", "ceiling").contains(profile)) {
@@ -306,6 +378,8 @@ public final class ScenarioApp {
         int maxThreads = intProp("qs.maxThreads", 200);
         String retryPartner = prop("qs.retryPartner", "127.0.0.1:23091");
         int retryAttempts = intProp("qs.retryAttempts", 3);
+        int partnerLimit = intProp("qs.partnerLimit", 0);
+        STATS.partnerLimit = partnerLimit;
         String statsFile = prop("qs.stats", "");
         String baseDir = prop("qs.baseDir", Files.createTempDirectory("qs-tomcat").toString());
 
@@ -364,6 +438,8 @@ public final class ScenarioApp {
         ctx.addServletMappingDecoded("/quote", "quote");
         Tomcat.addServlet(ctx, "retry", new RetryServlet(retryPartner, retryAttempts));
         ctx.addServletMappingDecoded("/retry", "retry");
+        Tomcat.addServlet(ctx, "partner-call", new PartnerCallServlet(partner, partnerLimit));
+        ctx.addServletMappingDecoded("/partner-call", "partner-call");
         tomcat.start();
         if (!"STARTED".equals(conn.getStateName())) {
             System.err.println("scenario app: connector failed to start on 127.0.0.1:" + port);
@@ -390,9 +466,10 @@ public final class ScenarioApp {
             }, 0, 250, TimeUnit.MILLISECONDS);
         }
         System.out.printf("scenario app: profile=%s pid=%d listening 127.0.0.1:%d pool=%d timeout=%dms gate=%s "
-                        + "maxThreads=%s pg=%s partner=%s retryPartner=%s retryAttempts=%d%n",
+                        + "maxThreads=%s pg=%s partner=%s retryPartner=%s retryAttempts=%d partnerLimit=%s%n",
                 profile, pid, port, poolSize, poolTimeoutMs, profile.equals("gated") ? gateSize : "none",
-                profile.equals("platform") ? maxThreads : "n/a (virtual)", pg, partner, retryPartner, retryAttempts);
+                profile.equals("platform") ? maxThreads : "n/a (virtual)", pg, partner, retryPartner, retryAttempts,
+                partnerLimit > 0 ? partnerLimit : "none");
         System.out.flush();
         tomcat.getServer().await();
     }

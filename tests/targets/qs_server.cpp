@@ -45,6 +45,7 @@ struct Options {
     int backlog = 128;
     int workers = 8;
     long service_ms = 0;
+    long service_jitter_ms = 0;  // service time uniform in service_ms ± this
     long cpu_ms = 0;
     long accept_delay_ms = 0;
     std::string accept_pause_file;
@@ -59,6 +60,16 @@ struct Options {
 
 Options g_opt;
 
+// The service time of one request: --service-ms, spread uniformly over ±--service-jitter-ms.
+// Without a spread, requests started together finish together, and clients that answer at
+// once keep moving in lockstep waves.
+long service_time_ms() {
+    if (g_opt.service_jitter_ms <= 0) return g_opt.service_ms;
+    thread_local unsigned seed = static_cast<unsigned>(pthread_self()) ^ static_cast<unsigned>(time(nullptr));
+    const long span = 2 * g_opt.service_jitter_ms + 1;
+    return std::max(0L, g_opt.service_ms - g_opt.service_jitter_ms + static_cast<long>(rand_r(&seed) % span));
+}
+
 [[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char* fmt, ...) {
     std::fprintf(stderr, "qs_server: ");
     va_list ap;
@@ -72,7 +83,7 @@ Options g_opt;
 void usage() {
     std::fprintf(stderr,
                  "usage: qs_server --port P [--addr 127.0.0.1|::1|::|0.0.0.0] [--backlog B]\n"
-                 "         [--workers N] [--service-ms S] [--cpu-ms C] [--accept-delay-ms D]\n"
+                 "         [--workers N] [--service-ms S] [--service-jitter-ms J] [--cpu-ms C] [--accept-delay-ms D]\n"
                  "         [--accept-pause-file F] [--downstream HOST:PORT [--pool K]]\n"
                  "         [--downstream-per-request] [--status CODE] [--counters-file F]\n"
                  "         [--keepalive=0|1] [--fork-per-connection]\n");
@@ -94,6 +105,8 @@ void parse_args(int argc, char** argv) {
             g_opt.workers = static_cast<int>(args.num(1, 20000));
         } else if (args.is("--service-ms")) {
             g_opt.service_ms = args.num(0, 86400000);
+        } else if (args.is("--service-jitter-ms")) {
+            g_opt.service_jitter_ms = args.num(0, 86400000);
         } else if (args.is("--cpu-ms")) {
             g_opt.cpu_ms = args.num(0, 86400000);
         } else if (args.is("--accept-delay-ms")) {
@@ -453,7 +466,7 @@ void serve_connection(int fd) {
         }
         buf.erase(0, head_len + body_len);
 
-        sleep_ms(g_opt.service_ms);
+        sleep_ms(service_time_ms());
         burn_cpu_ms(g_opt.cpu_ms);
         bool ok = do_downstream();
 

@@ -363,22 +363,28 @@ static __always_inline void qs_on_close(struct qs_conn *c, struct qs_effects *e)
 	c->state = QS_ST_IDLE;
 }
 
-/* "HTTP/1.x NNN" at the start of a response -> QS_STATUS_*. Only these 12 bytes are ever
- * looked at; anything else (HTTP/2 frames, TLS records, a short first write) is unknown. */
-static __always_inline int qs_http_status_class(const unsigned char *b, int n)
+/* "HTTP/1.x NNN" at the start of b: NNN, else 0. Only these 12 bytes are ever looked at. */
+static __always_inline int qs_http_status_code(const unsigned char *b, int n)
 {
 	if (n < 12)
-		return QS_STATUS_UNKNOWN;
+		return 0;
 	if (b[0] != 'H' || b[1] != 'T' || b[2] != 'T' || b[3] != 'P' || b[4] != '/' ||
 	    b[5] != '1' || b[6] != '.' || b[8] != ' ')
-		return QS_STATUS_UNKNOWN;
-	if (b[10] < '0' || b[10] > '9' || b[11] < '0' || b[11] > '9')
-		return QS_STATUS_UNKNOWN;
-	switch (b[9]) {
-	case '2': return QS_STATUS_2XX;
-	case '3': return QS_STATUS_3XX;
-	case '4': return QS_STATUS_4XX;
-	case '5': return QS_STATUS_5XX;
+		return 0;
+	if (b[9] < '0' || b[9] > '9' || b[10] < '0' || b[10] > '9' || b[11] < '0' || b[11] > '9')
+		return 0;
+	return (b[9] - '0') * 100 + (b[10] - '0') * 10 + (b[11] - '0');
+}
+
+/* The status line at the start of a response -> QS_STATUS_*; anything else (HTTP/2 frames,
+ * TLS records, a short first write) is unknown. */
+static __always_inline int qs_http_status_class(const unsigned char *b, int n)
+{
+	switch ((__u32)qs_http_status_code(b, n) / 100) {  /* unsigned: BPF has no signed division */
+	case 2: return QS_STATUS_2XX;
+	case 3: return QS_STATUS_3XX;
+	case 4: return QS_STATUS_4XX;
+	case 5: return QS_STATUS_5XX;
 	default: return QS_STATUS_UNKNOWN;
 	}
 }

@@ -17,6 +17,8 @@
 #ifndef QSCOPE_REQ_CTX_H
 #define QSCOPE_REQ_CTX_H
 
+#include "conn_state.h"
+
 #define QS_REQ_PEERS 4       /* distinct peers followed per request; more are counted as lost */
 
 struct qs_req_peer {
@@ -110,16 +112,12 @@ static __always_inline int qs_req_end(struct qs_req_ctx *x, __u64 conn)
 	return mine;
 }
 
-/* "HTTP/1.x NNN" at the start of a downstream reply: did the call fail (5xx, or 429 Too Many
- * Requests, which callers retry)? Only these 12 bytes are looked at. */
+/* A downstream reply's status line: did the call fail (5xx, or 429 Too Many Requests, which
+ * callers retry)? Only its 12 bytes are looked at (qs_http_status_code, conn_state.h). */
 static __always_inline int qs_reply_failed(const unsigned char *b, int n)
 {
-	if (n < 12 || b[0] != 'H' || b[1] != 'T' || b[2] != 'T' || b[3] != 'P' || b[4] != '/' ||
-	    b[5] != '1' || b[6] != '.' || b[8] != ' ')
-		return 0;
-	if (b[10] < '0' || b[10] > '9' || b[11] < '0' || b[11] > '9')
-		return 0;
-	return b[9] == '5' || (b[9] == '4' && b[10] == '2' && b[11] == '9');
+	int code = qs_http_status_code(b, n);
+	return (code >= 500 && code <= 599) || code == 429;
 }
 
 #endif

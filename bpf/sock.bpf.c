@@ -213,7 +213,8 @@ struct {
 } req_ctx SEC(".maps");
 
 /* Followed only once the target has a downstream peer: a server that never calls out pays
- * no map operation per request for it. */
+ * no map operation per request for it. (Outbound paths need no check: a tracked outbound
+ * connection has a peer.) */
 static __always_inline int fan_out_on(void)
 {
 	return next_peer_idx != 0;
@@ -850,7 +851,7 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 		}
 		/* A refused connect is a failed call of the request that made it (the caller's
 		 * tid was kept at SYN_SENT): the next connect to that peer is a retry. */
-		if (c->dir == QS_DIR_OUT && c->state == QS_ST_CONNECTING && fan_out_on()) {
+		if (c->dir == QS_DIR_OUT && c->state == QS_ST_CONNECTING) {
 			call_start(c, c->server_tid);
 			call_failed(c);
 		}
@@ -1130,7 +1131,7 @@ static __always_inline void on_send(struct sock *sk, int ret)
 	}
 	if (c->dir == QS_DIR_IN && was == QS_ST_REQUEST && c->state == QS_ST_RESPONSE)
 		req_end(key, e.record_latency, status);
-	else if (c->dir == QS_DIR_OUT && e.d_busy > 0 && fan_out_on()) {
+	else if (c->dir == QS_DIR_OUT && e.d_busy > 0) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		c->server_tid = tid;
 		c->flags &= ~QS_F_CALL_FAILED;

@@ -253,7 +253,7 @@ public:
         }
 
         // ---- downstream peers ----------------------------------------------------------
-        r.attribution_total = {load(b->fan_attributed), load(b->fan_unattributed)};
+        r.attribution_total = attribution_total();
         r.attribution = r.attribution_total.since(attribution_base_);
         collect_peers(snap, oldest_busy);
 
@@ -687,6 +687,10 @@ private:
         return w;
     }
 
+    RequestAttribution attribution_total() const {
+        return {load(skel_->bss->fan_attributed), load(skel_->bss->fan_unattributed)};
+    }
+
     uint64_t completed_total() const {
         uint64_t t = 0;
         const uint32_t n = std::min<uint64_t>(load(skel_->bss->next_port_idx), QS_MAX_PORTS);
@@ -720,7 +724,7 @@ private:
                     depth = it->second.rqueue.value_or(0);
             __atomic_store_n(&ps.accept_queue_max, depth, __ATOMIC_RELAXED);
         }
-        attribution_base_ = {load(b->fan_attributed), load(b->fan_unattributed)};
+        attribution_base_ = attribution_total();
         const uint32_t npeers = std::min<uint64_t>(load(b->next_peer_idx), QS_PEER_OTHER);
         for (uint32_t i = 0; i <= npeers && i < QS_MAX_PEERS; ++i) {
             qs_peer_stats& ps = b->peer_stats[i];

@@ -52,6 +52,10 @@
 #define QS_A_CLOSED   8      /* closed: no bit is set again (an accept racing the close) */
 #define QS_A_RACED    (~(__u64)0)  /* qs_aflags_update lost every compare-and-swap */
 
+/* qs_conn.proto */
+#define QS_PROTO_TURNS 0     /* a request is a read/write turn (HTTP/1.x, most database protocols) */
+#define QS_PROTO_H2 1        /* inbound HTTP/2: requests are streams, followed by sock.bpf.c (h2.h) */
+
 #define QS_MSG_PEEK 2        /* MSG_PEEK: reading without consuming starts nothing */
 
 /* Status classes, the index of per-class counters and histograms. */
@@ -77,7 +81,8 @@ struct qs_conn {
 	__u8 dir;        /* QS_DIR_* */
 	__u8 state;      /* QS_ST_* */
 	__u8 flags;      /* QS_F_* */
-	__u8 pad[3];
+	__u8 proto;      /* QS_PROTO_*: how requests are told apart on it */
+	__u8 pad[2];
 	__u32 server_tid; /* inbound: the thread that last read or wrote it (event-loop detection);
 	                   * outbound: the thread that started its current call or connect */
 	__u32 pad2;
@@ -291,6 +296,8 @@ static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, in
 	}
 	if (!unread_after)
 		qs_aflags_update(c, 0, QS_A_UNREAD, e);
+	if (c->proto == QS_PROTO_H2)
+		return;      /* its streams are its requests (h2.h) */
 	if (c->state != QS_ST_REQUEST) {
 		c->state = QS_ST_REQUEST;
 		c->t_req = now;
@@ -312,7 +319,7 @@ static __always_inline int qs_on_write(struct qs_conn *c, __u64 now, int ret, st
 		}
 		return 0;
 	}
-	if (c->state != QS_ST_REQUEST)
+	if (c->state != QS_ST_REQUEST || c->proto == QS_PROTO_H2)
 		return 0;
 	c->state = QS_ST_RESPONSE;
 	e->d_in_flight -= 1;
@@ -361,6 +368,17 @@ static __always_inline void qs_on_close(struct qs_conn *c, struct qs_effects *e)
 	if (old != QS_A_RACED && (old & QS_A_ACCEPTED))
 		e->d_conns -= 1;
 	c->state = QS_ST_IDLE;
+}
+
+/* Inbound connection c turns out to speak HTTP/2 and its streams will be followed (h2.h): the
+ * read/write turn it may be in is no request, and leaves in flight uncounted. */
+static __always_inline void qs_conn_to_h2(struct qs_conn *c, struct qs_effects *e)
+{
+	if (c->state == QS_ST_REQUEST)
+		e->d_in_flight -= 1;
+	c->state = QS_ST_IDLE;
+	c->flags &= ~QS_F_START_UNKNOWN;
+	c->proto = QS_PROTO_H2;
 }
 
 /* "HTTP/1.x NNN" at the start of b: NNN, else 0. Only these 12 bytes are ever looked at. */

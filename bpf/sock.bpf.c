@@ -20,6 +20,7 @@
 #include "syscalls.h"
 #include "tree.h"
 #include "req_ctx.h"
+#include "h2.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -37,6 +38,32 @@ __u64 conns_tls = 0;       /* inbound connections seen answering in TLS records 
 __u64 fan_attributed = 0;  /* requests answered whose calls were all counted (bpf/req_ctx.h) */
 __u64 fan_unattributed = 0;/* requests answered whose life crossed threads or overlapped another */
 __u64 fan_slots_full = 0;  /* calls to a fifth distinct peer in one request: not counted */
+
+/* ---- HTTP/2 connections (the walk is further down) ---- */
+/* Per inbound HTTP/2 connection: the walk's place in each direction and the open streams.
+ * Preallocated (~1.8 KiB each): connections beyond it are followed in turns, and said so. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QS_H2_CONNS);
+	__type(key, __u64);
+	__type(value, struct qs_h2);
+} h2_conns SEC(".maps");
+
+/* bpf_loop (5.17) walks the frames: user space clears this where the kernel lacks it, and the
+ * verifier then drops the walk as dead code. */
+const volatile __u32 h2_streams = 1;
+
+static const struct qs_h2 h2_zero;
+
+__u64 h2_followed = 0;      /* inbound HTTP/2 connections whose streams are followed */
+__u64 h2_table_full = 0;    /* HTTP/2 connections followed in turns instead: h2_conns full */
+__u64 h2_lost_sync = 0;     /* frame boundaries lost (qs_h2_plausible failed, bytes past the walk) */
+__u64 h2_evicted = 0;       /* open streams whose slot a newer stream took (their end was missed) */
+__u64 h2_client_resets = 0; /* streams the client reset before an answer */
+__u64 h2_server_resets = 0; /* streams the server answered with RST_STREAM */
+__u64 h2_joined = 0;        /* of h2_followed, met mid-way (no preface seen) */
+__u64 h2_unseen = 0;        /* streams answered whose HEADERS were not seen (before attach, lost sync) */
+
 
 /* The connection table: struct sock * -> state. Sized from Config before load. */
 struct {
@@ -779,6 +806,8 @@ static __always_inline void on_listen(const struct sock *sk)
 	bpf_map_update_elem(&port_idx, &port, &idx, BPF_NOEXIST);
 }
 
+static __always_inline void h2_forget(__u64 key, struct qs_effects *e);
+
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int newstate)
 {
@@ -855,6 +884,8 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 			call_start(c, c->server_tid);
 			call_failed(c);
 		}
+		if (c->proto == QS_PROTO_H2)
+			h2_forget(key, &e);
 		qs_on_close(c, &e);
 		apply(c, &e, status);
 		bpf_map_delete_elem(&conns, &key);
@@ -878,6 +909,9 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 #define QS_PROBE 1
 
 static __always_inline void reply_read(struct qs_conn *c, int ret);
+static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int ret, __u32 rx);
+static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
+static __always_inline int read_is_h2_preface(void);
 
 static __always_inline void on_recv(struct sock *sk, int ret, int flags, const int probe)
 {
@@ -895,6 +929,11 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 		return;
 	if (c->dir == QS_DIR_IN)
 		note_server(c);
+	/* A new connection's first read: HTTP/2's preface makes its streams the requests. */
+	if (c->dir == QS_DIR_IN && h2_streams && !c->t_req && c->proto == QS_PROTO_TURNS &&
+	    !(c->flags & (QS_F_SEEDED | QS_F_UNIX | QS_F_TLS)) && !(flags & QS_MSG_PEEK) &&
+	    read_is_h2_preface())
+		h2_follow(key, c, 1, &e);
 	was = c->state;
 	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
 	 * php-fpm leaves FastCGI's empty STDIN record queued until its script ends, which would
@@ -903,7 +942,9 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	qs_on_read(c, bpf_ktime_get_ns(), ret, flags,
 		   c->dir == QS_DIR_IN && !(c->flags & QS_F_UNIX)
 			   ? (probe ? sk_unread_probe(sk) : sk_unread(sk)) : 0, &e);
-	if (c->dir == QS_DIR_IN && was != QS_ST_REQUEST && c->state == QS_ST_REQUEST)
+	if (c->proto == QS_PROTO_H2 && !(flags & QS_MSG_PEEK))
+		h2_walk_syscall(key, c, ret, 1);
+	else if (c->dir == QS_DIR_IN && was != QS_ST_REQUEST && c->state == QS_ST_REQUEST)
 		req_begin(key);
 	else if (c->dir == QS_DIR_OUT && e.d_busy < 0)
 		reply_read(c, ret);
@@ -1002,18 +1043,22 @@ int BPF_KRETPROBE(qs_recv_kretprobe, int ret)
 	return 0;
 }
 
-/* The first user buffer of the socket syscall the current thread is in: the buffer of
- * write/read and sendto/recvfrom, the first iovec of writev/readv, of the (first) message of
- * sendmsg/recvmsg/sendmmsg. At sock_send_length and sock_recv_length (and the fallbacks' exits)
- * the thread is inside that syscall, so its registers give them. 0 when there is no user
- * buffer here (sendfile, splice, io_uring). */
-static __always_inline int syscall_buffer(const void **base, __u64 *len)
+/* The user buffers of the socket syscall the current thread is in: the buffer of write/read
+ * and sendto/recvfrom; the iovecs of writev/readv, of the (first) message of
+ * sendmsg/recvmsg/sendmmsg. base/len: the first buffer; rest/nrest: the iovecs after it (none
+ * for a single buffer). At sock_send_length and sock_recv_length (and the fallbacks' exits) the
+ * thread is inside that syscall, so its registers give them. 0 when there is no user buffer
+ * here (sendfile, splice, io_uring). */
+static __always_inline int syscall_buffers(const void **base, __u64 *len, const struct iovec **rest,
+					   __u64 *nrest)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
 	long nr;
 	unsigned long si, dx;
 	struct iovec iov;
+	const struct iovec *iovp;
+	__u64 niov;
 
 	if (!regs)
 		return 0;
@@ -1023,28 +1068,304 @@ static __always_inline int syscall_buffer(const void **base, __u64 *len)
 	si = regs->si;
 	dx = regs->dx;
 	barrier_var(dx);
+	*rest = 0;
+	*nrest = 0;
 	if (nr == QS_NR_write || nr == QS_NR_sendto || nr == QS_NR_read || nr == QS_NR_recvfrom) {
 		*base = (const void *)si;
 		*len = dx;
 		return 1;
 	}
-	if (nr == QS_NR_writev || nr == QS_NR_sendmsg || nr == QS_NR_sendmmsg || nr == QS_NR_readv ||
-	    nr == QS_NR_recvmsg) {
-		const struct iovec *iovp = (const struct iovec *)si;
-		if (nr != QS_NR_writev && nr != QS_NR_readv) {
-			/* struct mmsghdr begins with its struct msghdr */
-			struct user_msghdr mh;
-			if (bpf_probe_read_user(&mh, sizeof(mh), (const void *)si))
-				return 0;
-			iovp = (const struct iovec *)mh.msg_iov;
-		}
-		if (bpf_probe_read_user(&iov, sizeof(iov), iovp))
+	if (nr != QS_NR_writev && nr != QS_NR_sendmsg && nr != QS_NR_sendmmsg && nr != QS_NR_readv &&
+	    nr != QS_NR_recvmsg)
+		return 0;
+	iovp = (const struct iovec *)si;
+	niov = dx;
+	if (nr != QS_NR_writev && nr != QS_NR_readv) {
+		/* struct mmsghdr begins with its struct msghdr */
+		struct user_msghdr mh;
+		if (bpf_probe_read_user(&mh, sizeof(mh), (const void *)si))
 			return 0;
-		*base = iov.iov_base;
-		*len = iov.iov_len;
-		return 1;
+		iovp = (const struct iovec *)mh.msg_iov;
+		niov = mh.msg_iovlen;
+	}
+	if (!niov || bpf_probe_read_user(&iov, sizeof(iov), iovp))
+		return 0;
+	*base = iov.iov_base;
+	*len = iov.iov_len;
+	*rest = iovp + 1;
+	*nrest = niov - 1;
+	return 1;
+}
+
+/* The first user buffer of the socket syscall the current thread is in (syscall_buffers). */
+static __always_inline int syscall_buffer(const void **base, __u64 *len)
+{
+	const struct iovec *rest;
+	__u64 nrest;
+	return syscall_buffers(base, len, &rest, &nrest);
+}
+
+/* ---- HTTP/2 streams (bpf/h2.h) ------------------------------------------------------------ */
+
+#define QS_H2_STEPS 2048     /* walk steps per syscall: a frame takes 1-2, a buffer change 1 */
+
+/* The walk's place in one syscall's bytes. Scalars only: h2_step, a global function, takes it. */
+struct h2_walk {
+	__u64 iovp;     /* the next iovec of the syscall (a user address) */
+	__u64 niov;     /* iovecs left after the current buffer */
+	__u64 p;        /* position in the current buffer (a user address) */
+	__u64 rem;      /* bytes left in the current buffer */
+	__u64 left;     /* bytes the syscall moved that are not walked yet */
+	__u64 now;
+	__u32 idx;      /* the connection's port index */
+	__u32 rx;
+	__u32 lost;
+	__u32 pad;
+};
+
+/* bpf_loop's context: the walk and the connection's streams. */
+struct h2_loop {
+	struct h2_walk w;
+	struct qs_h2 *h;
+};
+
+/* A frame's effect on port `idx`'s gauges. A global function: the verifier checks it once,
+ * not at every step of the walk that calls it. */
+__noinline int h2_record(__u32 idx, __s32 d_in_flight, __u32 answered, __u64 latency_ns, __u32 status)
+{
+	struct qs_port_stats *p;
+	__u32 i;
+
+	/* Nothing is known of the arguments here: the bounds are spelt out as masks, which the
+	 * verifier keeps through the index arithmetic. */
+	if (idx >= QS_MAX_PORTS)
+		return 0;
+	idx &= QS_MAX_PORTS - 1;
+	p = &port_stats[idx];
+	if (d_in_flight)
+		gauge_add(&p->in_flight, &p->in_flight_max, d_in_flight);
+	if (answered) {
+		if (status >= QS_STATUS_CLASSES)
+			status = QS_STATUS_UNKNOWN;
+		barrier_var(status);   /* clang would drop the check below as already known */
+		if (status >= QS_STATUS_CLASSES)
+			return 0;
+		__sync_fetch_and_add(&p->status[status], 1);
+		i = idx * QS_PORT_HISTS + QS_PH_LATENCY + status;
+		if (i < QS_MAX_PORTS * QS_PORT_HISTS) {
+			i &= 255;
+			if (i < QS_MAX_PORTS * QS_PORT_HISTS)
+				qs_hist_add(&port_hists[i], latency_ns);
+		}
 	}
 	return 0;
+}
+
+static __always_inline void h2_apply(__u32 idx, const struct qs_h2_event *ev)
+{
+	__s32 d = (__s32)ev->opened - ev->answered - ev->dropped - ev->evicted;
+	if (ev->evicted)
+		__sync_fetch_and_add(&h2_evicted, 1);
+	if (ev->dropped)
+		__sync_fetch_and_add(&h2_client_resets, 1);
+	if (ev->server_reset)
+		__sync_fetch_and_add(&h2_server_resets, 1);
+	if (ev->unseen)
+		__sync_fetch_and_add(&h2_unseen, 1);
+	if (d || ev->answered)
+		h2_record(idx, d, ev->answered, ev->latency_ns, ev->status);
+}
+
+static __always_inline void h2_advance(struct h2_walk *w, __u64 n)
+{
+	w->p += n;
+	w->rem -= n;
+	w->left -= n;
+}
+
+/* One step of the walk: the next buffer, a run of payload skipped, or (part of) a frame header.
+ * 1 ends the walk. A global function: the verifier checks it once, with no knowledge of the
+ * values it is given, instead of following bpf_loop's steps until their states converge. */
+__noinline long h2_step(struct h2_walk *w, struct qs_h2 *h)
+{
+	struct qs_h2_dir *d;
+	struct qs_h2_frame f;
+	struct qs_h2_event ev = {};
+	__u64 n;
+	__u32 have, k;
+
+	if (!w || !h || !w->left)
+		return 1;
+	d = w->rx ? &h->rx : &h->tx;
+	if (!w->rem) {
+		struct iovec iov;
+		if (!w->niov || bpf_probe_read_user(&iov, sizeof(iov), (const void *)w->iovp)) {
+			w->lost = 1;
+			return 1;
+		}
+		w->iovp += sizeof(iov);
+		w->niov--;
+		w->p = (__u64)iov.iov_base;
+		w->rem = iov.iov_len;
+		return 0;
+	}
+	n = w->rem < w->left ? w->rem : w->left;
+	if (d->skip) {
+		if (d->peek) {
+			/* the header block's first bytes, past the pad length and priority fields */
+			__u8 b[QS_H2_PEEK] = {};
+			__u32 off = d->peek_skip, m = 0;
+			if (off < n) {
+				m = n - off < QS_H2_PEEK ? n - off : QS_H2_PEEK;
+				if (m > QS_H2_PEEK || off > 8 || bpf_probe_read_user(b, m, (const void *)(w->p + off)))
+					m = 0;
+			}
+			qs_h2_peeked(h, d, b, m, w->now, &ev);
+		}
+		if (n > d->skip)
+			n = d->skip;
+		d->skip -= n;
+		h2_advance(w, n);
+		if (ev.answered)
+			h2_apply(w->idx, &ev);
+		return 0;
+	}
+	have = d->have;
+	if (have >= QS_H2_HEADER) {
+		w->lost = 1;
+		return 1;
+	}
+	k = QS_H2_HEADER - have;
+	if (k > n)
+		k = n;
+	if (k > QS_H2_HEADER || bpf_probe_read_user(&d->hdr[have], k, (const void *)w->p)) {
+		w->lost = 1;
+		return 1;
+	}
+	h2_advance(w, k);
+	have += k;
+	d->have = have;
+	if (have < QS_H2_HEADER)
+		return 0;     /* the header continues in the next buffer or syscall */
+	d->have = 0;
+	if (!qs_h2_plausible(d->hdr, w->rx, 0)) {
+		w->lost = 1;
+		return 1;
+	}
+	qs_h2_decode(d->hdr, &f);
+	qs_h2_on_frame(h, d, w->rx, &f, w->now, &ev);
+	h2_apply(w->idx, &ev);
+	d->skip = f.len;
+	return 0;
+}
+
+static long h2_step_cb(__u64 i, struct h2_loop *l)
+{
+	return h2_step(&l->w, l->h) ? 1 : 0;
+}
+
+/* The current syscall moved `ret` bytes of HTTP/2 connection c (rx: read). Walk their frame
+ * headers; a direction that lost its frame boundaries re-finds one at the start of a syscall
+ * whose first 9 bytes pass the strict check. */
+static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int ret, __u32 rx)
+{
+	struct h2_loop l = {};
+	struct qs_h2_dir *d;
+	const void *base = 0;
+	const struct iovec *rest = 0;
+	__u64 len = 0, nrest = 0;
+
+	if (!h2_streams)
+		return;
+	l.h = bpf_map_lookup_elem(&h2_conns, &key);
+	if (!l.h)
+		return;
+	d = rx ? &l.h->rx : &l.h->tx;
+	if (!syscall_buffers(&base, &len, &rest, &nrest) || !base) {
+		/* no buffer (sendfile): payload bytes only, or the boundary is lost */
+		if (d->sync && !d->have && d->skip >= (__u32)ret && !d->peek) {
+			d->skip -= ret;
+			return;
+		}
+		if (d->sync)
+			__sync_fetch_and_add(&h2_lost_sync, 1);
+		d->sync = 0;
+		return;
+	}
+	if (!d->sync) {
+		__u8 b[QS_H2_HEADER];
+		if (len < QS_H2_HEADER || ret < QS_H2_HEADER || bpf_probe_read_user(b, sizeof(b), base) ||
+		    !qs_h2_plausible(b, rx, 1))
+			return;
+		d->sync = 1;
+		d->have = 0;
+		d->skip = 0;
+		d->peek = 0;
+	}
+	l.w.iovp = (__u64)rest;
+	l.w.niov = nrest;
+	l.w.p = (__u64)base;
+	l.w.rem = len;
+	l.w.left = ret;
+	l.w.now = bpf_ktime_get_ns();
+	l.w.idx = c->idx;
+	l.w.rx = rx;
+	bpf_loop(QS_H2_STEPS, h2_step_cb, &l, 0);
+	if (l.w.lost || l.w.left) {
+		__sync_fetch_and_add(&h2_lost_sync, 1);
+		d->sync = 0;
+	}
+}
+
+/* Follow inbound connection c's streams from here on; preface: the current read begins with the
+ * client's connection preface (the whole connection is seen), else its first response write
+ * showed HTTP/2 frames (a connection met mid-way: its reads re-find a frame boundary). */
+static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e)
+{
+	struct qs_h2 *h;
+	__u8 bit;
+
+	if (!h2_streams)
+		return 0;
+	/* From a zeroed global: the value is too big for the stack. BPF_ANY: a socket's address
+	 * reused before its close was seen leaves nothing behind. */
+	if (bpf_map_update_elem(&h2_conns, &key, &h2_zero, BPF_ANY) ||
+	    !(h = bpf_map_lookup_elem(&h2_conns, &key))) {
+		__sync_fetch_and_add(&h2_table_full, 1);
+		return 0;
+	}
+	h->rx.sync = preface;
+	h->rx.skip = preface ? QS_H2_PREFACE_LEN : 0;
+	h->tx.sync = 1;
+	qs_conn_to_h2(c, e);
+	bit = qs_note_protocol(c, QS_STATUS_H2);
+	if (bit == QS_F_H2)
+		__sync_fetch_and_add(&conns_h2, 1);
+	__sync_fetch_and_add(&h2_followed, 1);
+	if (!preface)
+		__sync_fetch_and_add(&h2_joined, 1);
+	return 1;
+}
+
+/* Does the current read begin with the HTTP/2 client preface (a new connection's first read)? */
+static __always_inline int read_is_h2_preface(void)
+{
+	__u8 b[QS_H2_PREFACE_PEEK];
+	const void *base = 0;
+	__u64 len = 0;
+	if (!syscall_buffer(&base, &len) || !base || len < sizeof(b) || bpf_probe_read_user(b, sizeof(b), base))
+		return 0;
+	return qs_h2_is_preface(b, sizeof(b));
+}
+
+/* Connection `key` closes: its open streams leave in flight with it. */
+static __always_inline void h2_forget(__u64 key, struct qs_effects *e)
+{
+	struct qs_h2 *h = bpf_map_lookup_elem(&h2_conns, &key);
+	if (!h)
+		return;
+	e->d_in_flight -= (__s32)h->open;
+	bpf_map_delete_elem(&h2_conns, &key);
 }
 
 /* Status class of the response whose first bytes this write carries, or QS_STATUS_H2 / _TLS
@@ -1118,9 +1439,22 @@ static __always_inline void on_send(struct sock *sk, int ret)
 	if (c->dir == QS_DIR_IN)
 		note_server(c);
 	was = c->state;
+	if (c->proto == QS_PROTO_H2) {
+		h2_walk_syscall(key, c, ret, 0);
+		return;
+	}
 	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e)) {
 		__u8 proto;
 		status = response_status();
+		/* HTTP/2 met mid-way (its preface was before the attach): the turn just ended was no
+		 * request, and from this write on its streams are. */
+		if (status == QS_STATUS_H2 && !(c->flags & QS_F_H2) && h2_follow(key, c, 0, &e)) {
+			e.record_latency = 0;
+			req_end(key, 0, 0);
+			apply(c, &e, 0);
+			h2_walk_syscall(key, c, ret, 0);
+			return;
+		}
 		proto = qs_note_protocol(c, status);
 		if (proto == QS_F_H2)
 			__sync_fetch_and_add(&conns_h2, 1);

@@ -154,6 +154,17 @@ struct TlsSeen {
     bool present() const { return probing || connections > 0; }
 };
 
+// Inbound HTTP/2 in cleartext (h2c): its requests are streams (bpf/h2.h). Cumulative since attach.
+struct Http2Seen {
+    uint64_t connections = 0;           // answering in HTTP/2 frames
+    uint64_t followed_connections = 0;  // of them, followed per stream (the rest: per connection)
+    uint64_t joined_connections = 0;    // of those, met mid-way: streams open at the attach not seen
+    uint64_t client_resets = 0;         // streams the client reset before an answer
+    uint64_t server_resets = 0;         // streams answered with RST_STREAM (status unknown)
+    uint64_t lost_sync = 0;             // frame boundaries lost, then found again
+    bool present() const { return connections > 0; }
+};
+
 struct Requests {
     uint64_t in_flight = 0;
     uint64_t in_flight_max = 0;         // window
@@ -172,6 +183,7 @@ struct Requests {
     // window, and since attach. Counted once the target has a downstream peer.
     RequestAttribution attribution;
     RequestAttribution attribution_total;
+    Http2Seen h2;
 };
 
 struct DownstreamPeer {

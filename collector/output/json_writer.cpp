@@ -63,6 +63,15 @@ static json tls_json(const TlsSeen& t) {
             {"h2_connections", t.h2_connections}};
 }
 
+static json h2_json(const Http2Seen& h) {
+    return {{"connections", h.connections},
+            {"followed_connections", h.followed_connections},
+            {"joined_connections", h.joined_connections},
+            {"client_resets", h.client_resets},
+            {"server_resets", h.server_resets},
+            {"lost_sync", h.lost_sync}};
+}
+
 static json requests_json(const Requests& r) {
     json j = {{"in_flight", r.in_flight},
             {"in_flight_max", r.in_flight_max},
@@ -81,6 +90,7 @@ static json requests_json(const Requests& r) {
               {"5xx", r.status.c5xx},
               {"unknown", r.status.unknown}}}};
     if (r.tls.present()) j["tls"] = tls_json(r.tls);
+    if (r.h2.present()) j["h2"] = h2_json(r.h2);
     j["attribution"] = {{"attributed", r.attribution.attributed}, {"across_threads", r.attribution.across_threads}};
     return j;
 }
@@ -331,6 +341,9 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
     if (r.tls.present())
         o << "  tls " << r.tls.connections << " connections, plaintext seen on " << r.tls.plaintext_connections
           << " (HTTP/2 " << r.tls.h2_connections << ")" << (r.tls.probing ? "" : ", --tls off") << "\n";
+    if (r.h2.present())
+        o << "  http/2 " << r.h2.connections << " connections, streams followed on " << r.h2.followed_connections
+          << ", resets by client " << r.h2.client_resets << " by server " << r.h2.server_resets << "\n";
 
     o << "\nDOWNSTREAM\n";
     if (s.downstream.empty()) o << "  (none)\n";

@@ -29,6 +29,7 @@
 #include "sys/tls_libs.h"
 #include "tree.h"  // struct qs_tree_range: the skeleton maps its .data.tree section
 #include "req_ctx.h"
+#include "h2.h"
 #include "sock.skel.h"
 #include "sys/sock_diag.h"
 #include "sys/unix_diag.h"
@@ -120,6 +121,9 @@ public:
                   "sock: sizing map unix_live");
         probe_features();
         skel_->rodata->tls_plaintext = cfg.tls;
+        // The HTTP/2 frame walk runs in bpf_loop (5.17); without it the verifier drops it as dead code.
+        h2_streams_ = libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_loop, nullptr) == 1;
+        skel_->rodata->h2_streams = h2_streams_;
         if (!cfg.tls)
             for (bpf_program* prog : {skel_->progs.qs_ssl_write, skel_->progs.qs_ssl_write_ex})
                 bpf_program__set_autoload(prog, false);
@@ -264,16 +268,14 @@ public:
                       {load(b->lost_port_full), "listening ports not measured (more than " +
                                                     std::to_string(QS_MAX_PORTS) + " ports)"},
                       {load(b->fan_slots_full), "calls not counted per request (a request called more than " +
-                                                    std::to_string(QS_REQ_PEERS) + " distinct peers)"}},
+                                                    std::to_string(QS_REQ_PEERS) + " distinct peers)"},
+                      {load(b->h2_evicted), "HTTP/2 streams dropped from a connection's table before their end (more than " +
+                                                std::to_string(QS_H2_PROBE) + " open near one stream id, or their end was "
+                                                "missed): neither completed nor in flight"}},
                      snap);
         if (listen_error_.size()) snap.partial.push_back("sock: listeners: " + listen_error_);
         if (unix_error_.size()) snap.partial.push_back("sock: Unix listeners: " + unix_error_);
-        // Not lost events: connections followed in read/write turns that are not requests.
-        if (const uint64_t h2 = load(b->conns_h2))
-            snap.partial.push_back("sock: " + std::to_string(h2) +
-                                   " connections answer in HTTP/2 frames (since attach): counted per connection, "
-                                   "not per stream (in flight, completed and latency are the connection's "
-                                   "read/write turns; status unknown)");
+        collect_h2(snap);
         collect_tls(snap);
         snap.warnings.insert(snap.warnings.end(), warnings_.begin(), warnings_.end());
         snap.probe_attach.insert(snap.probe_attach.end(), attach_.begin(), attach_.end());
@@ -736,11 +738,20 @@ private:
     // One pass over the connection table.
     void scan_conns(uint64_t now, double& oldest_req, double& oldest_unread, std::map<uint32_t, double>& oldest_busy) {
         serving_now_.clear();
-        conns_.for_each(bpf_map__fd(skel_->maps.conns), [&](const __u64&, const qs_conn& c) {
+        // HTTP/2 connections' open streams: they are its requests in flight (bpf/h2.h).
+        h2_open_.clear();
+        h2_.for_each(bpf_map__fd(skel_->maps.h2_conns), [&](const __u64& key, const qs_h2& h) {
+            h2_open_[key] = h.open;
+            for (uint32_t i = 0; i < QS_H2_SLOTS; ++i)
+                if (h.sid[i] && h.t[i] && now > h.t[i]) oldest_req = std::max(oldest_req, (now - h.t[i]) / 1e9);
+        });
+        conns_.for_each(bpf_map__fd(skel_->maps.conns), [&](const __u64& key, const qs_conn& c) {
             if (c.dir == QS_DIR_IN && c.server_tid && !(c.aflags & QS_A_CLOSED)) {
                 ThreadServing& t = serving_now_[c.server_tid];
                 t.connections++;
                 if (c.state == QS_ST_REQUEST) t.in_flight++;
+                if (c.proto == QS_PROTO_H2)
+                    if (const auto it = h2_open_.find(key); it != h2_open_.end()) t.in_flight += it->second;
                 if (c.aflags & QS_A_COUNTED) t.unread++;
             }
             if (c.dir == QS_DIR_IN) {
@@ -923,6 +934,30 @@ private:
         return t.empty() ? t : t + ", which --tls does not probe";
     }
 
+    // Inbound HTTP/2: streams followed as requests (bpf/h2.h), and what could not be.
+    void collect_h2(Snapshot& snap) const {
+        auto* b = skel_->bss;
+        Http2Seen& h = snap.requests.h2;
+        h.connections = load(b->conns_h2);
+        h.followed_connections = load(b->h2_followed);
+        h.joined_connections = load(b->h2_joined);
+        h.client_resets = load(b->h2_client_resets);
+        h.server_resets = load(b->h2_server_resets);
+        h.lost_sync = load(b->h2_lost_sync);
+        if (h.connections > h.followed_connections)
+            snap.partial.push_back(
+                "sock: " + std::to_string(h.connections - h.followed_connections) +
+                " connections answer in HTTP/2 frames (since attach) and are counted per connection, not per stream (" +
+                (h2_streams_ ? "the table of HTTP/2 connections was full at " + std::to_string(QS_H2_CONNS)
+                             : std::string("this kernel lacks bpf_loop, Linux 5.17, which walks the frames")) +
+                "): in flight, completed and latency are the connection's read/write turns; status unknown");
+        if (const uint64_t unseen = load(b->h2_unseen))
+            snap.partial.push_back("sock: " + std::to_string(unseen) +
+                                   " HTTP/2 streams were answered whose start was not seen (since attach: open "
+                                   "before the attach, or while a connection's frame boundaries were lost): not "
+                                   "in completed or latency, and not in flight while open");
+    }
+
     void collect_tls(Snapshot& snap) const {
         auto* b = skel_->bss;
         TlsSeen& t = snap.requests.tls;
@@ -959,6 +994,9 @@ private:
     std::set<std::string> tls_unsupported_;  // TLS libraries mapped that --tls does not probe
 
     MapReader<__u64, qs_conn> conns_;
+    MapReader<__u64, qs_h2> h2_;
+    std::map<__u64, uint32_t> h2_open_;  // open streams per HTTP/2 connection, from scan_conns
+    bool h2_streams_ = false;            // the kernel runs the HTTP/2 frame walk (bpf_loop)
     MapReader<__u32, qs_served> served_;
     std::map<uint32_t, ThreadServing> serving_now_;  // by server tid, from scan_conns
 

@@ -1,0 +1,331 @@
+/* HTTP/2 streams of an inbound connection (RFC 9113): ONE implementation, included by
+ * sock.bpf.c and unit-tested from C++ (tests/unit/h2_streams_test.cpp) without root.
+ *
+ * An HTTP/2 connection carries many requests at once, one per stream, so its read/write turns
+ * (conn_state.h) are not requests. sock.bpf.c walks the frame headers of every read and write
+ * of such a connection (9 bytes each; payloads are skipped, never copied, except the first
+ * bytes of a response's header block, for its :status) and hands each header to
+ * qs_h2_on_frame, which follows the streams:
+ *   a stream is in flight from the client's HEADERS (read) to the server's frame that carries
+ *   END_STREAM for it (written): latency = that interval; status class from the response's
+ *   first HEADERS (qs_h2_status_class). A stream the client resets is dropped (no latency), one
+ *   the server resets is answered with status unknown.
+ * Open streams sit in QS_H2_SLOTS slots per connection, searched from a home slot indexed by
+ * stream id (client stream ids are odd and increase, RFC 9113 5.1.1, so consecutive streams
+ * have consecutive homes) over QS_H2_PROBE slots: a slow stream keeps its slot while the fast
+ * ones after it wrap around. A new stream that finds those slots all taken evicts the oldest,
+ * counted: its end was missed, or more streams were open than slots (nginx allows 128).
+ * Nothing here touches a map or a helper. */
+#ifndef QSCOPE_H2_H
+#define QSCOPE_H2_H
+
+#define QS_H2_SLOTS 128
+#define QS_H2_CONNS 1024          /* HTTP/2 connections followed per stream at once (sock.bpf.c's h2_conns) */
+#define QS_H2_HEADER 9
+#define QS_H2_PREFACE_LEN 24      /* "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" */
+#define QS_H2_PREFACE_PEEK 16     /* its first 16 bytes are what is compared */
+#define QS_H2_PEEK 16             /* bytes copied at the start of a response's header block */
+#define QS_H2_MAX_STRICT 16384    /* SETTINGS_MAX_FRAME_SIZE's default: the bound when re-finding a frame */
+
+#define QS_H2_DATA 0
+#define QS_H2_HEADERS 1
+#define QS_H2_PRIORITY 2
+#define QS_H2_RST_STREAM 3
+#define QS_H2_SETTINGS 4
+#define QS_H2_PUSH_PROMISE 5
+#define QS_H2_PING 6
+#define QS_H2_GOAWAY 7
+#define QS_H2_WINDOW_UPDATE 8
+#define QS_H2_CONTINUATION 9
+
+#define QS_H2_END_STREAM 0x1
+#define QS_H2_PADDED 0x8
+#define QS_H2_PRIORITY_FLAG 0x20
+
+struct qs_h2_frame {
+	__u32 len;
+	__u32 sid;
+	__u8 type;
+	__u8 flags;
+	__u8 pad[2];
+};
+
+/* One direction of the byte stream (reads: rx, writes: tx). */
+struct qs_h2_dir {
+	__u32 skip;       /* payload bytes of the current frame not yet walked */
+	__u32 peek_sid;   /* tx: the stream whose header block begins with the next payload byte */
+	__u8 have;        /* bytes of a frame header split across reads or writes, in hdr */
+	__u8 sync;        /* walking on frame boundaries; 0: lost them, the next syscall re-finds one */
+	__u8 peek;        /* tx: peek_sid's status is in the next payload bytes */
+	__u8 peek_skip;   /* ... after this many bytes (pad length, priority fields) */
+	__u8 peek_end;    /* ... and the same frame ends the stream (a response with no body) */
+	__u8 pad[3];
+	__u8 hdr[24];     /* 9 used; the rest lets a variable-length copy be bounded for the verifier */
+};
+
+struct qs_h2 {
+	struct qs_h2_dir rx, tx;
+	__u32 open;                    /* streams counted in flight (undone at close) */
+	__u32 pad;
+	__u32 sid[QS_H2_SLOTS];        /* 0: free */
+	__u64 t[QS_H2_SLOTS];          /* the request's HEADERS read */
+	__u8 status[QS_H2_SLOTS];      /* QS_STATUS_* of the response, once its HEADERS are written */
+};
+
+/* What one frame did to the streams; sock.bpf.c applies it to the port's gauges. */
+struct qs_h2_event {
+	__u8 opened;      /* a stream began: in flight +1 */
+	__u8 answered;    /* a stream ended with a response: in flight -1, latency and status */
+	__u8 dropped;     /* a stream ended without one (the client reset it): in flight -1 */
+	__u8 evicted;     /* an older open stream lost its slot: in flight -1, counted as lost */
+	__u8 status;      /* of the answered stream */
+	__u8 server_reset;/* answered by the server's RST_STREAM */
+	__u8 unseen;      /* the server ended a client stream whose start was not seen */
+	__u8 pad;
+	__u64 latency_ns;
+};
+
+static __always_inline void qs_h2_decode(const __u8 *b, struct qs_h2_frame *f)
+{
+	f->len = ((__u32)b[0] << 16) | ((__u32)b[1] << 8) | b[2];
+	f->type = b[3];
+	f->flags = b[4];
+	f->sid = (((__u32)b[5] & 0x7f) << 24) | ((__u32)b[6] << 16) | ((__u32)b[7] << 8) | b[8];
+}
+
+/* Could this header be a frame? Each known type's stream rule and fixed length (RFC 9113 6);
+ * a client's streams are odd. strict (re-finding frames after a loss or at a connection met
+ * mid-way): also a known type, the reserved bit clear and the default size bound, since a
+ * payload byte that passes is taken as a frame. In sync, unknown types are extensions to skip. */
+static __always_inline int qs_h2_plausible(const __u8 *b, int from_client, int strict)
+{
+	struct qs_h2_frame f;
+	qs_h2_decode(b, &f);
+	if (strict && ((b[5] & 0x80) || f.len > QS_H2_MAX_STRICT || f.type > QS_H2_CONTINUATION))
+		return 0;
+	switch (f.type) {
+	case QS_H2_HEADERS:
+		return f.sid != 0 && (!from_client || (f.sid & 1));
+	case QS_H2_DATA: case QS_H2_CONTINUATION:
+		return f.sid != 0;
+	case QS_H2_PUSH_PROMISE: return f.sid != 0 && !from_client;
+	case QS_H2_PRIORITY: return f.sid != 0 && f.len == 5;
+	case QS_H2_RST_STREAM: return f.sid != 0 && f.len == 4;
+	case QS_H2_SETTINGS: return f.sid == 0 && f.len % 6 == 0;
+	case QS_H2_PING: return f.sid == 0 && f.len == 8;
+	case QS_H2_GOAWAY: return f.sid == 0 && f.len >= 8;
+	case QS_H2_WINDOW_UPDATE: return f.len == 4;
+	default: return 1;
+	}
+}
+
+/* Does b (n bytes) begin with the client connection preface? */
+static __always_inline int qs_h2_is_preface(const __u8 *b, int n)
+{
+	const char *p = "PRI * HTTP/2.0\r\n";
+	int i;
+	if (n < QS_H2_PREFACE_PEEK)
+		return 0;
+	for (i = 0; i < QS_H2_PREFACE_PEEK; i++)
+		if (b[i] != (__u8)p[i])
+			return 0;
+	return 1;
+}
+
+/* The class of a status code's first digit. */
+static __always_inline int qs_h2_digit_class(int d)
+{
+	switch (d) {
+	case 2: return QS_STATUS_2XX;
+	case 3: return QS_STATUS_3XX;
+	case 4: return QS_STATUS_4XX;
+	case 5: return QS_STATUS_5XX;
+	default: return QS_STATUS_UNKNOWN;
+	}
+}
+
+/* The status class of a response from the first n bytes of its header block (RFC 7541), which
+ * encoders begin with :status: an indexed field of the static table (0x88 ":status 200" ...
+ * 0x8e ":status 500"), or a literal with the static name :status (index 8; with, without or
+ * never indexed) whose value is 3 ASCII digits or their Huffman code, whose first symbol is
+ * the class (Appendix B: '2' = 00010, '3' = 011001, '4' = 011010, '5' = 011011). A dynamic
+ * table size update may come first. A :status from the dynamic table, or not first, is unknown. */
+/* :status as it begins at b[i]: i is a constant at each call, so a BPF stack buffer is never
+ * read at a variable offset. */
+static __always_inline int qs_h2_status_at(const __u8 *b, int n, const int i)
+{
+	__u8 v;
+	if (i >= n)
+		return QS_STATUS_UNKNOWN;
+	switch (b[i]) {
+	case 0x88: case 0x89: case 0x8a: return QS_STATUS_2XX;   /* 200 204 206 */
+	case 0x8b: return QS_STATUS_3XX;                         /* 304 */
+	case 0x8c: case 0x8d: return QS_STATUS_4XX;              /* 400 404 */
+	case 0x8e: return QS_STATUS_5XX;                         /* 500 */
+	case 0x48: case 0x08: case 0x18: break;                  /* literal, name :status */
+	default: return QS_STATUS_UNKNOWN;
+	}
+	if (i + 2 >= n)
+		return QS_STATUS_UNKNOWN;
+	v = b[i + 2];
+	if (!(b[i + 1] & 0x80))                                   /* plain: 3 ASCII digits */
+		return (b[i + 1] & 0x7f) == 3 && v >= '0' && v <= '9' ? qs_h2_digit_class(v - '0')
+								     : QS_STATUS_UNKNOWN;
+	if ((v >> 3) == 0x02)
+		return QS_STATUS_2XX;
+	switch (v >> 2) {
+	case 0x19: return QS_STATUS_3XX;
+	case 0x1a: return QS_STATUS_4XX;
+	case 0x1b: return QS_STATUS_5XX;
+	default: return QS_STATUS_UNKNOWN;
+	}
+}
+
+/* The status class of a response from the first n bytes of its header block (RFC 7541), which
+ * encoders begin with :status: an indexed field of the static table (0x88 ":status 200" ...
+ * 0x8e ":status 500"), or a literal with the static name :status (index 8; with, without or
+ * never indexed) whose value is 3 ASCII digits or their Huffman code, whose first symbol is
+ * the class (Appendix B: '2' = 00010, '3' = 011001, '4' = 011010, '5' = 011011). A dynamic
+ * table size update may come first (nginx sends one in a connection's first response). A
+ * :status from the dynamic table, or not first, is unknown. */
+static __always_inline int qs_h2_status_class(const __u8 *b, int n)
+{
+	if (n < 1)
+		return QS_STATUS_UNKNOWN;
+	if ((b[0] & 0xe0) != 0x20)
+		return qs_h2_status_at(b, n, 0);
+	/* a size update: 001xxxxx, its integer continued in bytes whose high bit is set */
+	if ((b[0] & 0x1f) != 0x1f)
+		return qs_h2_status_at(b, n, 1);
+	if (n < 2 || !(b[1] & 0x80))
+		return qs_h2_status_at(b, n, 2);
+	if (n < 3 || !(b[2] & 0x80))
+		return qs_h2_status_at(b, n, 3);
+	if (n < 4 || !(b[3] & 0x80))
+		return qs_h2_status_at(b, n, 4);
+	return QS_STATUS_UNKNOWN;
+}
+
+#define QS_H2_PROBE 16     /* slots searched from a stream's home slot */
+
+static __always_inline __u32 qs_h2_home(__u32 sid)
+{
+	return (sid >> 1) & (QS_H2_SLOTS - 1);
+}
+
+/* The slot holding open stream sid, or QS_H2_SLOTS. */
+static __always_inline __u32 qs_h2_find(const struct qs_h2 *h, __u32 sid)
+{
+	__u32 i, s;
+	if (!sid)
+		return QS_H2_SLOTS;
+	for (i = 0; i < QS_H2_PROBE; i++) {
+		s = (qs_h2_home(sid) + i) & (QS_H2_SLOTS - 1);
+		if (h->sid[s] == sid)
+			return s;
+	}
+	return QS_H2_SLOTS;
+}
+
+/* A slot for new stream sid: the first free one from its home, else the oldest stream's among
+ * those searched (*evicted: it loses its place). */
+static __always_inline __u32 qs_h2_place(const struct qs_h2 *h, __u32 sid, int *evicted)
+{
+	__u32 i, s, oldest = qs_h2_home(sid);
+	*evicted = 0;
+	for (i = 0; i < QS_H2_PROBE; i++) {
+		s = (qs_h2_home(sid) + i) & (QS_H2_SLOTS - 1);
+		if (!h->sid[s])
+			return s;
+		if (h->t[s] < h->t[oldest & (QS_H2_SLOTS - 1)])
+			oldest = s;
+	}
+	*evicted = 1;
+	return oldest & (QS_H2_SLOTS - 1);
+}
+
+/* The stream ends: fill ev from its slot and free it. */
+static __always_inline void qs_h2_end(struct qs_h2 *h, __u32 slot, __u64 now, int answered,
+				      struct qs_h2_event *ev)
+{
+	if (answered) {
+		ev->answered = 1;
+		ev->status = h->status[slot];
+		ev->latency_ns = now > h->t[slot] ? now - h->t[slot] : 0;
+	} else {
+		ev->dropped = 1;
+	}
+	h->sid[slot] = 0;
+	if (h->open)
+		h->open--;
+}
+
+/* A whole frame header was walked; rx: read from the client, else written by the server.
+ * Returns what it did to the streams. For a response's HEADERS, d->peek asks the walker for the
+ * first bytes of the payload (qs_h2_peeked). */
+static __always_inline void qs_h2_on_frame(struct qs_h2 *h, struct qs_h2_dir *d, int rx,
+					   const struct qs_h2_frame *f, __u64 now,
+					   struct qs_h2_event *ev)
+{
+	__u32 slot = qs_h2_find(h, f->sid);
+	int open = slot < QS_H2_SLOTS, evicted;
+
+	slot &= QS_H2_SLOTS - 1;
+	if (rx) {
+		if (f->type == QS_H2_HEADERS && !open && (f->sid & 1)) {
+			slot = qs_h2_place(h, f->sid, &evicted) & (QS_H2_SLOTS - 1);
+			if (evicted) {
+				ev->evicted = 1;
+				if (h->open)
+					h->open--;
+			}
+			h->sid[slot] = f->sid;
+			h->t[slot] = now;
+			h->status[slot] = QS_STATUS_UNKNOWN;
+			h->open++;
+			ev->opened = 1;
+		} else if (f->type == QS_H2_RST_STREAM && open) {
+			qs_h2_end(h, slot, now, 0, ev);
+		}
+		return;
+	}
+	if (!open) {
+		if ((f->sid & 1) && (f->type == QS_H2_RST_STREAM ||
+				     ((f->type == QS_H2_DATA || f->type == QS_H2_HEADERS) && (f->flags & QS_H2_END_STREAM))))
+			ev->unseen = 1;
+		return;
+	}
+	if (f->type == QS_H2_HEADERS && h->status[slot] == QS_STATUS_UNKNOWN && f->len) {
+		/* the status comes from the payload: a frame that also ends the stream ends it
+		 * once its first bytes are seen (qs_h2_peeked) */
+		d->peek = 1;
+		d->peek_sid = f->sid;
+		d->peek_skip = ((f->flags & QS_H2_PADDED) ? 1 : 0) + ((f->flags & QS_H2_PRIORITY_FLAG) ? 5 : 0);
+		d->peek_end = f->flags & QS_H2_END_STREAM;
+		return;
+	}
+	if ((f->type == QS_H2_DATA || f->type == QS_H2_HEADERS) && (f->flags & QS_H2_END_STREAM)) {
+		qs_h2_end(h, slot, now, 1, ev);
+	} else if (f->type == QS_H2_RST_STREAM) {
+		ev->server_reset = 1;
+		qs_h2_end(h, slot, now, 1, ev);
+	}
+}
+
+/* The first n bytes of the header block d->peek asked for (after the frame's pad length and
+ * priority fields, d->peek_skip, which the caller skips): the status of d->peek_sid, and its
+ * end if that frame carried END_STREAM. */
+static __always_inline void qs_h2_peeked(struct qs_h2 *h, struct qs_h2_dir *d, const __u8 *b, int n,
+					 __u64 now, struct qs_h2_event *ev)
+{
+	__u32 slot = qs_h2_find(h, d->peek_sid);
+
+	d->peek = 0;
+	if (slot >= QS_H2_SLOTS)
+		return;
+	h->status[slot] = qs_h2_status_class(b, n);
+	if (d->peek_end)
+		qs_h2_end(h, slot, now, 1, ev);
+}
+
+#endif

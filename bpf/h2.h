@@ -9,11 +9,12 @@
  *   a stream is in flight from the client's HEADERS (read) to the server's frame that carries
  *   END_STREAM for it (written): latency = that interval; status class from the response's
  *   first HEADERS (qs_h2_status_class). A stream the client resets is dropped (no latency), one
- *   the server resets is answered with status unknown.
+ *   the server resets is answered: with its HEADERS' status when it sent them, else unknown.
  * Open streams sit in QS_H2_SLOTS slots per connection, searched from a home slot indexed by
  * stream id (client stream ids are odd and increase, RFC 9113 5.1.1, so consecutive streams
  * have consecutive homes) over QS_H2_PROBE slots: a slow stream keeps its slot while the fast
- * ones after it wrap around. A new stream that finds those slots all taken evicts the oldest,
+ * ones after it wrap around, and a freed slot pulls the streams placed past it back toward their
+ * homes (qs_h2_close_gap). A new stream that finds those slots all taken evicts the oldest,
  * counted: its end was missed, or more streams were open than slots (nginx allows 128).
  * Nothing here touches a map or a helper. */
 #ifndef QSCOPE_H2_H
@@ -244,6 +245,51 @@ static __always_inline __u32 qs_h2_place(const struct qs_h2 *h, __u32 sid, int *
 	return oldest & (QS_H2_SLOTS - 1);
 }
 
+/* Slot `hole` was freed: the streams placed past it in its run move back toward their homes
+ * (backward-shift deletion). Without it every wrap of the stream ids past a slow stream pushed
+ * the fast ones one slot further from home, until after QS_H2_PROBE wraps the slow one was
+ * evicted with a fraction of the slots in use. One step per call: the run can be all 128
+ * slots, a loop the BPF verifier will not follow inline, so sock.bpf.c steps it in bpf_loop. */
+struct qs_h2_gap {
+	__u32 start;   /* the slot freed */
+	__u32 hole;    /* the slot free now */
+	__u32 i;       /* slots after start looked at */
+	__u32 pad;
+};
+
+/* 1: the run ended. */
+static __always_inline int qs_h2_gap_step(struct qs_h2 *h, struct qs_h2_gap *g)
+{
+	__u32 j, home, hole;
+	if (++g->i >= QS_H2_SLOTS)
+		return 1;
+	j = (g->start + g->i) & (QS_H2_SLOTS - 1);
+	if (!h->sid[j])
+		return 1;
+	home = qs_h2_home(h->sid[j]);
+	hole = g->hole & (QS_H2_SLOTS - 1);
+	/* j's stream may fill the hole when the hole lies cyclically in [home, j) */
+	if (((j - home) & (QS_H2_SLOTS - 1)) < ((j - hole) & (QS_H2_SLOTS - 1)))
+		return 0;
+	h->sid[hole] = h->sid[j];
+	h->t[hole] = h->t[j];
+	h->status[hole] = h->status[j];
+	h->sid[j] = 0;
+	g->hole = j;
+	return 0;
+}
+
+#if defined(__bpf__)
+static __always_inline void qs_h2_close_gap(struct qs_h2 *h, __u32 hole);  /* sock.bpf.c */
+#else
+static inline void qs_h2_close_gap(struct qs_h2 *h, __u32 hole)
+{
+	struct qs_h2_gap g = {hole, hole, 0, 0};
+	while (!qs_h2_gap_step(h, &g))
+		;
+}
+#endif
+
 /* The stream ends: fill ev from its slot and free it. */
 static __always_inline void qs_h2_end(struct qs_h2 *h, __u32 slot, __u64 now, int answered,
 				      struct qs_h2_event *ev)
@@ -258,6 +304,7 @@ static __always_inline void qs_h2_end(struct qs_h2 *h, __u32 slot, __u64 now, in
 	h->sid[slot] = 0;
 	if (h->open)
 		h->open--;
+	qs_h2_close_gap(h, slot);
 }
 
 /* A whole frame header was walked; rx: read from the client, else written by the server.

@@ -1129,6 +1129,33 @@ struct h2_loop {
 	struct qs_h2 *h;
 };
 
+/* qs_h2_close_gap for BPF: bpf_loop steps a global function, each step checked once. */
+__noinline int h2_gap_step(struct qs_h2 *h, struct qs_h2_gap *g)
+{
+	if (!h || !g)
+		return 1;
+	return qs_h2_gap_step(h, g);
+}
+
+struct h2_gap_loop {
+	struct qs_h2_gap g;
+	struct qs_h2 *h;
+};
+
+static long h2_gap_cb(__u64 i, struct h2_gap_loop *l)
+{
+	return h2_gap_step(l->h, &l->g) ? 1 : 0;
+}
+
+static __always_inline void qs_h2_close_gap(struct qs_h2 *h, __u32 hole)
+{
+	struct h2_gap_loop l = {};
+	l.g.start = hole;
+	l.g.hole = hole;
+	l.h = h;
+	bpf_loop(QS_H2_SLOTS, h2_gap_cb, &l, 0);
+}
+
 /* A frame's effect on port `idx`'s gauges. A global function: the verifier checks it once,
  * not at every step of the walk that calls it. */
 __noinline int h2_record(__u32 idx, __s32 d_in_flight, __u32 answered, __u64 latency_ns, __u32 status)
@@ -1191,8 +1218,8 @@ __noinline long h2_step(struct h2_walk *w, struct qs_h2 *h)
 	struct qs_h2_dir *d;
 	struct qs_h2_frame f;
 	struct qs_h2_event ev = {};
-	__u64 n;
-	__u32 have, k;
+	__u64 n, k;    /* 64-bit like n: a u32 copy is checked in a register other than the one passed */
+	__u32 have;
 
 	if (!w || !h || !w->left)
 		return 1;
@@ -1214,9 +1241,10 @@ __noinline long h2_step(struct h2_walk *w, struct qs_h2 *h)
 		if (d->peek) {
 			/* the header block's first bytes, past the pad length and priority fields */
 			__u8 b[QS_H2_PEEK] = {};
-			__u32 off = d->peek_skip, m = 0;
+			__u64 off = d->peek_skip, m = 0;
 			if (off < n) {
 				m = n - off < QS_H2_PEEK ? n - off : QS_H2_PEEK;
+				barrier_var(m);
 				if (m > QS_H2_PEEK || off > 8 || bpf_probe_read_user(b, m, (const void *)(w->p + off)))
 					m = 0;
 			}
@@ -1238,6 +1266,7 @@ __noinline long h2_step(struct h2_walk *w, struct qs_h2 *h)
 	k = QS_H2_HEADER - have;
 	if (k > n)
 		k = n;
+	barrier_var(k);   /* else clang drops the bound below as known, and older verifiers need it */
 	if (k > QS_H2_HEADER || bpf_probe_read_user(&d->hdr[have], k, (const void *)w->p)) {
 		w->lost = 1;
 		return 1;

@@ -74,6 +74,18 @@ void add_tls(Line& l, const TlsSeen& t) {
                  hidden ? Role::warn : Role::dim});
 }
 
+// HTTP/2 connections, whose streams are the requests counted above (a warning colour while
+// some are counted per connection instead).
+void add_h2(Line& l, const Http2Seen& h) {
+    if (!h.present()) return;
+    l.push_back({"  h2 conns ", Role::dim});
+    l.push_back({fmt_count(h.connections), Role::normal});
+    if (h.followed_connections < h.connections)
+        l.push_back({" (per stream " + fmt_count(h.followed_connections) + ")", Role::warn});
+    else
+        l.push_back({" (per stream)", Role::dim});
+}
+
 Line port_line(const PortRequests& p) {
     return {{p.unix_path.empty() ? ":" + std::to_string(p.port) : "unix:" + p.unix_path, Role::normal},
             {"  in flight ", Role::dim},
@@ -160,6 +172,7 @@ PanelBody requests_panel(const Snapshot& s, const UiState& ui, int) {
     add_text_row(b, latency_line(r, d, u));
     Line status = status_line(r.status);
     add_tls(status, r.tls);
+    add_h2(status, r.h2);
     add_text_row(b, status);
     if (r.ports.size() > 1)
         for (const auto& p : r.ports) add_text_row(b, port_line(p));

@@ -38,7 +38,8 @@
 /* qs_conn.flags (plain: written only by the thread that owns the transition) */
 #define QS_F_SEEDED 1        /* existed before attach */
 #define QS_F_START_UNKNOWN 2 /* request/call already in progress at attach: start unknown */
-#define QS_F_H2 4            /* inbound: a response began with an HTTP/2 frame (see qs_note_protocol) */
+#define QS_F_H2 4            /* speaks HTTP/2: inbound, a response began with a frame (qs_note_protocol);
+                              * outbound, the client preface was written or a reply began with a frame */
 #define QS_F_TLS 8           /* inbound: a response began with a TLS record */
 #define QS_F_UNIX 16         /* a Unix-domain connection: no TCP fields; its close is found by sock.bpf.c */
 #define QS_F_CALL_FAILED 32  /* outbound: the current call's failure is counted (once: a reset follows an abandon) */

@@ -911,7 +911,8 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 static __always_inline void reply_read(struct qs_conn *c, int ret);
 static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int ret, __u32 rx);
 static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
-static __always_inline int read_is_h2_preface(void);
+static __always_inline int io_is_h2_preface(void);
+static __always_inline void peer_speaks_h2(struct qs_conn *c);
 
 static __always_inline void on_recv(struct sock *sk, int ret, int flags, const int probe)
 {
@@ -932,7 +933,7 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	/* A new connection's first read: HTTP/2's preface makes its streams the requests. */
 	if (c->dir == QS_DIR_IN && h2_streams && !c->t_req && c->proto == QS_PROTO_TURNS &&
 	    !(c->flags & (QS_F_SEEDED | QS_F_UNIX | QS_F_TLS)) && !(flags & QS_MSG_PEEK) &&
-	    read_is_h2_preface())
+	    io_is_h2_preface())
 		h2_follow(key, c, 1, &e);
 	was = c->state;
 	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
@@ -1376,8 +1377,21 @@ static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, 
 	return 1;
 }
 
-/* Does the current read begin with the HTTP/2 client preface (a new connection's first read)? */
-static __always_inline int read_is_h2_preface(void)
+/* Outbound connection c speaks HTTP/2: its many streams are counted as one connection's calls
+ * (outbound streams are not followed yet), and user space says so per peer. */
+static __always_inline void peer_speaks_h2(struct qs_conn *c)
+{
+	struct qs_peer_stats *p;
+	if (c->flags & QS_F_H2)
+		return;
+	c->flags |= QS_F_H2;
+	p = peer_at(c->idx);
+	if (p)
+		__sync_fetch_and_add(&p->h2_conns, 1);
+}
+
+/* Does the current read or write begin with the HTTP/2 client preface (a connection's first)? */
+static __always_inline int io_is_h2_preface(void)
 {
 	__u8 b[QS_H2_PREFACE_PEEK];
 	const void *base = 0;
@@ -1434,8 +1448,12 @@ static __always_inline void reply_read(struct qs_conn *c, int ret)
 		__sync_fetch_and_add(&p->calls_moved, 1);
 	if (ret < (int)sizeof(buf) || !syscall_buffer(&base, &len) || !base || len < sizeof(buf))
 		return;
-	if (!bpf_probe_read_user(buf, sizeof(buf), base) && qs_reply_failed(buf, sizeof(buf)))
+	if (bpf_probe_read_user(buf, sizeof(buf), base))
+		return;
+	if (qs_reply_failed(buf, sizeof(buf)))
 		call_failed(c);
+	else if (!(c->flags & QS_F_H2) && qs_is_h2_frame(buf, sizeof(buf)))
+		peer_speaks_h2(c);   /* met mid-way: its preface went out before the attach */
 }
 
 static __always_inline int in_send_syscall(void)
@@ -1472,6 +1490,9 @@ static __always_inline void on_send(struct sock *sk, int ret)
 		h2_walk_syscall(key, c, ret, 0);
 		return;
 	}
+	/* A new outbound connection's first write: the HTTP/2 client preface? */
+	if (c->dir == QS_DIR_OUT && !c->t_req && !(c->flags & (QS_F_H2 | QS_F_UNIX)) && io_is_h2_preface())
+		peer_speaks_h2(c);
 	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e)) {
 		__u8 proto;
 		status = response_status();

@@ -203,6 +203,9 @@ struct DownstreamPeer {
     uint64_t resets_total = 0;
     Histogram call_total;
     FanOut fan_out;                     // calls per inbound request and retries (model/fan_out.h)
+    // Connections to the peer seen speaking HTTP/2, since attach: their streams are not followed
+    // (yet), so busy and calls count each such connection as one call at a time.
+    uint64_t h2_connections = 0;
 };
 
 // Every connection busy at some point in the window, and some busy now. "Busy now" alone

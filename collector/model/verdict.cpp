@@ -264,8 +264,11 @@ Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_to
 Candidate downstream_stage(const DownstreamPeer& peer) {
     char age[64];
     std::snprintf(age, sizeof age, "%.1fs", peer.oldest_busy_seconds);
+    // Over HTTP/2 a busy connection carries any number of calls: the count is a floor.
+    const std::string calls = peer.h2_connections ? fmt_count(peer.busy) + " HTTP/2 connections with calls"
+                                                  : fmt_count(peer.busy) + " calls";
     return {Stage::downstream, peer.peer,
-            "requests wait on " + peer.peer + ": " + fmt_count(peer.busy) + " calls awaiting a reply" +
+            "requests wait on " + peer.peer + ": " + calls + " awaiting a reply" +
                 (peer.oldest_busy_seconds >= 1 ? std::string(", oldest ") + age : std::string()),
             peer.busy};
 }

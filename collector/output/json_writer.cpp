@@ -125,7 +125,8 @@ static json downstream_json(const std::vector<DownstreamPeer>& peers) {
                       {"connect_seconds", q_json(d.connect, false)},
                       {"connect_failures", d.connect_failures},
                       {"resets", d.resets},
-                      {"fan_out", fan_out_json(d.fan_out)}});
+                      {"fan_out", fan_out_json(d.fan_out)},
+                      {"h2_connections", d.h2_connections}});
     }
     return ds;
 }

@@ -42,7 +42,7 @@ static_assert(sizeof(qs_served) == 16, "qs_served layout shared with bpf/sock.h"
 static_assert(sizeof(qs_conn) == 48, "qs_conn layout shared with bpf/conn_state.h");
 static_assert(sizeof(qs_port_stats) == 112, "qs_port_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_key) == 20, "qs_peer_key layout shared with bpf/sock.h");
-static_assert(sizeof(qs_peer_stats) == 160, "qs_peer_stats layout shared with bpf/sock.h");
+static_assert(sizeof(qs_peer_stats) == 168, "qs_peer_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_unix_name) == 128, "qs_unix_name layout shared with bpf/sock.h");
 
 std::string peer_label(const qs_peer_key& k) {
@@ -797,6 +797,7 @@ private:
             p.connect_failures_total = cum.connect_failures;
             p.connect_failures = cum.connect_failures - std::min(cum.connect_failures, base.connect_failures);
             p.resets_total = cum.resets;
+            p.h2_connections = load(ps.h2_conns);
             p.resets = cum.resets - std::min(cum.resets, base.resets);
             p.call_total = cum.hists[QS_PEER_H_CALL];
             row.call_win = cum.hists[QS_PEER_H_CALL].delta(base.hists[QS_PEER_H_CALL]);
@@ -837,6 +838,7 @@ private:
             o.connect_failures_total += row.p.connect_failures_total;
             o.resets += row.p.resets;
             o.resets_total += row.p.resets_total;
+            o.h2_connections += row.p.h2_connections;
             o.call_total.merge(row.p.call_total);
             o.oldest_busy_seconds = std::max(o.oldest_busy_seconds, row.p.oldest_busy_seconds);
             other.call_win.merge(row.call_win);
@@ -850,6 +852,12 @@ private:
         if (any_unix)
             snap.partial.push_back("sock: Unix peers: connect time is not measured (a Unix connect has no handshake); "
                                    "their connect_seconds read 0");
+        for (const auto& row : kept)
+            if (row.p.h2_connections)
+                snap.partial.push_back("sock: calls to " + row.p.peer + " go over " +
+                                       std::to_string(row.p.h2_connections) +
+                                       " HTTP/2 connections (since attach): counted per connection, not per stream "
+                                       "(busy: connections awaiting any reply; calls: replies read after a write)");
         const RequestAttribution attribution = snap.requests.attribution;
         for (auto& row : kept) {
             row.p.call = row.call_win.quantiles();

@@ -55,7 +55,8 @@
 
 /* qs_conn.proto */
 #define QS_PROTO_TURNS 0     /* a request is a read/write turn (HTTP/1.x, most database protocols) */
-#define QS_PROTO_H2 1        /* inbound HTTP/2: requests are streams, followed by sock.bpf.c (h2.h) */
+#define QS_PROTO_H2 1        /* HTTP/2: requests (inbound) or calls (outbound) are streams, followed by
+                              * sock.bpf.c (h2.h) */
 
 #define QS_MSG_PEEK 2        /* MSG_PEEK: reading without consuming starts nothing */
 
@@ -274,6 +275,8 @@ static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, in
 	if (ret <= 0 || (flags & QS_MSG_PEEK) || (c->aflags & QS_A_CLOSED))
 		return;
 	if (c->dir == QS_DIR_OUT) {
+		if (c->proto == QS_PROTO_H2)
+			return;      /* its streams are its calls (h2.h) */
 		if (c->state == QS_ST_BUSY) {
 			c->state = QS_ST_IDLE;
 			e->d_busy -= 1;
@@ -313,7 +316,7 @@ static __always_inline int qs_on_write(struct qs_conn *c, __u64 now, int ret, st
 	if (ret <= 0 || (c->aflags & QS_A_CLOSED))
 		return 0;
 	if (c->dir == QS_DIR_OUT) {
-		if (c->state == QS_ST_IDLE) {
+		if (c->state == QS_ST_IDLE && c->proto != QS_PROTO_H2) {
 			c->state = QS_ST_BUSY;
 			c->t_req = now;
 			e->d_busy += 1;
@@ -371,12 +374,14 @@ static __always_inline void qs_on_close(struct qs_conn *c, struct qs_effects *e)
 	c->state = QS_ST_IDLE;
 }
 
-/* Inbound connection c turns out to speak HTTP/2 and its streams will be followed (h2.h): the
- * read/write turn it may be in is no request, and leaves in flight uncounted. */
+/* Connection c turns out to speak HTTP/2 and its streams will be followed (h2.h): the
+ * read/write turn it may be in is no request (no call), and leaves in flight (busy) uncounted. */
 static __always_inline void qs_conn_to_h2(struct qs_conn *c, struct qs_effects *e)
 {
 	if (c->state == QS_ST_REQUEST)
 		e->d_in_flight -= 1;
+	if (c->state == QS_ST_BUSY)
+		e->d_busy -= 1;
 	c->state = QS_ST_IDLE;
 	c->flags &= ~QS_F_START_UNKNOWN;
 	c->proto = QS_PROTO_H2;

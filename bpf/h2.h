@@ -307,10 +307,10 @@ static __always_inline void qs_h2_end(struct qs_h2 *h, __u32 slot, __u64 now, in
 	qs_h2_close_gap(h, slot);
 }
 
-/* A whole frame header was walked; rx: read from the client, else written by the server.
- * Returns what it did to the streams. For a response's HEADERS, d->peek asks the walker for the
- * first bytes of the payload (qs_h2_peeked). */
-static __always_inline void qs_h2_on_frame(struct qs_h2 *h, struct qs_h2_dir *d, int rx,
+/* A whole frame header was walked; from_client: the client sent it (a server read it, or a
+ * client wrote it), else the server did. Returns what it did to the streams. For a response's
+ * HEADERS, d->peek asks the walker for the first bytes of the payload (qs_h2_peeked). */
+static __always_inline void qs_h2_on_frame(struct qs_h2 *h, struct qs_h2_dir *d, int from_client,
 					   const struct qs_h2_frame *f, __u64 now,
 					   struct qs_h2_event *ev)
 {
@@ -318,7 +318,7 @@ static __always_inline void qs_h2_on_frame(struct qs_h2 *h, struct qs_h2_dir *d,
 	int open = slot < QS_H2_SLOTS, evicted;
 
 	slot &= QS_H2_SLOTS - 1;
-	if (rx) {
+	if (from_client) {
 		if (f->type == QS_H2_HEADERS && !open && (f->sid & 1)) {
 			slot = qs_h2_place(h, f->sid, &evicted) & (QS_H2_SLOTS - 1);
 			if (evicted) {

@@ -806,7 +806,7 @@ static __always_inline void on_listen(const struct sock *sk)
 	bpf_map_update_elem(&port_idx, &port, &idx, BPF_NOEXIST);
 }
 
-static __always_inline void h2_forget(__u64 key, struct qs_effects *e);
+static __always_inline void h2_forget(__u64 key, int c_out, struct qs_effects *e);
 
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int newstate)
@@ -885,7 +885,7 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 			call_failed(c);
 		}
 		if (c->proto == QS_PROTO_H2)
-			h2_forget(key, &e);
+			h2_forget(key, c->dir == QS_DIR_OUT, &e);
 		qs_on_close(c, &e);
 		apply(c, &e, status);
 		bpf_map_delete_elem(&conns, &key);
@@ -912,7 +912,7 @@ static __always_inline void reply_read(struct qs_conn *c, int ret);
 static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int ret, __u32 rx);
 static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 static __always_inline int io_is_h2_preface(void);
-static __always_inline void peer_speaks_h2(struct qs_conn *c);
+static __always_inline void peer_speaks_h2(struct qs_conn *c, int followed);
 
 static __always_inline void on_recv(struct sock *sk, int ret, int flags, const int probe)
 {
@@ -1118,10 +1118,10 @@ struct h2_walk {
 	__u64 rem;      /* bytes left in the current buffer */
 	__u64 left;     /* bytes the syscall moved that are not walked yet */
 	__u64 now;
-	__u32 idx;      /* the connection's port index */
-	__u32 rx;
+	__u32 idx;      /* the connection's port (inbound) or peer (outbound) index */
+	__u32 rx;       /* the syscall reads */
+	__u32 client;   /* the target is the connection's client (outbound) */
 	__u32 lost;
-	__u32 pad;
 };
 
 /* bpf_loop's context: the walk and the connection's streams. */
@@ -1189,9 +1189,38 @@ __noinline int h2_record(__u32 idx, __s32 d_in_flight, __u32 answered, __u64 lat
 	return 0;
 }
 
-static __always_inline void h2_apply(__u32 idx, const struct qs_h2_event *ev)
+/* A frame's effect on peer `idx` of an outbound HTTP/2 connection: its streams are calls. */
+__noinline int h2_record_peer(__u32 idx, __s32 d_busy, __u32 answered, __u64 latency_ns)
+{
+	struct qs_peer_stats *p;
+	__u32 i;
+
+	if (idx >= QS_MAX_PEERS)
+		return 0;
+	idx &= QS_MAX_PEERS - 1;
+	p = &peer_stats[idx];
+	if (d_busy)
+		gauge_add(&p->busy, &p->busy_max, d_busy);
+	if (answered) {
+		__sync_fetch_and_add(&p->calls, 1);
+		i = idx * QS_PEER_HISTS + QS_PEER_H_CALL;
+		barrier_var(i);
+		if (i < QS_MAX_PEERS * QS_PEER_HISTS)
+			qs_hist_add(&peer_hists[i], latency_ns);
+	}
+	return 0;
+}
+
+static __always_inline void h2_apply(__u32 idx, __u32 client, const struct qs_h2_event *ev)
 {
 	__s32 d = (__s32)ev->opened - ev->answered - ev->dropped - ev->evicted;
+	if (client) {
+		if (ev->evicted)
+			__sync_fetch_and_add(&h2_evicted, 1);
+		if (d || ev->answered)
+			h2_record_peer(idx, d, ev->answered, ev->latency_ns);
+		return;
+	}
 	if (ev->evicted)
 		__sync_fetch_and_add(&h2_evicted, 1);
 	if (ev->dropped)
@@ -1256,7 +1285,7 @@ __noinline long h2_step(struct h2_walk *w, struct qs_h2 *h)
 		d->skip -= n;
 		h2_advance(w, n);
 		if (ev.answered)
-			h2_apply(w->idx, &ev);
+			h2_apply(w->idx, w->client, &ev);
 		return 0;
 	}
 	have = d->have;
@@ -1278,13 +1307,13 @@ __noinline long h2_step(struct h2_walk *w, struct qs_h2 *h)
 	if (have < QS_H2_HEADER)
 		return 0;     /* the header continues in the next buffer or syscall */
 	d->have = 0;
-	if (!qs_h2_plausible(d->hdr, w->rx, 0)) {
+	if (!qs_h2_plausible(d->hdr, w->rx ^ w->client, 0)) {
 		w->lost = 1;
 		return 1;
 	}
 	qs_h2_decode(d->hdr, &f);
-	qs_h2_on_frame(h, d, w->rx, &f, w->now, &ev);
-	h2_apply(w->idx, &ev);
+	qs_h2_on_frame(h, d, w->rx ^ w->client, &f, w->now, &ev);
+	h2_apply(w->idx, w->client, &ev);
 	d->skip = f.len;
 	return 0;
 }
@@ -1325,7 +1354,7 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 	if (!d->sync) {
 		__u8 b[QS_H2_HEADER];
 		if (len < QS_H2_HEADER || ret < QS_H2_HEADER || bpf_probe_read_user(b, sizeof(b), base) ||
-		    !qs_h2_plausible(b, rx, 1))
+		    !qs_h2_plausible(b, rx ^ (c->dir == QS_DIR_OUT), 1))
 			return;
 		d->sync = 1;
 		d->have = 0;
@@ -1340,6 +1369,7 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 	l.w.now = bpf_ktime_get_ns();
 	l.w.idx = c->idx;
 	l.w.rx = rx;
+	l.w.client = c->dir == QS_DIR_OUT;
 	bpf_loop(QS_H2_STEPS, h2_step_cb, &l, 0);
 	if (l.w.lost || l.w.left) {
 		__sync_fetch_and_add(&h2_lost_sync, 1);
@@ -1347,9 +1377,29 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 	}
 }
 
-/* Follow inbound connection c's streams from here on; preface: the current read begins with the
- * client's connection preface (the whole connection is seen), else its first response write
- * showed HTTP/2 frames (a connection met mid-way: its reads re-find a frame boundary). */
+/* Outbound connection c speaks HTTP/2: counted per peer (h2_followed says how many of them have
+ * their streams followed; the rest are counted per connection, and user space says so). */
+static __always_inline void peer_speaks_h2(struct qs_conn *c, int followed)
+{
+	struct qs_peer_stats *p;
+	__u32 idx = c->idx;
+	if (c->flags & QS_F_H2)
+		return;
+	c->flags |= QS_F_H2;
+	barrier_var(idx);   /* one register for the bound and the offset (else clang splits them) */
+	p = peer_at(idx);
+	if (!p)
+		return;
+	__sync_fetch_and_add(&p->h2_conns, 1);
+	if (followed)
+		__sync_fetch_and_add(&p->h2_followed, 1);
+}
+
+/* Follow connection c's streams from here on. Inbound: preface, the current read begins with
+ * the client's connection preface (the whole connection is seen), else its first response write
+ * showed HTTP/2 frames (a connection met mid-way: its reads re-find a frame boundary).
+ * Outbound: the current write is the client preface (always seen whole: a connection met
+ * mid-way is only named, peer_speaks_h2). */
 static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e)
 {
 	struct qs_h2 *h;
@@ -1364,10 +1414,18 @@ static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, 
 		__sync_fetch_and_add(&h2_table_full, 1);
 		return 0;
 	}
+	qs_conn_to_h2(c, e);
+	if (c->dir == QS_DIR_OUT) {
+		/* the preface is in this write; the server's first bytes are a SETTINGS frame */
+		h->tx.sync = 1;
+		h->tx.skip = QS_H2_PREFACE_LEN;
+		h->rx.sync = 1;
+		peer_speaks_h2(c, 1);
+		return 1;
+	}
 	h->rx.sync = preface;
 	h->rx.skip = preface ? QS_H2_PREFACE_LEN : 0;
 	h->tx.sync = 1;
-	qs_conn_to_h2(c, e);
 	bit = qs_note_protocol(c, QS_STATUS_H2);
 	if (bit == QS_F_H2)
 		__sync_fetch_and_add(&conns_h2, 1);
@@ -1375,19 +1433,6 @@ static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, 
 	if (!preface)
 		__sync_fetch_and_add(&h2_joined, 1);
 	return 1;
-}
-
-/* Outbound connection c speaks HTTP/2: its many streams are counted as one connection's calls
- * (outbound streams are not followed yet), and user space says so per peer. */
-static __always_inline void peer_speaks_h2(struct qs_conn *c)
-{
-	struct qs_peer_stats *p;
-	if (c->flags & QS_F_H2)
-		return;
-	c->flags |= QS_F_H2;
-	p = peer_at(c->idx);
-	if (p)
-		__sync_fetch_and_add(&p->h2_conns, 1);
 }
 
 /* Does the current read or write begin with the HTTP/2 client preface (a connection's first)? */
@@ -1402,12 +1447,15 @@ static __always_inline int io_is_h2_preface(void)
 }
 
 /* Connection `key` closes: its open streams leave in flight with it. */
-static __always_inline void h2_forget(__u64 key, struct qs_effects *e)
+static __always_inline void h2_forget(__u64 key, int c_out, struct qs_effects *e)
 {
 	struct qs_h2 *h = bpf_map_lookup_elem(&h2_conns, &key);
 	if (!h)
 		return;
-	e->d_in_flight -= (__s32)h->open;
+	if (c_out)
+		e->d_busy -= (__s32)h->open;
+	else
+		e->d_in_flight -= (__s32)h->open;
 	bpf_map_delete_elem(&h2_conns, &key);
 }
 
@@ -1453,7 +1501,7 @@ static __always_inline void reply_read(struct qs_conn *c, int ret)
 	if (qs_reply_failed(buf, sizeof(buf)))
 		call_failed(c);
 	else if (!(c->flags & QS_F_H2) && qs_is_h2_frame(buf, sizeof(buf)))
-		peer_speaks_h2(c);   /* met mid-way: its preface went out before the attach */
+		peer_speaks_h2(c, 0);   /* met mid-way: its preface went out before the attach */
 }
 
 static __always_inline int in_send_syscall(void)
@@ -1486,13 +1534,16 @@ static __always_inline void on_send(struct sock *sk, int ret)
 	if (c->dir == QS_DIR_IN)
 		note_server(c);
 	was = c->state;
+	/* A new outbound connection's first write: the HTTP/2 client preface makes its streams the
+	 * calls (or, with no room to follow them, the peer is named). */
+	if (c->dir == QS_DIR_OUT && !c->t_req && c->proto == QS_PROTO_TURNS &&
+	    !(c->flags & (QS_F_H2 | QS_F_UNIX)) && io_is_h2_preface() && !h2_follow(key, c, 1, &e))
+		peer_speaks_h2(c, 0);
 	if (c->proto == QS_PROTO_H2) {
 		h2_walk_syscall(key, c, ret, 0);
+		apply(c, &e, 0);
 		return;
 	}
-	/* A new outbound connection's first write: the HTTP/2 client preface? */
-	if (c->dir == QS_DIR_OUT && !c->t_req && !(c->flags & (QS_F_H2 | QS_F_UNIX)) && io_is_h2_preface())
-		peer_speaks_h2(c);
 	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e)) {
 		__u8 proto;
 		status = response_status();

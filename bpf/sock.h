@@ -86,7 +86,8 @@ struct qs_peer_stats {
 	__u64 calls_in_request;       /* started by a thread with an open request */
 	__u64 calls_outside;          /* started by a thread with none */
 	__u64 calls_moved;            /* reply read by another thread than sent the request */
-	__u64 h2_conns;               /* connections speaking HTTP/2: their calls are counted per connection */
+	__u64 h2_conns;               /* connections speaking HTTP/2 */
+	__u64 h2_followed;            /* of them, whose streams are the calls (the rest: per connection) */
 	struct qs_peer_key key;
 	__u32 used;
 };

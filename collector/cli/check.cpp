@@ -159,6 +159,11 @@ int run_check() {
                  std::string(what) + (why.empty() ? ": via iterator iter/" + std::string(target)
                                                   : ": no iterator iter/" + std::string(target) + " (" + why + ")"));
     }
+    // The HTTP/2 frame walk runs in bpf_loop; BTF names the helper's function where it exists.
+    const bool loop = tps.has_function("bpf_loop");
+    sock.add(loop ? Mark::ok : Mark::warn,
+             loop ? "HTTP/2 (h2c) streams as requests: frame headers walked in bpf_loop"
+                  : "HTTP/2 (h2c): no bpf_loop (Linux 5.17+): counted per connection, not per stream");
     const bool rst = tps.has_btf("tcp_receive_reset") && tps.has_btf("tcp_send_reset");
     sock.add(rst ? Mark::ok : Mark::warn, rst ? "downstream resets: via tp_btf tcp_receive_reset, tcp_send_reset"
                                               : "downstream resets: not counted (no tcp_*_reset tracepoints)");

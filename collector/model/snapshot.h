@@ -5,6 +5,7 @@
 // one contract_name() per enum, called only where the contract is written (output/ for
 // JSON and the report, metrics/ for /metrics) and for labels a view displays.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -203,9 +204,12 @@ struct DownstreamPeer {
     uint64_t resets_total = 0;
     Histogram call_total;
     FanOut fan_out;                     // calls per inbound request and retries (model/fan_out.h)
-    // Connections to the peer seen speaking HTTP/2, since attach: their streams are not followed
-    // (yet), so busy and calls count each such connection as one call at a time.
+    // Connections to the peer seen speaking HTTP/2, since attach, and of them those whose streams
+    // are the calls (bpf/h2.h). The rest (met mid-way, or no room to follow them) count each
+    // connection as one call at a time.
     uint64_t h2_connections = 0;
+    uint64_t h2_followed_connections = 0;
+    uint64_t h2_per_connection() const { return h2_connections - std::min(h2_connections, h2_followed_connections); }
 };
 
 // Every connection busy at some point in the window, and some busy now. "Busy now" alone

@@ -265,7 +265,7 @@ Candidate downstream_stage(const DownstreamPeer& peer) {
     char age[64];
     std::snprintf(age, sizeof age, "%.1fs", peer.oldest_busy_seconds);
     // Over HTTP/2 a busy connection carries any number of calls: the count is a floor.
-    const std::string calls = peer.h2_connections ? fmt_count(peer.busy) + " HTTP/2 connections with calls"
+    const std::string calls = peer.h2_per_connection() ? fmt_count(peer.busy) + " HTTP/2 connections with calls"
                                                   : fmt_count(peer.busy) + " calls";
     return {Stage::downstream, peer.peer,
             "requests wait on " + peer.peer + ": " + calls + " awaiting a reply" +

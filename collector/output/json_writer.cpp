@@ -126,7 +126,8 @@ static json downstream_json(const std::vector<DownstreamPeer>& peers) {
                       {"connect_failures", d.connect_failures},
                       {"resets", d.resets},
                       {"fan_out", fan_out_json(d.fan_out)},
-                      {"h2_connections", d.h2_connections}});
+                      {"h2_connections", d.h2_connections},
+                      {"h2_followed_connections", d.h2_followed_connections}});
     }
     return ds;
 }

@@ -8,11 +8,12 @@
       answered), failed (Fails answered), p50_service_s (median time spent in Call's handler,
       every Call so far), time_ms (unix ms of the write). Prints "READY port=P" once serving.
 
-  grpc_slow.py client --port P --concurrency N [--seconds S] [--ok K --fail M]
+  grpc_slow.py client --port P --concurrency N [--seconds S] [--ok K --fail M] [--start-file F]
       ONE channel (one HTTP/2 connection), N calls kept in flight by N threads. With --ok/--fail:
       exactly K Calls and M Fails (every 4th call a Fail while both remain), then exit; else Calls
       until S seconds have passed or SIGTERM. Prints "RESULT ok=A failed=B other=C" at the end:
       A Calls answered OK, B Fails answered UNAVAILABLE, C anything else (a failure of the test).
+      --start-file: connect only once F exists (a tool attaches to the client first).
 """
 import argparse
 import bisect
@@ -85,6 +86,10 @@ def serve(args):
 
 
 def client(args):
+    # --start-file: wait for it before connecting, so that a tool attached to this process sees
+    # the connection from its first byte (the HTTP/2 preface).
+    while args.start_file and not os.path.exists(args.start_file):
+        time.sleep(0.01)
     channel = grpc.insecure_channel("127.0.0.1:%d" % args.port)
     grpc.channel_ready_future(channel).result(timeout=10)
     ok_call = channel.unary_unary("/qs.Slow/Call")
@@ -150,6 +155,7 @@ def main():
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--ok", type=int)
     p.add_argument("--fail", type=int, default=0)
+    p.add_argument("--start-file")
     args = p.parse_args()
     if args.role == "server":
         if not args.counters_file:

@@ -19,6 +19,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <regex>
 
@@ -29,7 +30,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr uint16_t kMidLoadPort = 18610, kBeforeLoadPort = 18611;
+constexpr uint16_t kMidLoadPort = 18610, kBeforeLoadPort = 18611, kClientPort = 18612;
 constexpr int kConcurrency = 40;  // the client's calls in flight, all on one connection
 
 std::string script() { return source_dir() + "/tests/integration/grpc_slow.py"; }
@@ -336,4 +337,61 @@ TEST_CASE("gRPC (python3-grpcio, h2c) attached before the load: every call count
     CHECK(r["h2"]["lost_sync"].get<uint64_t>() == 0);
     CHECK(r["h2"]["client_resets"].get<uint64_t>() == 0);
     CHECK(r["h2"]["server_resets"].get<uint64_t>() == 0);
+}
+
+TEST_CASE("gRPC client (python3-grpcio) as the target: its streams on one channel are its calls to the server",
+          "[sock][integration][h2][grpc]") {
+    if (!require_root()) return;
+    std::string py;
+    const auto srv = start_server(py, kClientPort);
+    if (!srv) return;
+    const ScratchFile go("/dev/shm/qscope-grpc-go-" + std::to_string(getpid()));
+    ::unlink(go.path.c_str());
+    // The client waits for `go` before it connects: qscope, attached to it first, sees the
+    // connection's preface and follows its streams as calls.
+    Proc client = spawn({py, script(), "client", "--port", std::to_string(kClientPort), "--concurrency",
+                         std::to_string(kConcurrency), "--ok", "600", "--fail", "200", "--start-file", go.path});
+    auto snap = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(client.pid()), "--duration", "10", "--json",
+                       "--no-threads"});
+    REQUIRE(wait_attached(snap.pid(), 20));
+    { std::ofstream(go.path) << "go\n"; }
+    const int client_rc = client.wait(30);
+    INFO("client: " << client.out() << client.err());
+    REQUIRE(client_rc == 0);
+    const auto got = client_result(client.out());
+    // qscope's window ends when its target, the client, exits (status 6: "target exited during
+    // the run"), and the output covers its whole life: every call.
+    const int rc = snap.wait(30);
+    INFO("qscope stderr: " << snap.err());
+    REQUIRE(rc == 6);
+    const json s = json::parse(snap.out(), nullptr, false);
+    REQUIRE(s.is_object());
+    const std::string label = "127.0.0.1:" + std::to_string(kClientPort);
+    json d;
+    for (const auto& p : s["downstream"])
+        if (p["peer"].get<std::string>() == label) d = p;
+    const json server = srv->read();
+    std::printf("grpc client as target: client ok %ld failed %ld other %ld; server %s; qscope downstream %s; "
+                "partial %s\n",
+                got[0], got[1], got[2], server.dump().c_str(), d.dump().c_str(), s["partial"].dump().c_str());
+    std::fflush(stdout);
+    INFO("downstream " << s["downstream"].dump() << "\npartial " << s["partial"].dump() << "\nserver "
+                       << server.dump());
+    REQUIRE(got[0] == 600);
+    REQUIRE(got[1] == 200);
+    REQUIRE(d.is_object());
+    // One connection, followed from its preface: each of the 800 calls is one stream.
+    CHECK(d["connections"].get<uint64_t>() == 0);  // the client closed its channel before the window's end
+    CHECK(d["h2_connections"].get<uint64_t>() == 1);
+    CHECK(d["h2_followed_connections"].get<uint64_t>() == 1);
+    CHECK(d["calls"].get<long>() == got[0] + got[1]);
+    // 40 calls in flight on the one connection (a per-connection count would say 1).
+    CHECK(d["busy"].get<uint64_t>() == 0);
+    CHECK(d["busy_max"].get<uint64_t>() <= static_cast<uint64_t>(kConcurrency));
+    CHECK(d["busy_max"].get<double>() >= 0.85 * kConcurrency);
+    // 3 of 4 calls take the handler's 100 ms +- 40, the 4th ~1 ms: the median call is a slow one.
+    const double p50 = d["call_seconds"]["p50"].get<double>();
+    CHECK(p50 >= 0.06);
+    CHECK(p50 <= 0.16);
+    for (const auto& p : s["partial"]) CHECK(p.get<std::string>().find(label) == std::string::npos);
 }

@@ -42,7 +42,7 @@ static_assert(sizeof(qs_served) == 16, "qs_served layout shared with bpf/sock.h"
 static_assert(sizeof(qs_conn) == 48, "qs_conn layout shared with bpf/conn_state.h");
 static_assert(sizeof(qs_port_stats) == 112, "qs_port_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_key) == 20, "qs_peer_key layout shared with bpf/sock.h");
-static_assert(sizeof(qs_peer_stats) == 168, "qs_peer_stats layout shared with bpf/sock.h");
+static_assert(sizeof(qs_peer_stats) == 176, "qs_peer_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_unix_name) == 128, "qs_unix_name layout shared with bpf/sock.h");
 
 std::string peer_label(const qs_peer_key& k) {
@@ -741,9 +741,10 @@ private:
         // HTTP/2 connections' open streams: they are its requests in flight (bpf/h2.h).
         h2_open_.clear();
         h2_.for_each(bpf_map__fd(skel_->maps.h2_conns), [&](const __u64& key, const qs_h2& h) {
-            h2_open_[key] = h.open;
+            H2Open& o = h2_open_[key];
+            o.streams = h.open;
             for (uint32_t i = 0; i < QS_H2_SLOTS; ++i)
-                if (h.sid[i] && h.t[i] && now > h.t[i]) oldest_req = std::max(oldest_req, (now - h.t[i]) / 1e9);
+                if (h.sid[i] && h.t[i] && (!o.oldest_t || h.t[i] < o.oldest_t)) o.oldest_t = h.t[i];
         });
         conns_.for_each(bpf_map__fd(skel_->maps.conns), [&](const __u64& key, const qs_conn& c) {
             if (c.dir == QS_DIR_IN && c.server_tid && !(c.aflags & QS_A_CLOSED)) {
@@ -751,9 +752,17 @@ private:
                 t.connections++;
                 if (c.state == QS_ST_REQUEST) t.in_flight++;
                 if (c.proto == QS_PROTO_H2)
-                    if (const auto it = h2_open_.find(key); it != h2_open_.end()) t.in_flight += it->second;
+                    if (const auto it = h2_open_.find(key); it != h2_open_.end()) t.in_flight += it->second.streams;
                 if (c.aflags & QS_A_COUNTED) t.unread++;
             }
+            // An HTTP/2 connection's oldest open stream is its oldest request or call.
+            if (c.proto == QS_PROTO_H2)
+                if (const auto it = h2_open_.find(key); it != h2_open_.end() && it->second.oldest_t &&
+                                                        now > it->second.oldest_t) {
+                    const double age = (now - it->second.oldest_t) / 1e9;
+                    if (c.dir == QS_DIR_IN) oldest_req = std::max(oldest_req, age);
+                    else oldest_busy[c.idx] = std::max(oldest_busy[c.idx], age);
+                }
             if (c.dir == QS_DIR_IN) {
                 if (c.state == QS_ST_REQUEST && c.t_req && now > c.t_req)
                     oldest_req = std::max(oldest_req, (now - c.t_req) / 1e9);
@@ -798,6 +807,7 @@ private:
             p.connect_failures = cum.connect_failures - std::min(cum.connect_failures, base.connect_failures);
             p.resets_total = cum.resets;
             p.h2_connections = load(ps.h2_conns);
+            p.h2_followed_connections = load(ps.h2_followed);
             p.resets = cum.resets - std::min(cum.resets, base.resets);
             p.call_total = cum.hists[QS_PEER_H_CALL];
             row.call_win = cum.hists[QS_PEER_H_CALL].delta(base.hists[QS_PEER_H_CALL]);
@@ -839,6 +849,7 @@ private:
             o.resets += row.p.resets;
             o.resets_total += row.p.resets_total;
             o.h2_connections += row.p.h2_connections;
+            o.h2_followed_connections += row.p.h2_followed_connections;
             o.call_total.merge(row.p.call_total);
             o.oldest_busy_seconds = std::max(o.oldest_busy_seconds, row.p.oldest_busy_seconds);
             other.call_win.merge(row.call_win);
@@ -853,10 +864,10 @@ private:
             snap.partial.push_back("sock: Unix peers: connect time is not measured (a Unix connect has no handshake); "
                                    "their connect_seconds read 0");
         for (const auto& row : kept)
-            if (row.p.h2_connections)
-                snap.partial.push_back("sock: calls to " + row.p.peer + " go over " +
-                                       std::to_string(row.p.h2_connections) +
-                                       " HTTP/2 connections (since attach): counted per connection, not per stream "
+            if (const uint64_t n = row.p.h2_per_connection())
+                snap.partial.push_back("sock: calls to " + row.p.peer + " go over " + std::to_string(n) +
+                                       " HTTP/2 connections opened before the attach (or beyond the table of " +
+                                       std::to_string(QS_H2_CONNS) + "): counted per connection, not per stream "
                                        "(busy: connections awaiting any reply; calls: replies read after a write)");
         const RequestAttribution attribution = snap.requests.attribution;
         for (auto& row : kept) {
@@ -1003,7 +1014,11 @@ private:
 
     MapReader<__u64, qs_conn> conns_;
     MapReader<__u64, qs_h2> h2_;
-    std::map<__u64, uint32_t> h2_open_;  // open streams per HTTP/2 connection, from scan_conns
+    struct H2Open {
+        uint32_t streams = 0;
+        uint64_t oldest_t = 0;  // the oldest open stream's start (ns), 0: none
+    };
+    std::map<__u64, H2Open> h2_open_;    // per HTTP/2 connection, from scan_conns
     bool h2_streams_ = false;            // the kernel runs the HTTP/2 frame walk (bpf_loop)
     MapReader<__u32, qs_served> served_;
     std::map<uint32_t, ThreadServing> serving_now_;  // by server tid, from scan_conns

@@ -84,21 +84,11 @@ round() {
   load
   s1=$(prog_stats "$qs")
   kill -INT "$qs"; wait "$qs" 2>/dev/null || true
-  python3 - "$s0" "$s1" "$work/qs.json" <<'PY'
+  sock_prog_delta "$s0" "$s1" | sed 's/^/prog /'
+  python3 - "$work/qs.json" <<'PY'
 import json, sys
-def parse(t):
-    d = {}
-    for l in t.splitlines():
-        n, c, ns = l.split()
-        a = d.setdefault(n, [0, 0]); a[0] += int(c); a[1] += int(ns)
-    return d
-a, b = parse(sys.argv[1]), parse(sys.argv[2])
-for n in sorted(b):
-    if not n.startswith(("qs_recv", "qs_send", "qs_set_state", "qs_data_ready", "qs_close")): continue
-    c = b[n][0] - a.get(n, [0, 0])[0]; ns = b[n][1] - a.get(n, [0, 0])[1]
-    if c > 0: print("prog", n, "%.1f" % (ns / c), c)
 try:
-    r = json.load(open(sys.argv[3]))["requests"]
+    r = json.load(open(sys.argv[1]))["requests"]
     h = r["h2"]
     print("h2 followed", h["followed_connections"], "completed", r["completed"], "lost_sync", h["lost_sync"])
 except Exception:

@@ -60,6 +60,24 @@ for f in os.listdir(d):
 for p in json.load(sys.stdin):
     if p.get("id") in ids: print(p.get("name","?"), p.get("run_cnt", 0), p.get("run_time_ns", 0))' "$1"; }
 
+# The sock family's programs between two prog_stats outputs: "NAME NS_PER_RUN RUNS" for each
+# program that ran in between.
+sock_prog_delta() { python3 - "$1" "$2" <<'PY'
+import sys
+def parse(t):
+    d = {}
+    for l in t.splitlines():
+        n, c, ns = l.split()
+        a = d.setdefault(n, [0, 0]); a[0] += int(c); a[1] += int(ns)
+    return d
+a, b = parse(sys.argv[1]), parse(sys.argv[2])
+for n in sorted(b):
+    if not n.startswith(("qs_recv", "qs_send", "qs_set_state", "qs_data_ready", "qs_close")): continue
+    c = b[n][0] - a.get(n, [0, 0])[0]; ns = b[n][1] - a.get(n, [0, 0])[1]
+    if c > 0: print(n, "%.1f" % (ns / c), c)
+PY
+}
+
 # The one exit trap of every bench (trap 'bench_cleanup [PATH...]' EXIT), however it exits:
 # stops what the script started (pids[]: SIGTERM; int_pids[]: SIGINT, so qscope and the
 # libbpf tools detach and print), the nginx whose pid file is under $work, restores

@@ -63,20 +63,7 @@ round() {
   wrk -t1 -c"$CLIENTS" -d"${SECS}s" "http://127.0.0.1:$front/" >"$work/wrk.out" 2>&1
   s1=$(prog_stats "$qs")
   kill -INT "$qs"; wait "$qs" 2>/dev/null || true
-  python3 - "$s0" "$s1" <<'PY'
-import sys
-def parse(t):
-    d = {}
-    for l in t.splitlines():
-        n, c, ns = l.split()
-        a = d.setdefault(n, [0, 0]); a[0] += int(c); a[1] += int(ns)
-    return d
-a, b = parse(sys.argv[1]), parse(sys.argv[2])
-for n in sorted(b):
-    if not n.startswith(("qs_recv", "qs_send", "qs_set_state", "qs_data_ready", "qs_close")): continue
-    c = b[n][0] - a.get(n, [0, 0])[0]; ns = b[n][1] - a.get(n, [0, 0])[1]
-    if c > 0: print(n, "%.1f" % (ns / c), c)
-PY
+  sock_prog_delta "$s0" "$s1"
   awk '/Requests\/sec/{print "rps", $2}' "$work/wrk.out"
 }
 

@@ -213,33 +213,30 @@ void request_families(const Snapshot& s, const LabelCapper& port_label, Families
     Fam conns("qscope_server_connections", "Accepted connections open now", kGauge, {});
     conns.add({}, static_cast<double>(s.requests.connections));
     out.push_back(std::move(conns).finish());
-    if (s.requests.tls.present()) {
-        Fam tls("qscope_tls_connections_total", "Accepted connections answering in TLS records, since attach",
-                kCounter, {});
-        tls.add({}, static_cast<double>(s.requests.tls.connections));
-        out.push_back(std::move(tls).finish());
-        Fam plain("qscope_tls_plaintext_connections_total",
-                  "TLS connections whose responses' plaintext --tls classified, since attach", kCounter, {});
-        plain.add({}, static_cast<double>(s.requests.tls.plaintext_connections));
-        out.push_back(std::move(plain).finish());
-    }
-    if (s.requests.h2.present()) {
-        const Http2Seen& h = s.requests.h2;
-        Fam conns2("qscope_http2_connections_total",
-                   "Accepted connections answering in HTTP/2 frames (h2c), since attach; followed=\"true\": their "
-                   "streams are the requests",
-                   kCounter, {"followed"});
-        conns2.add({"true"}, static_cast<double>(h.followed_connections));
-        conns2.add({"false"}, static_cast<double>(h.connections - std::min(h.connections, h.followed_connections)));
-        out.push_back(std::move(conns2).finish());
-        Fam resets("qscope_http2_stream_resets_total",
-                   "HTTP/2 streams reset before an answer (by=\"client\") or answered with RST_STREAM "
-                   "(by=\"server\"), since attach",
-                   kCounter, {"by"});
-        resets.add({"client"}, static_cast<double>(h.client_resets));
-        resets.add({"server"}, static_cast<double>(h.server_resets));
-        out.push_back(std::move(resets).finish());
-    }
+    // Always present (0 until seen), so that a panel over them reads 0, not "no data".
+    Fam tls("qscope_tls_connections_total", "Accepted connections answering in TLS records, since attach", kCounter,
+            {});
+    tls.add({}, static_cast<double>(s.requests.tls.connections));
+    out.push_back(std::move(tls).finish());
+    Fam plain("qscope_tls_plaintext_connections_total",
+              "TLS connections whose responses' plaintext --tls classified, since attach", kCounter, {});
+    plain.add({}, static_cast<double>(s.requests.tls.plaintext_connections));
+    out.push_back(std::move(plain).finish());
+    const Http2Seen& h = s.requests.h2;
+    Fam conns2("qscope_http2_connections_total",
+               "Accepted connections answering in HTTP/2 frames (h2c), since attach; followed=\"true\": their "
+               "streams are the requests",
+               kCounter, {"followed"});
+    conns2.add({"true"}, static_cast<double>(h.followed_connections));
+    conns2.add({"false"}, static_cast<double>(h.connections - std::min(h.connections, h.followed_connections)));
+    out.push_back(std::move(conns2).finish());
+    Fam resets("qscope_http2_stream_resets_total",
+               "HTTP/2 streams reset before an answer (by=\"client\") or answered with RST_STREAM "
+               "(by=\"server\"), since attach",
+               kCounter, {"by"});
+    resets.add({"client"}, static_cast<double>(h.client_resets));
+    resets.add({"server"}, static_cast<double>(h.server_resets));
+    out.push_back(std::move(resets).finish());
 }
 
 void downstream_families(const Snapshot& s, uint32_t cap, Families& out) {

@@ -403,7 +403,7 @@ TEST_CASE("a process per connection: 300 processes followed, counted as /proc co
     // CI run read /proc and ss after the clients had gone (1 process, 0 connections).
     const double t0 = now_s();
     Proc load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", port, "--connections",
-                       std::to_string(kClients), "--duration", "90"});
+                       std::to_string(kClients), "--duration", "180"});
     for (int i = 0; i < 200 && static_cast<int>(children(srv.proc.pid()).size()) < kClients; ++i) sleep_s(0.1);
     REQUIRE(static_cast<int>(children(srv.proc.pid()).size()) == kClients);
     const double forked = now_s() - t0;
@@ -417,7 +417,9 @@ TEST_CASE("a process per connection: 300 processes followed, counted as /proc co
         rss_max = std::max(rss_max, proc_rss_kib(q.pid()));
         sleep_s(0.05);
     }
-    REQUIRE(q.wait(30) == 0);
+    // Past the window, the final report of 300 processes takes qscope ~4 s (release) to ~20 s
+    // (ASan) by itself, more on a loaded CI machine: 30 s once ran out (session 10).
+    REQUIRE(q.wait(90) == 0);
     // The oracle right after the last tick: the server and its children in /proc, and the
     // server-side connections in ss.
     const int procs = 1 + static_cast<int>(children(srv.proc.pid()).size());

@@ -115,6 +115,13 @@ struct Recorded {
     }
 };
 
+// Threads of the server's worker group blocked in futex (at the pool) at the snapshot's instant.
+int futex_waiters(const json& snap) {
+    for (const auto& g : snap["thread_groups"])
+        if (g["name"] == "qs-worker") return g["blocked_by"].value("futex", 0);
+    return -1;
+}
+
 void same_verdict(const json& live, const json& replayed) {
     INFO("live: " << live["verdict"].dump() << "\nreplay: " << replayed["verdict"].dump());
     CHECK(replayed["verdict"]["stage"] == live["verdict"]["stage"]);
@@ -129,16 +136,25 @@ TEST_CASE("record: a recording of the pool gate replays the live snapshots' wind
     if (!require_root()) return;
     Recorded rec({});
     const std::string pool_peer = "127.0.0.1:" + std::to_string(kDownstreamPort);
+    int compared = 0;
     for (const json& l : rec.live) {
         const json rp = rec.replay(l);
         CHECK(l["verdict"]["stage"] == "gate");
         CHECK(l["verdict"]["where"] == "pool to " + pool_peer);
-        same_verdict(l, rp);
         // Gauges "now" are two samples up to a tick apart (the live window and the recorded
         // tick end at different moments), and a worker hands the pool's connection to the
         // next in microseconds: one request may have moved (CI: in flight 3 against 4, busy 1
-        // against 2). What the window held (the maxima) is compared exactly.
-        CHECK(std::abs(rp["requests"]["in_flight"].get<int>() - l["requests"]["in_flight"].get<int>()) <= 1);
+        // against 2), and once in a while the recorded instant caught no worker in its futex
+        // (CI: live "gate" with 2 waiting, replay "downstream", in flight 4 against 2). The
+        // verdict and in flight "now" are compared where both instants saw the same futex
+        // waits, as in the thread view's case below; what the window held (the maxima) always.
+        const int lf = futex_waiters(l), rf = futex_waiters(rp);
+        INFO("futex waiters of qs-worker: live " << lf << ", replay " << rf);
+        if (lf == rf) {
+            ++compared;
+            same_verdict(l, rp);
+            CHECK(std::abs(rp["requests"]["in_flight"].get<int>() - l["requests"]["in_flight"].get<int>()) <= 1);
+        }
         CHECK(rp["requests"]["in_flight_max"] == l["requests"]["in_flight_max"]);
         const json lp = peer_of(l, pool_peer), rpp = peer_of(rp, pool_peer);
         REQUIRE(!lp.is_null());
@@ -151,6 +167,7 @@ TEST_CASE("record: a recording of the pool gate replays the live snapshots' wind
         const double calls = lp["calls"].get<double>();
         CHECK(std::abs(rpp["calls"].get<double>() - calls) <= calls * 0.5 + 5);
     }
+    CHECK(compared >= 1);
 
     // `qscope diff` of the first live snapshot against the recording's window of the second:
     // what it prints for B is that replay's, and the pool is the limit on both sides.

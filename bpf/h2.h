@@ -145,12 +145,6 @@ static __always_inline int qs_h2_digit_class(int d)
 	}
 }
 
-/* The status class of a response from the first n bytes of its header block (RFC 7541), which
- * encoders begin with :status: an indexed field of the static table (0x88 ":status 200" ...
- * 0x8e ":status 500"), or a literal with the static name :status (index 8; with, without or
- * never indexed) whose value is 3 ASCII digits or their Huffman code, whose first symbol is
- * the class (Appendix B: '2' = 00010, '3' = 011001, '4' = 011010, '5' = 011011). A dynamic
- * table size update may come first. A :status from the dynamic table, or not first, is unknown. */
 /* :status as it begins at b[i]: i is a constant at each call, so a BPF stack buffer is never
  * read at a variable offset. */
 static __always_inline int qs_h2_status_at(const __u8 *b, int n, const int i)

@@ -216,7 +216,6 @@ Run run_scenario(const std::string& profile) {
     REQUIRE(!r.wrk.is_null());
     REQUIRE(!r.stats_start.is_null());
     REQUIRE(!r.stats_end.is_null());
-    REQUIRE(r.samples.size() >= 3);
     return r;
 }
 
@@ -369,6 +368,7 @@ bool setup_ok() {
 TEST_CASE("platform threads: the spike queues in the connector, 190 workers wait for the pool", "[scenario][platform]") {
     if (!setup_ok()) return;
     Run r = run_scenario("platform");
+    REQUIRE(r.samples.size() >= 3);  // the sampler's medians below need a few
 
     // --- the scenario shows its story (oracles only) ---
     std::vector<double> unread, futex, conns;
@@ -438,10 +438,12 @@ TEST_CASE("virtual threads: everything admitted, parked at the pool, 503 at the 
     double inprog_max = r.stats_max("db", "in_progress");
     std::vector<double> p503 = r.probe_latencies(503);
     double timeouts = delta(r, "db", "pool_timeout");
-    std::printf("[virtual] oracles: app in_progress max %.0f in window, pool timeouts %.0f in window; jcmd threads in "
-                "getConnection %d; JFR VirtualThreadPinned %d (CPULoad %d); pg active max %d; curl 503 latency "
-                "median %.2f s (%zu probes); wrk %s\n",
-                inprog_max, timeouts, parked_in_pool, pinned, cpuload, r.pg_active_max(),
+    // the app's own clock on its 503s: mean wait in getConnection before the timeout
+    double timeout_wait = timeouts > 0 ? delta(r, "db", "pool_timeout_ms") / timeouts / 1000 : -1;
+    std::printf("[virtual] oracles: app in_progress max %.0f in window, pool timeouts %.0f in window waiting %.2f s "
+                "each; jcmd threads in getConnection %d; JFR VirtualThreadPinned %d (CPULoad %d); pg active max %d; "
+                "curl 503 latency median %.2f s (%zu probes); wrk %s\n",
+                inprog_max, timeouts, timeout_wait, parked_in_pool, pinned, cpuload, r.pg_active_max(),
                 median(p503), p503.size(), r.wrk.dump().c_str());
     if (starved(r, delta(r, "db", "ok"))) return;
     REQUIRE(inprog_max >= 3 * kMaxThreads);
@@ -450,15 +452,14 @@ TEST_CASE("virtual threads: everything admitted, parked at the pool, 503 at the 
     REQUIRE(r.pg_active_max() == kPool);
     REQUIRE(cpuload > 0);  // the recording ran
     REQUIRE(pinned == 0);
-    {
-        std::map<int, int> by_status;  // what the probers got instead, when no 503 came
-        for (const auto& p : r.probes) by_status[p.status]++;
-        std::string got;
-        for (const auto& [st, n] : by_status) got += " " + std::to_string(st) + "×" + std::to_string(n);
-        INFO("curl probes by status:" << got);
-        REQUIRE(!p503.empty());
-    }
-    REQUIRE(median(p503) >= 0.9 * kPoolTimeout);
+    REQUIRE(timeout_wait >= 0.9 * kPoolTimeout);
+    // The probes time a 503 from outside, when they catch one: the timeouts come in waves
+    // (1000 clients thinking 1 s between tries), and ten probers caught none in one CI run.
+    if (!p503.empty())
+        CHECK(median(p503) >= 0.9 * kPoolTimeout);
+    else
+        std::printf("[virtual] the curl probes caught no 503 (%zu probes): the app's own wait times stand alone\n",
+                    r.probes.size());
 
     REQUIRE(r.qs_rc == 0);
     REQUIRE(!r.qs.is_null());
@@ -596,6 +597,7 @@ TEST_CASE("connection ceiling: Tomcat at maxConnections parks its acceptor while
           "[scenario][ceiling]") {
     if (!setup_ok()) return;
     Run r = run_scenario("ceiling");
+    REQUIRE(r.samples.size() >= 3);
     constexpr int kMaxConnections = 100, kAcceptCount = 50;
     const double app_conns = r.stats_end.value("connections", -1.0);
     std::vector<double> queued, accepted_open;

@@ -27,14 +27,16 @@ bench_build() {
 
 # bench_nginx DIR PORT [ssl]: nginx serving a static 2-byte response on 127.0.0.1:PORT (the
 # worst case: ~4 us per request), its files under DIR (pid in DIR/nginx.pid); one worker, so
-# the worker is the one process qscope targets. `ssl`: HTTPS, with a self-signed certificate.
+# the worker is the one process qscope targets. `ssl`: HTTPS, with a self-signed certificate,
+# HTTP/1.1 or HTTP/2 by ALPN, connections never closed for their request count (nginx's
+# default of 1000 would end h2load's, which does not reconnect).
 bench_nginx() {
   local dir=$1 port=$2 ssl="" tls=""
   mkdir -p "$dir/nginx/logs"
   if [[ ${3:-} == ssl ]]; then
     openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
       -keyout "$dir/key.pem" -out "$dir/cert.pem" 2>/dev/null
-    ssl=" ssl" tls="ssl_certificate $dir/cert.pem; ssl_certificate_key $dir/key.pem;"
+    ssl=" ssl http2" tls="ssl_certificate $dir/cert.pem; ssl_certificate_key $dir/key.pem; keepalive_requests 1000000;"
   fi
   cat >"$dir/nginx.conf" <<NGX
 worker_processes 1;

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The cost of --tls, side by side in one run: wrk over HTTPS (keep-alive, TLS 1.3) to nginx
-# serving a 2-byte response (the worst case: every request is one SSL_write), in interleaved
-# rounds of three conditions: no qscope | qscope attached to nginx | qscope --tls attached to
-# nginx. Reported as ratios of req/s against the baseline of the same round, median and range
+# The cost of --tls, side by side in one run: over HTTPS (TLS 1.3) to nginx serving a 2-byte
+# response (the worst case: every request is one SSL_write), HTTP/1.1 from wrk (keep-alive)
+# and HTTP/2 from h2load (2 connections, 10 streams each), in interleaved rounds of three
+# conditions: no qscope | qscope attached to nginx | qscope --tls attached to nginx. Under
+# --tls, HTTP/1.1 is measured first (one uprobe per response), then one HTTP/2 warm-up makes
+# qscope add the plaintext walk's probes (SSL_read, the returns) and HTTP/2 is measured with
+# them. Reported as ratios of req/s against the baseline of the same round, median and range
 # over the rounds; then, in a separate window with kernel.bpf_stats_enabled, ns per run of
-# the uprobe program (the trap into the kernel itself is not in bpf_stats: the ratio has it).
+# the uprobe programs (the trap into the kernel itself is not in bpf_stats: the ratio has it).
 # Needs root. Loopback only; bounded.
 #
 #   sudo bench/tls.sh [--rounds N=5] [--seconds S=5] [--out FILE]
@@ -26,6 +29,8 @@ sleep 0.5
 worker=$(pgrep -P "$(cat "$work/nginx.pid")" | head -1)
 
 wrk_rps() { wrk -t1 -c32 -d"${SECS}s" "https://127.0.0.1:$port/" 2>/dev/null | awk '/Requests\/sec/{print $2}'; }
+h2_rps() { h2load -D "$SECS" -c 2 -m 10 "https://127.0.0.1:$port/" 2>/dev/null | awk '/^finished in/{print $4}'; }
+h2_warm() { h2load -n 100 -c 1 "https://127.0.0.1:$port/" >/dev/null 2>&1; sleep 1.5; }  # a tick: walk attached
 attach() {  # flags...: starts qscope on the worker, sets qp once its probes are loaded
   $Q snapshot --pid "$worker" --duration 3600 --no-threads "$@" >"$work/q.log" 2>&1 &
   qp=$!
@@ -35,23 +40,29 @@ attach() {  # flags...: starts qscope on the worker, sets qp once its probes are
 }
 detach() { kill -INT "$qp"; wait "$qp" 2>/dev/null || true; qp=""; int_pids=(); }
 
-echo "tls: wrk https -> nginx static, $ROUNDS rounds x 3 conditions x ${SECS}s" >&2
+echo "tls: wrk (HTTP/1.1) and h2load (HTTP/2) over https -> nginx static, $ROUNDS rounds x 3 conditions x 2 x ${SECS}s" >&2
 : >"$work/r.tsv"
-wrk_rps >/dev/null  # warm-up
+wrk_rps >/dev/null; h2load -n 1000 -c 2 "https://127.0.0.1:$port/" >/dev/null 2>&1  # warm-up
+measure() {  # round condition: one HTTP/1.1 and one HTTP/2 measurement (under --tls, h2_warm between)
+  echo -e "$1\t$2\th1\t$(wrk_rps)" >>"$work/r.tsv"
+  [[ $2 == tls ]] && h2_warm
+  echo -e "$1\t$2\th2\t$(h2_rps)" >>"$work/r.tsv"
+}
 for r in $(seq "$ROUNDS"); do
   for cond in base plain tls; do
     case $cond in
-      base) echo -e "$r\t$cond\t$(wrk_rps)" >>"$work/r.tsv";;
-      plain) attach; echo -e "$r\t$cond\t$(wrk_rps)" >>"$work/r.tsv"; detach;;
-      tls) attach --tls; echo -e "$r\t$cond\t$(wrk_rps)" >>"$work/r.tsv"; detach;;
+      base) measure "$r" base;;
+      plain) attach; measure "$r" plain; detach;;
+      tls) attach --tls; measure "$r" tls; detach;;
     esac
   done
 done
 
-# ns per run of each program, --tls attached, bpf_stats on only here.
+# ns per run of each program, --tls attached and the walk's probes added, bpf_stats on only here.
 attach --tls
+h2_warm
 sysctl -qw kernel.bpf_stats_enabled=1
-s0=$(prog_stats "$qp"); wrk_rps >/dev/null; s1=$(prog_stats "$qp")
+s0=$(prog_stats "$qp"); wrk_rps >/dev/null; h2_rps >/dev/null; s1=$(prog_stats "$qp")
 sysctl -qw kernel.bpf_stats_enabled=0
 detach
 
@@ -59,13 +70,18 @@ report=$(python3 - "$work/r.tsv" <<PY "$s0" "$s1"
 import sys, statistics as st
 rows=[l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
 by={}
-for r,c,v in rows: by.setdefault(r,{})[c]=float(v)
-print("| condition | req/s vs. no qscope, median (range) of $ROUNDS paired rounds |")
-print("|---|---|")
-print(f"| no qscope | {st.median(v['base'] for v in by.values()):.0f} req/s |")
+for r,c,p,v in rows: by.setdefault(r,{})[(c,p)]=float(v or 0)
+print("| condition | HTTP/1.1 (wrk) req/s vs. no qscope | HTTP/2 (h2load) req/s vs. no qscope |")
+print("|---|---|---|")
+print("| no qscope | " + " | ".join(f"{st.median(v[('base',p)] for v in by.values()):.0f} req/s" for p in ("h1","h2")) + " |")
+def ratio(c,p):
+    rs=[v[(c,p)]/v[("base",p)] for v in by.values() if v[("base",p)]]
+    return f"{st.median(rs):.3f} ({min(rs):.3f}..{max(rs):.3f})"
 for c,label in (("plain","qscope attached"),("tls","qscope --tls attached")):
-    rs=[v[c]/v["base"] for v in by.values()]
-    print(f"| {label} | {st.median(rs):.3f} ({min(rs):.3f}..{max(rs):.3f}) |")
+    print(f"| {label} | {ratio(c,'h1')} | {ratio(c,'h2')} |")
+print()
+print("Median (range) of $ROUNDS paired rounds. Under --tls, HTTP/1.1 is measured before any HTTP/2")
+print("answer (one uprobe per response), HTTP/2 after (the walk's probes added: four per request).")
 def parse(t):
     d={}
     for l in t.split("\n"):

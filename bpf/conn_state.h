@@ -56,7 +56,9 @@
 /* qs_conn.proto */
 #define QS_PROTO_TURNS 0     /* a request is a read/write turn (HTTP/1.x, most database protocols) */
 #define QS_PROTO_H2 1        /* HTTP/2: requests (inbound) or calls (outbound) are streams, followed by
-                              * sock.bpf.c (h2.h) */
+                              * sock.bpf.c (h2.h) in the socket's bytes */
+#define QS_PROTO_H2_TLS 2    /* HTTP/2 inside TLS (inbound, --tls): streams followed in the plaintext
+                              * libssl's SSL_read/SSL_write hand over, not in the socket's records */
 
 #define QS_MSG_PEEK 2        /* MSG_PEEK: reading without consuming starts nothing */
 
@@ -275,7 +277,7 @@ static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, in
 	if (ret <= 0 || (flags & QS_MSG_PEEK) || (c->aflags & QS_A_CLOSED))
 		return;
 	if (c->dir == QS_DIR_OUT) {
-		if (c->proto == QS_PROTO_H2)
+		if (c->proto != QS_PROTO_TURNS)
 			return;      /* its streams are its calls (h2.h) */
 		if (c->state == QS_ST_BUSY) {
 			c->state = QS_ST_IDLE;
@@ -300,7 +302,7 @@ static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, in
 	}
 	if (!unread_after)
 		qs_aflags_update(c, 0, QS_A_UNREAD, e);
-	if (c->proto == QS_PROTO_H2)
+	if (c->proto != QS_PROTO_TURNS)
 		return;      /* its streams are its requests (h2.h) */
 	if (c->state != QS_ST_REQUEST) {
 		c->state = QS_ST_REQUEST;
@@ -316,14 +318,14 @@ static __always_inline int qs_on_write(struct qs_conn *c, __u64 now, int ret, st
 	if (ret <= 0 || (c->aflags & QS_A_CLOSED))
 		return 0;
 	if (c->dir == QS_DIR_OUT) {
-		if (c->state == QS_ST_IDLE && c->proto != QS_PROTO_H2) {
+		if (c->state == QS_ST_IDLE && c->proto == QS_PROTO_TURNS) {
 			c->state = QS_ST_BUSY;
 			c->t_req = now;
 			e->d_busy += 1;
 		}
 		return 0;
 	}
-	if (c->state != QS_ST_REQUEST || c->proto == QS_PROTO_H2)
+	if (c->state != QS_ST_REQUEST || c->proto != QS_PROTO_TURNS)
 		return 0;
 	c->state = QS_ST_RESPONSE;
 	e->d_in_flight -= 1;

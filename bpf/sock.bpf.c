@@ -472,10 +472,22 @@ const volatile __u32 tls_plaintext = 0;   /* set by user space with --tls */
 __u64 conns_tls_plain = 0;  /* TLS connections whose plaintext was classified through libssl */
 __u64 conns_tls_h2 = 0;     /* of them, answering in HTTP/2 frames (h2 over TLS, ALPN h2) */
 
+/* One SSL_read or SSL_write in progress on a thread, for its return probe (HTTP/2 inside TLS). */
+struct qs_tls_call {
+	__u64 ssl;     /* the SSL* */
+	__u64 buf;     /* its plaintext buffer (a user address) */
+	__u64 done;    /* the _ex forms: where the library stores the byte count (size_t *), else 0 */
+	__u64 key;     /* the socket a syscall inside the call moved bytes on (0: none, the library's
+	                * buffer answered) */
+};
+
 struct qs_tls_pending {
 	__u8 armed;    /* an SSL_write ran on this thread since its last socket write */
 	__u8 status;   /* its plaintext's class (qs_response_class) */
-	__u8 pad[6];
+	__u8 in_read;  /* inside SSL_read(_ex): rd is current */
+	__u8 in_write; /* inside SSL_write(_ex): wr is current */
+	__u32 pad;
+	struct qs_tls_call rd, wr;
 };
 
 struct {
@@ -485,16 +497,80 @@ struct {
 	__type(value, struct qs_tls_pending);
 } tls_pending SEC(".maps");
 
-/* tgids whose libssl user space has probed: only there does "a record with nothing pending"
- * mean a control record (a process forked since the last tick runs unprobed until then). */
+/* tgids whose libssl user space has probed (QS_TLS_* bits): only there does "a record with
+ * nothing pending" mean a control record (a process forked since the last tick runs unprobed
+ * until then). The plaintext walk's probes (SSL_read, the returns) cost three more uprobe traps
+ * per request, so user space adds them only to a process this side has marked QS_TLS_SAW_H2. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u32);
-	__type(value, __u8);
+	__type(value, __u32);
 } tls_hooked SEC(".maps");
 
-static __always_inline void ssl_write_enter(const void *buf, __u64 num)
+/* SSL* -> the socket under it, learnt from any call that reached the socket: an SSL_read that
+ * the library answers from its buffer has no syscall to name it. */
+struct qs_tls_ssl {
+	__u64 ssl;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, QS_H2_CONNS * 4);
+	__type(key, struct qs_tls_ssl);
+	__type(value, __u64);
+} tls_ssl_sock SEC(".maps");
+
+__u64 h2_tls_followed = 0;  /* of h2_followed, HTTP/2 inside TLS (plaintext walked, --tls) */
+
+/* This process's QS_TLS_* bits (0: not probed). */
+static __always_inline __u32 tls_bits(void)
+{
+	__u32 tgid = (__u32)(bpf_get_current_pid_tgid() >> 32), *v;
+	if (!tls_plaintext)
+		return 0;
+	v = bpf_map_lookup_elem(&tls_hooked, &tgid);
+	return v ? *v : 0;
+}
+
+/* This thread's SSL call, for its return probe; 0 where the plaintext is not walked. */
+static __always_inline struct qs_tls_pending *tls_self(int create)
+{
+	if (!tls_plaintext)
+		return 0;
+	return bpf_task_storage_get(&tls_pending, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+/* A socket read or write (rx) on `key` inside this thread's SSL call names the call's socket. */
+static __always_inline void tls_saw_socket(__u64 key, __u32 rx)
+{
+	struct qs_tls_pending *p = tls_self(0);
+	if (!p)
+		return;
+	if (rx && p->in_read && !p->rd.key)
+		p->rd.key = key;
+	if (!rx && p->in_write && !p->wr.key)
+		p->wr.key = key;
+}
+
+static __always_inline void tls_call_enter(struct qs_tls_pending *p, __u32 rx, const void *ssl, const void *buf,
+					   const void *done)
+{
+	struct qs_tls_call *call = rx ? &p->rd : &p->wr;
+	call->ssl = (__u64)ssl;
+	call->buf = (__u64)buf;
+	call->done = (__u64)done;
+	call->key = 0;
+	if (rx)
+		p->in_read = 1;
+	else
+		p->in_write = 1;
+}
+
+static __always_inline void ssl_write_enter(const void *ssl, const void *buf, __u64 num, const void *written)
 {
 	struct qs_tls_pending *p;
 	unsigned char b[12];
@@ -515,31 +591,71 @@ static __always_inline void ssl_write_enter(const void *buf, __u64 num)
 	}
 	p->status = (__u8)status;
 	p->armed = 1;
+	tls_call_enter(p, 0, ssl, buf, written);
+}
+
+static __always_inline void ssl_read_enter(const void *ssl, const void *buf, const void *readbytes)
+{
+	struct qs_tls_pending *p;
+	if (is_target() && (p = tls_self(1)))
+		tls_call_enter(p, 1, ssl, buf, readbytes);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(qs_ssl_write, void *ssl, const void *buf, int num)
 {
-	ssl_write_enter(buf, num > 0 ? (__u64)num : 0);
+	ssl_write_enter(ssl, buf, num > 0 ? (__u64)num : 0, 0);
 	return 0;
 }
 
 SEC("uprobe")
-int BPF_KPROBE(qs_ssl_write_ex, void *ssl, const void *buf, __u64 num)
+int BPF_KPROBE(qs_ssl_write_ex, void *ssl, const void *buf, __u64 num, __u64 *written)
 {
-	ssl_write_enter(buf, num);
+	ssl_write_enter(ssl, buf, num, written);
 	return 0;
 }
 
-/* What this thread's SSL_write left for its next socket write (armed 0: nothing), consumed. */
-static __always_inline struct qs_tls_pending tls_take(void)
+SEC("uprobe")
+int BPF_KPROBE(qs_ssl_read, void *ssl, void *buf, int num)
+{
+	ssl_read_enter(ssl, buf, 0);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(qs_ssl_read_ex, void *ssl, void *buf, __u64 num, __u64 *readbytes)
+{
+	ssl_read_enter(ssl, buf, readbytes);
+	return 0;
+}
+
+/* Connection c's plaintext was seen through libssl (h2: it is HTTP/2 frames): counted once. */
+static __always_inline void tls_plain_seen(struct qs_conn *c, int h2)
+{
+	if (!(c->flags & QS_F_TLS_PLAIN)) {
+		c->flags |= QS_F_TLS_PLAIN;
+		__sync_fetch_and_add(&conns_tls_plain, 1);
+	}
+	if (h2 && !(c->flags & QS_F_TLS_H2)) {
+		c->flags |= QS_F_TLS_H2;
+		__sync_fetch_and_add(&conns_tls_h2, 1);
+	}
+}
+
+/* What this thread's SSL_write left for its next socket write (armed 0: nothing), consumed. A
+ * write of `ret` > 0 bytes on `key` also names the SSL_write's socket for its return probe. */
+static __always_inline struct qs_tls_pending tls_take(__u64 key, int ret)
 {
 	struct qs_tls_pending none = {}, *p, got;
 
 	if (!tls_plaintext)
 		return none;
 	p = bpf_task_storage_get(&tls_pending, bpf_get_current_task_btf(), 0, 0);
-	if (!p || !p->armed)
+	if (!p)
+		return none;
+	if (ret > 0 && p->in_write && !p->wr.key)
+		p->wr.key = key;
+	if (!p->armed)
 		return none;
 	got = *p;
 	p->armed = 0;
@@ -550,8 +666,8 @@ static __always_inline struct qs_tls_pending tls_take(void)
  * plaintext, or no response at all for a control record (qs_tls_write_status). */
 static __always_inline int tls_response(struct qs_conn *c, const struct qs_tls_pending *t, struct qs_effects *e)
 {
-	__u32 tgid = (__u32)(bpf_get_current_pid_tgid() >> 32);
-	int hooked = tls_plaintext && bpf_map_lookup_elem(&tls_hooked, &tgid);
+	__u32 tgid = (__u32)(bpf_get_current_pid_tgid() >> 32), *bits;
+	int hooked = tls_plaintext && (bits = bpf_map_lookup_elem(&tls_hooked, &tgid));
 	int s = qs_tls_write_status(QS_STATUS_TLS, hooked, t->armed, t->status);
 
 	if (s == QS_TLS_CONTROL) {
@@ -560,14 +676,9 @@ static __always_inline int tls_response(struct qs_conn *c, const struct qs_tls_p
 	}
 	if (s == QS_STATUS_TLS)
 		return s;
-	if (!(c->flags & QS_F_TLS_PLAIN)) {
-		c->flags |= QS_F_TLS_PLAIN;
-		__sync_fetch_and_add(&conns_tls_plain, 1);
-	}
-	if (s == QS_STATUS_H2 && !(c->flags & QS_F_TLS_H2)) {
-		c->flags |= QS_F_TLS_H2;
-		__sync_fetch_and_add(&conns_tls_h2, 1);
-	}
+	tls_plain_seen(c, s == QS_STATUS_H2);
+	if (s == QS_STATUS_H2 && hooked && !(*bits & QS_TLS_SAW_H2))
+		*bits |= QS_TLS_SAW_H2;   /* user space adds the walk's probes at its next tick */
 	return s;
 }
 
@@ -884,7 +995,7 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 			call_start(c, c->server_tid);
 			call_failed(c);
 		}
-		if (c->proto == QS_PROTO_H2)
+		if (c->proto != QS_PROTO_TURNS)
 			h2_forget(key, c->dir == QS_DIR_OUT, &e);
 		qs_on_close(c, &e);
 		apply(c, &e, status);
@@ -913,6 +1024,7 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 static __always_inline int io_is_h2_preface(void);
 static __always_inline void peer_speaks_h2(struct qs_conn *c, int followed);
+static __always_inline int h2_follow_tls(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 
 static __always_inline void on_recv(struct sock *sk, int ret, int flags, const int probe)
 {
@@ -930,6 +1042,8 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 		return;
 	if (c->dir == QS_DIR_IN)
 		note_server(c);
+	if (c->flags & QS_F_TLS)
+		tls_saw_socket(key, 1);
 	/* A new connection's first read: HTTP/2's preface makes its streams the requests. */
 	if (c->dir == QS_DIR_IN && h2_streams && !c->t_req && c->proto == QS_PROTO_TURNS &&
 	    !(c->flags & (QS_F_SEEDED | QS_F_UNIX | QS_F_TLS)) && !(flags & QS_MSG_PEEK) &&
@@ -1323,12 +1437,14 @@ static long h2_step_cb(__u64 i, struct h2_loop *l)
 	return h2_step(&l->w, l->h) ? 1 : 0;
 }
 
+static __always_inline void h2_walk(struct qs_conn *c, struct qs_h2 *h, const void *base, __u64 len,
+				    const struct iovec *rest, __u64 nrest, __u64 total, __u32 rx);
+
 /* The current syscall moved `ret` bytes of HTTP/2 connection c (rx: read). Walk their frame
- * headers; a direction that lost its frame boundaries re-finds one at the start of a syscall
- * whose first 9 bytes pass the strict check. */
+ * headers. */
 static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int ret, __u32 rx)
 {
-	struct h2_loop l = {};
+	struct qs_h2 *h;
 	struct qs_h2_dir *d;
 	const void *base = 0;
 	const struct iovec *rest = 0;
@@ -1336,10 +1452,10 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 
 	if (!h2_streams)
 		return;
-	l.h = bpf_map_lookup_elem(&h2_conns, &key);
-	if (!l.h)
+	h = bpf_map_lookup_elem(&h2_conns, &key);
+	if (!h)
 		return;
-	d = rx ? &l.h->rx : &l.h->tx;
+	d = rx ? &h->rx : &h->tx;
 	if (!syscall_buffers(&base, &len, &rest, &nrest) || !base) {
 		/* no buffer (sendfile): payload bytes only, or the boundary is lost */
 		if (d->sync && !d->have && d->skip >= (__u32)ret && !d->peek) {
@@ -1351,9 +1467,22 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 		d->sync = 0;
 		return;
 	}
+	h2_walk(c, h, base, len, rest, nrest, (__u64)ret, rx);
+}
+
+/* Walk the frame headers in `total` bytes of connection c: `len` at base, then the iovecs at
+ * rest. A direction that lost its frame boundaries re-finds one where such bytes begin with 9
+ * that pass the strict check. */
+static __always_inline void h2_walk(struct qs_conn *c, struct qs_h2 *h, const void *base, __u64 len,
+				    const struct iovec *rest, __u64 nrest, __u64 total, __u32 rx)
+{
+	struct h2_loop l = {};
+	struct qs_h2_dir *d = rx ? &h->rx : &h->tx;
+
+	l.h = h;
 	if (!d->sync) {
 		__u8 b[QS_H2_HEADER];
-		if (len < QS_H2_HEADER || ret < QS_H2_HEADER || bpf_probe_read_user(b, sizeof(b), base) ||
+		if (len < QS_H2_HEADER || total < QS_H2_HEADER || bpf_probe_read_user(b, sizeof(b), base) ||
 		    !qs_h2_plausible(b, rx ^ (c->dir == QS_DIR_OUT), 1))
 			return;
 		d->sync = 1;
@@ -1365,7 +1494,7 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 	l.w.niov = nrest;
 	l.w.p = (__u64)base;
 	l.w.rem = len;
-	l.w.left = ret;
+	l.w.left = total;
 	l.w.now = bpf_ktime_get_ns();
 	l.w.idx = c->idx;
 	l.w.rx = rx;
@@ -1444,6 +1573,112 @@ static __always_inline int io_is_h2_preface(void)
 	if (!syscall_buffer(&base, &len) || !base || len < sizeof(b) || bpf_probe_read_user(b, sizeof(b), base))
 		return 0;
 	return qs_h2_is_preface(b, sizeof(b));
+}
+
+/* h2_follow for HTTP/2 inside TLS (inbound, --tls): the connection is counted as TLS with its
+ * plaintext seen, and its socket's bytes (records) are no longer walked nor taken as turns. */
+static __always_inline int h2_follow_tls(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e)
+{
+	if (!h2_follow(key, c, preface, e))
+		return 0;
+	c->proto = QS_PROTO_H2_TLS;
+	if (qs_note_protocol(c, QS_STATUS_TLS) == QS_F_TLS)
+		__sync_fetch_and_add(&conns_tls, 1);
+	tls_plain_seen(c, 1);
+	__sync_fetch_and_add(&h2_tls_followed, 1);
+	return 1;
+}
+
+/* SSL_read (rx) or SSL_write handed over `n` bytes of plaintext at buf on inbound connection
+ * `key`: a connection that begins with the client preface is followed per stream, and a
+ * followed one has the bytes' frame headers walked. */
+static __always_inline void h2_tls_plain(__u64 key, struct qs_conn *c, __u64 buf, __u64 n, __u32 rx)
+{
+	struct qs_effects e = {};
+	struct qs_h2 *h;
+
+	if (c->proto == QS_PROTO_TURNS) {
+		__u8 b[QS_H2_PREFACE_PEEK];
+		/* only a connection's first plaintext can be the preface: one answered already is not */
+		if (!rx || (c->flags & (QS_F_UNIX | QS_F_TLS_PLAIN)) || n < sizeof(b) ||
+		    bpf_probe_read_user(b, sizeof(b), (const void *)buf) ||
+		    !qs_h2_is_preface(b, sizeof(b)) || !h2_follow_tls(key, c, 1, &e))
+			return;
+		req_end(key, 0, 0);   /* the read that began this turn began no request */
+		apply(c, &e, 0);
+	}
+	if (c->proto != QS_PROTO_H2_TLS || !(h = bpf_map_lookup_elem(&h2_conns, &key)))
+		return;
+	h2_walk(c, h, (const void *)buf, n, 0, 0, n, rx);
+}
+
+/* The return of SSL_read (rx) or SSL_write: `ret` is the byte count, or for the _ex forms (ex)
+ * 1 on success with the count at the pointer the entry kept. */
+static __always_inline void tls_call_exit(__u32 rx, long ret, int ex)
+{
+	struct qs_tls_pending *p;
+	struct qs_tls_call call;
+	struct qs_tls_ssl k = {};
+	struct qs_conn *c;
+	__u64 n = 0, *known;
+
+	if (!h2_streams || !(p = tls_self(0)) || !(rx ? p->in_read : p->in_write))
+		return;
+	call = rx ? p->rd : p->wr;
+	if (rx)
+		p->in_read = 0;
+	else
+		p->in_write = 0;
+	if (ex) {
+		if (ret != 1 || !call.done || bpf_probe_read_user(&n, sizeof(n), (const void *)call.done))
+			return;
+	} else if (ret > 0) {
+		n = (__u64)ret;
+	}
+	if (!n || !call.buf)
+		return;
+	k.ssl = call.ssl;
+	k.tgid = (__u32)(bpf_get_current_pid_tgid() >> 32);
+	known = bpf_map_lookup_elem(&tls_ssl_sock, &k);
+	if (call.key) {
+		if (!known || *known != call.key)
+			bpf_map_update_elem(&tls_ssl_sock, &k, &call.key, BPF_ANY);
+	} else if (known) {
+		call.key = *known;
+	} else {
+		return;
+	}
+	c = bpf_map_lookup_elem(&conns, &call.key);
+	if (c && c->dir == QS_DIR_IN)
+		h2_tls_plain(call.key, c, call.buf, n, rx);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(qs_ssl_read_ret, int ret)
+{
+	tls_call_exit(1, ret, 0);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(qs_ssl_read_ex_ret, int ret)
+{
+	tls_call_exit(1, ret, 1);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(qs_ssl_write_ret, int ret)
+{
+	tls_call_exit(0, ret, 0);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(qs_ssl_write_ex_ret, int ret)
+{
+	tls_call_exit(0, ret, 1);
+	return 0;
 }
 
 /* Connection `key` closes: its open streams leave in flight with it. */
@@ -1525,7 +1760,7 @@ static __always_inline void on_send(struct sock *sk, int ret)
 
 	if (!is_target())
 		return;
-	tls = tls_take();   /* consumed by this write, whatever it is (see tls_pending) */
+	tls = tls_take(key, ret);   /* consumed by this write, whatever it is (see tls_pending) */
 	if (ret <= 0)
 		return;
 	c = bpf_map_lookup_elem(&conns, &key);
@@ -1539,8 +1774,9 @@ static __always_inline void on_send(struct sock *sk, int ret)
 	if (c->dir == QS_DIR_OUT && !c->t_req && c->proto == QS_PROTO_TURNS &&
 	    !(c->flags & (QS_F_H2 | QS_F_UNIX)) && io_is_h2_preface() && !h2_follow(key, c, 1, &e))
 		peer_speaks_h2(c, 0);
-	if (c->proto == QS_PROTO_H2) {
-		h2_walk_syscall(key, c, ret, 0);
+	if (c->proto != QS_PROTO_TURNS) {
+		if (c->proto == QS_PROTO_H2)
+			h2_walk_syscall(key, c, ret, 0);   /* inside TLS, SSL_write's return walks */
 		apply(c, &e, 0);
 		return;
 	}
@@ -1561,8 +1797,18 @@ static __always_inline void on_send(struct sock *sk, int ret)
 			__sync_fetch_and_add(&conns_h2, 1);
 		else if (proto == QS_F_TLS)
 			__sync_fetch_and_add(&conns_tls, 1);
-		if (status == QS_STATUS_TLS)
+		if (status == QS_STATUS_TLS) {
 			status = tls_response(c, &tls, &e);
+			/* HTTP/2 inside TLS met mid-way (its preface was before the attach or before the
+			 * walk's probes): from here on its streams are the requests, walked in the
+			 * plaintext at SSL_write's and SSL_read's returns. */
+			if (status == QS_STATUS_H2 && (tls_bits() & QS_TLS_WALKED) && h2_follow_tls(key, c, 0, &e)) {
+				e.record_latency = 0;
+				req_end(key, 0, 0);
+				apply(c, &e, 0);
+				return;
+			}
+		}
 	}
 	if (c->dir == QS_DIR_IN && was == QS_ST_REQUEST && c->state == QS_ST_RESPONSE)
 		req_end(key, e.record_latency, status);

@@ -27,6 +27,11 @@
 #define QS_PEER_H_FANOUT 2       /* calls to the peer per request that called it (a count, not ns) */
 #define QS_PEER_HISTS 3
 
+/* sock.bpf.c's tls_hooked values, per process of the target (--tls) */
+#define QS_TLS_HOOKED 1          /* SSL_write/SSL_write_ex probed: the plaintext's class at each write */
+#define QS_TLS_WALKED 2          /* SSL_read(_ex) and the returns probed too: HTTP/2 streams in TLS followed */
+#define QS_TLS_SAW_H2 4          /* set by BPF: a TLS connection of the process answered in HTTP/2 frames */
+
 struct qs_port_stats {
 	__s64 in_flight;
 	__s64 in_flight_max;

@@ -80,8 +80,10 @@ static void add_common(CLI::App* app, Config& cfg) {
     app->add_flag("--tls", cfg.tls,
                   "HTTPS targets: uprobes on the OpenSSL libssl the target maps (libssl.so.3, libssl.so.1.1) read "
                   "each response's status from its plaintext; statically linked TLS, Go crypto/tls, Java JSSE "
-                  "and kTLS are not seen this way. Off by default: every SSL_write of the target then traps into "
-                  "the kernel (docs/benchmarks.md, \"TLS\")");
+                  "and kTLS are not seen this way. HTTP/2 inside TLS is followed per stream: once the target "
+                  "answers HTTP/2 over TLS, SSL_read and the calls' returns are probed too. Off by default: every "
+                  "SSL_write of the target then traps into the kernel, and with HTTP/2 three more calls per "
+                  "request (docs/benchmarks.md, \"TLS\")");
     app->add_flag("--jvm-dump", cfg.jvm_dump,
                   "JVM targets: once, run `jcmd PID Thread.dump_to_file` and show what parked virtual threads wait in");
     app->add_flag("--jvm-perfmap", cfg.jvm_perfmap,

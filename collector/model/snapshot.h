@@ -151,11 +151,14 @@ struct TlsSeen {
     std::vector<std::string> libraries;  // probed libraries, as the target maps them
     uint64_t connections = 0;            // answering in TLS records
     uint64_t plaintext_connections = 0;  // of them, a response's plaintext classified (--tls)
-    uint64_t h2_connections = 0;         // of those, HTTP/2 inside TLS (counted per connection)
+    uint64_t h2_connections = 0;         // of those, HTTP/2 inside TLS
+    uint64_t h2_followed_connections = 0;  // of those, streams followed in the plaintext (in requests.h2 too)
+    uint64_t h2_per_connection() const { return h2_connections - std::min(h2_connections, h2_followed_connections); }
     bool present() const { return probing || connections > 0; }
 };
 
-// Inbound HTTP/2 in cleartext (h2c): its requests are streams (bpf/h2.h). Cumulative since attach.
+// Inbound HTTP/2, in cleartext (h2c) or inside TLS (--tls): its requests are streams (bpf/h2.h).
+// Cumulative since attach.
 struct Http2Seen {
     uint64_t connections = 0;           // answering in HTTP/2 frames
     uint64_t followed_connections = 0;  // of them, followed per stream (the rest: per connection)

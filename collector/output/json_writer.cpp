@@ -60,7 +60,8 @@ static json tls_json(const TlsSeen& t) {
             {"libraries", t.libraries},
             {"connections", t.connections},
             {"plaintext_connections", t.plaintext_connections},
-            {"h2_connections", t.h2_connections}};
+            {"h2_connections", t.h2_connections},
+            {"h2_followed_connections", t.h2_followed_connections}};
 }
 
 static json h2_json(const Http2Seen& h) {
@@ -342,7 +343,8 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
       << r.status.c5xx << "  unknown " << r.status.unknown << "\n";
     if (r.tls.present())
         o << "  tls " << r.tls.connections << " connections, plaintext seen on " << r.tls.plaintext_connections
-          << " (HTTP/2 " << r.tls.h2_connections << ")" << (r.tls.probing ? "" : ", --tls off") << "\n";
+          << " (HTTP/2 " << r.tls.h2_connections << ", streams followed on " << r.tls.h2_followed_connections << ")"
+          << (r.tls.probing ? "" : ", --tls off") << "\n";
     if (r.h2.present())
         o << "  http/2 " << r.h2.connections << " connections, streams followed on " << r.h2.followed_connections
           << ", resets by client " << r.h2.client_resets << " by server " << r.h2.server_resets << "\n";

@@ -57,6 +57,7 @@ template <class V> void fields(V& v, FanOut& x) {
 }
 template <class V> void fields(V& v, TlsSeen& x) {
     v(x.probing); v(x.libraries); v(x.connections); v(x.plaintext_connections); v(x.h2_connections);
+    v(x.h2_followed_connections);
 }
 template <class V> void fields(V& v, DownstreamPeer& x) {
     v(x.peer); v(x.connections); v(x.busy); v(x.busy_max); v(x.calls); v(x.call); v(x.oldest_busy_seconds);

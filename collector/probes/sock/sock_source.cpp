@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include "engine/bpf_util.h"
 #include "engine/kernel_features.h"
@@ -125,7 +126,10 @@ public:
         h2_streams_ = libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_loop, nullptr) == 1;
         skel_->rodata->h2_streams = h2_streams_;
         if (!cfg.tls)
-            for (bpf_program* prog : {skel_->progs.qs_ssl_write, skel_->progs.qs_ssl_write_ex})
+            for (bpf_program* prog : {skel_->progs.qs_ssl_write, skel_->progs.qs_ssl_write_ex, skel_->progs.qs_ssl_read,
+                                      skel_->progs.qs_ssl_read_ex, skel_->progs.qs_ssl_read_ret,
+                                      skel_->progs.qs_ssl_read_ex_ret, skel_->progs.qs_ssl_write_ret,
+                                      skel_->progs.qs_ssl_write_ex_ret})
                 bpf_program__set_autoload(prog, false);
         bpf_check(sock_bpf::load(skel_.get()), "sock: loading BPF programs (sock.bpf.c)");
         // Ports first, so children of the target's listeners are recognised from the first
@@ -884,7 +888,9 @@ private:
     // that joins the tree is probed at the next tick (until then bpf's tls_hooked leaves its
     // records unknown rather than calling them control records).
     struct TlsProcess {
-        uint64_t start_time = 0;  // a recycled pid is another process
+        uint64_t start_time = 0;            // a recycled pid is another process
+        std::vector<std::pair<std::string, std::string>> libraries;  // probed libssl: /proc/PID/root path, name
+        bool walked = false;                // the plaintext walk's probes are attached too
         std::vector<Link> links;
     };
 
@@ -898,15 +904,43 @@ private:
             tls_procs_.erase(p.pid);
             tls_procs_.emplace(p.pid, attach_tls(p));
         }
+        const int hooked = bpf_map__fd(skel_->maps.tls_hooked);
+        bool saw_h2 = false;  // the target answers HTTP/2 over TLS: all its processes get the walk
         for (auto it = tls_procs_.begin(); it != tls_procs_.end();) {
-            if (live.count(it->first)) {
-                ++it;
+            const __u32 tgid = static_cast<__u32>(it->first);
+            if (!live.count(it->first)) {
+                bpf_map_delete_elem(hooked, &tgid);
+                it = tls_procs_.erase(it);
                 continue;
             }
-            const __u32 tgid = static_cast<__u32>(it->first);
-            bpf_map_delete_elem(bpf_map__fd(skel_->maps.tls_hooked), &tgid);
-            it = tls_procs_.erase(it);
+            __u32 bits = 0;
+            saw_h2 = saw_h2 || (bpf_map_lookup_elem(hooked, &tgid, &bits) == 0 && (bits & QS_TLS_SAW_H2));
+            ++it;
         }
+        if (!saw_h2 || !h2_streams_) return;
+        for (auto& [pid, tp] : tls_procs_) {
+            const __u32 tgid = static_cast<__u32>(pid);
+            __u32 bits = 0;
+            if (tp.walked || tp.libraries.empty() || !attach_tls_walk(pid, tp) ||
+                bpf_map_lookup_elem(hooked, &tgid, &bits) != 0)
+                continue;
+            bits |= QS_TLS_WALKED;
+            bpf_map_update_elem(hooked, &tgid, &bits, BPF_EXIST);
+        }
+    }
+
+    // One uprobe (or uretprobe) on fn in the library at path (lib: its name in the target);
+    // a failure is a warning, said once.
+    Link attach_ssl(bpf_program* prog, int pid, const std::string& path, const std::string& lib, const char* fn,
+                    bool ret) {
+        DECLARE_LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret, .func_name = fn);
+        Link l(bpf_program__attach_uprobe_opts(prog, pid, path.c_str(), 0, &opts));
+        if (!l) {
+            const std::string w = "sock: --tls: could not attach a " + std::string(ret ? "uretprobe" : "uprobe") +
+                                  " on " + fn + " in " + lib + " (pid " + std::to_string(pid) + "): " + errno_text(errno);
+            if (std::find(warnings_.begin(), warnings_.end(), w) == warnings_.end()) warnings_.push_back(w);
+        }
+        return l;
     }
 
     // SSL_write and SSL_write_ex of every supported libssl the process maps; the process is
@@ -927,24 +961,39 @@ private:
             bool all = true;
             for (const auto& [prog, fn] : {std::pair{skel_->progs.qs_ssl_write, "SSL_write"},
                                            std::pair{skel_->progs.qs_ssl_write_ex, "SSL_write_ex"}}) {
-                DECLARE_LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = fn);
-                Link l(bpf_program__attach_uprobe_opts(prog, p.pid, path.c_str(), 0, &opts));
-                if (!l) {
-                    const std::string w = "sock: --tls: could not attach a uprobe on " + std::string(fn) + " in " +
-                                          lib.path + " (pid " + std::to_string(p.pid) + "): " + errno_text(errno);
-                    if (std::find(warnings_.begin(), warnings_.end(), w) == warnings_.end()) warnings_.push_back(w);
-                    all = false;
-                    continue;
-                }
-                tp.links.push_back(std::move(l));
+                Link l = attach_ssl(prog, p.pid, path, lib.path, fn, false);
+                all = all && l;
+                if (l) tp.links.push_back(std::move(l));
             }
             if (!all) continue;
             tls_libs_.insert(lib.path);
+            tp.libraries.emplace_back(path, lib.path);
             const __u32 tgid = static_cast<__u32>(p.pid);
-            const __u8 one = 1;
-            bpf_map_update_elem(bpf_map__fd(skel_->maps.tls_hooked), &tgid, &one, BPF_ANY);
+            const __u32 bits = QS_TLS_HOOKED;
+            bpf_map_update_elem(bpf_map__fd(skel_->maps.tls_hooked), &tgid, &bits, BPF_ANY);
         }
         return tp;
+    }
+
+    // HTTP/2 inside TLS: SSL_read's entry and the four calls' returns, which hand over the
+    // plaintext the frame walk reads. Added only once a TLS connection of the target answered
+    // in HTTP/2 frames: three more uprobe traps per request that an HTTPS/1.1 server never pays.
+    bool attach_tls_walk(int pid, TlsProcess& tp) {
+        bool all = !tp.libraries.empty();
+        for (const auto& [path, lib] : tp.libraries) {
+            for (const auto& [prog, fn, ret] : {std::tuple{skel_->progs.qs_ssl_read, "SSL_read", false},
+                                                std::tuple{skel_->progs.qs_ssl_read_ex, "SSL_read_ex", false},
+                                                std::tuple{skel_->progs.qs_ssl_read_ret, "SSL_read", true},
+                                                std::tuple{skel_->progs.qs_ssl_read_ex_ret, "SSL_read_ex", true},
+                                                std::tuple{skel_->progs.qs_ssl_write_ret, "SSL_write", true},
+                                                std::tuple{skel_->progs.qs_ssl_write_ex_ret, "SSL_write_ex", true}}) {
+                Link l = attach_ssl(prog, pid, path, lib, fn, ret);
+                all = all && l;
+                if (l) tp.links.push_back(std::move(l));
+            }
+        }
+        tp.walked = true;  // tried once: a failure is a warning, not a retry every tick
+        return all;
     }
 
     std::string unsupported_tls_text() const {
@@ -985,6 +1034,7 @@ private:
         t.connections = load(b->conns_tls);
         t.plaintext_connections = load(b->conns_tls_plain);
         t.h2_connections = load(b->conns_tls_h2);
+        t.h2_followed_connections = load(b->h2_tls_followed);
         const std::string n = std::to_string(t.connections);
         if (!t.connections) return;
         if (!cfg_.tls) {
@@ -1000,10 +1050,15 @@ private:
                                    " TLS connections showed no plaintext through libssl (since attach): a handshake "
                                    "without a request, or TLS outside the probed library");
         }
-        if (t.h2_connections)
-            snap.partial.push_back("sock: " + std::to_string(t.h2_connections) +
-                                   " TLS connections carry HTTP/2 (seen through libssl): counted per connection, "
-                                   "not per stream; status unknown");
+        if (const uint64_t n = t.h2_per_connection())
+            snap.partial.push_back(
+                "sock: " + std::to_string(n) + " TLS connections carry HTTP/2 (seen through libssl) and are counted " +
+                "per connection, not per stream, status unknown (" +
+                (!h2_streams_ ? std::string("this kernel lacks bpf_loop, Linux 5.17, which walks the frames")
+                              : "answered only before the SSL_read and return probes were added, a tick after the "
+                                "process's first HTTP/2 answer over TLS, or those probes could not attach: see "
+                                "warnings") +
+                ")");
     }
 
     Skel skel_;

@@ -86,7 +86,8 @@ struct qs_conn {
 	__u8 state;      /* QS_ST_* */
 	__u8 flags;      /* QS_F_* */
 	__u8 proto;      /* QS_PROTO_*: how requests are told apart on it */
-	__u8 pad[2];
+	__u8 wire;       /* inbound: 1 + QS_WIRE_* once counted in its listener's mix, else 0 */
+	__u8 pad;
 	__u32 server_tid; /* inbound: the thread that last read or wrote it (event-loop detection);
 	                   * outbound: the thread that started its current call or connect */
 	__u32 pad2;

@@ -161,6 +161,29 @@ static __always_inline struct qs_port_stats *port_at(__u32 idx)
 	return &port_stats[idx];
 }
 
+/* Inbound connection c's first response began with `wire` (QS_WIRE_*): counted once in its
+ * listener's protocol mix. */
+static __always_inline void note_wire(struct qs_conn *c, __u32 wire)
+{
+	struct qs_port_stats *p;
+	if (c->dir != QS_DIR_IN || c->wire || wire >= QS_WIRES)
+		return;
+	c->wire = (__u8)(wire + 1);
+	p = port_at(c->idx);
+	if (p)
+		__sync_fetch_and_add(&p->wire[wire], 1);
+}
+
+/* The wire a response's first bytes show, from response_status()'s class. */
+static __always_inline __u32 wire_of(int status)
+{
+	if (status == QS_STATUS_H2)
+		return QS_WIRE_H2;
+	if (status == QS_STATUS_TLS)
+		return QS_WIRE_TLS;
+	return status >= QS_STATUS_2XX && status <= QS_STATUS_5XX ? QS_WIRE_HTTP1 : QS_WIRE_OTHER;
+}
+
 static __always_inline struct qs_hist *port_hist(__u32 idx, __u32 kind)
 {
 	__u32 i = idx * QS_PORT_HISTS + kind;
@@ -1047,8 +1070,8 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	/* A new connection's first read: HTTP/2's preface makes its streams the requests. */
 	if (c->dir == QS_DIR_IN && h2_streams && !c->t_req && c->proto == QS_PROTO_TURNS &&
 	    !(c->flags & (QS_F_SEEDED | QS_F_UNIX | QS_F_TLS)) && !(flags & QS_MSG_PEEK) &&
-	    io_is_h2_preface())
-		h2_follow(key, c, 1, &e);
+	    io_is_h2_preface() && h2_follow(key, c, 1, &e))
+		note_wire(c, QS_WIRE_H2);
 	was = c->state;
 	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
 	 * php-fpm leaves FastCGI's empty STDIN record queued until its script ends, which would
@@ -1582,6 +1605,7 @@ static __always_inline int h2_follow_tls(__u64 key, struct qs_conn *c, int prefa
 	if (!h2_follow(key, c, preface, e))
 		return 0;
 	c->proto = QS_PROTO_H2_TLS;
+	note_wire(c, QS_WIRE_TLS);
 	if (qs_note_protocol(c, QS_STATUS_TLS) == QS_F_TLS)
 		__sync_fetch_and_add(&conns_tls, 1);
 	tls_plain_seen(c, 1);
@@ -1783,6 +1807,7 @@ static __always_inline void on_send(struct sock *sk, int ret)
 	if (qs_on_write(c, bpf_ktime_get_ns(), ret, &e)) {
 		__u8 proto;
 		status = response_status();
+		note_wire(c, wire_of(status));
 		/* HTTP/2 met mid-way (its preface was before the attach): the turn just ended was no
 		 * request, and from this write on its streams are. */
 		if (status == QS_STATUS_H2 && !(c->flags & QS_F_H2) && h2_follow(key, c, 0, &e)) {

@@ -27,6 +27,13 @@
 #define QS_PEER_H_FANOUT 2       /* calls to the peer per request that called it (a count, not ns) */
 #define QS_PEER_HISTS 3
 
+/* What an inbound connection's first response began with: the listener's protocol mix. */
+#define QS_WIRE_HTTP1 0          /* an HTTP/1.x status line */
+#define QS_WIRE_H2 1             /* HTTP/2 frames (or the client's preface was read) */
+#define QS_WIRE_TLS 2            /* a TLS record */
+#define QS_WIRE_OTHER 3          /* anything else: PostgreSQL, Redis, FastCGI... */
+#define QS_WIRES 4
+
 /* sock.bpf.c's tls_hooked values, per process of the target (--tls) */
 #define QS_TLS_HOOKED 1          /* SSL_write/SSL_write_ex probed: the plaintext's class at each write */
 #define QS_TLS_WALKED 2          /* SSL_read(_ex) and the returns probed too: HTTP/2 streams in TLS followed */
@@ -44,6 +51,7 @@ struct qs_port_stats {
 	__u64 status[QS_STATUS_CLASSES];
 	__u32 port;                   /* host order; 0 = slot unused */
 	__u32 pad;
+	__u64 wire[QS_WIRES];         /* connections by what their first response began with (QS_WIRE_*) */
 };
 
 struct qs_peer_key {

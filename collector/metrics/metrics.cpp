@@ -160,6 +160,9 @@ void listener_families(const Snapshot& s, const LabelCapper& port_label, Familie
     Fam cap("qscope_listener_connection_limit",
               "1 while the accept queue is full and nothing was accepted for a second (a server-side connection cap)",
               kGauge, {"port"});
+    Fam wire("qscope_listener_connections_by_protocol_total",
+             "Accepted connections by what their first response began with (http1, h2, tls, other), since attach",
+             kCounter, {"port", "protocol"});
     for (const auto& l : s.listeners) {
         const LabelValues lv{port_label(endpoint_name(l.port, l.unix_path))};
         qlen.add(lv, l.accept_queue);
@@ -169,8 +172,11 @@ void listener_families(const Snapshot& s, const LabelCapper& port_label, Familie
         acc.add(lv, static_cast<double>(l.accepted_total));
         conns.add(lv, static_cast<double>(l.connections));
         cap.add(lv, connection_limit_reached(l) ? 1 : 0);
+        for (const auto& [proto, n] : {std::pair{"http1", l.protocols.http1}, std::pair{"h2", l.protocols.h2},
+                                       std::pair{"tls", l.protocols.tls}, std::pair{"other", l.protocols.other}})
+            wire.add({lv[0], proto}, static_cast<double>(n));
     }
-    for (auto* f : {&qlen, &qmax, &wait, &ovf, &acc, &conns, &cap}) out.push_back(std::move(*f).finish());
+    for (auto* f : {&qlen, &qmax, &wait, &ovf, &acc, &conns, &cap, &wire}) out.push_back(std::move(*f).finish());
 }
 
 void request_families(const Snapshot& s, const LabelCapper& port_label, Families& out) {

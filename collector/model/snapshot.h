@@ -111,6 +111,17 @@ inline std::string endpoint_name(uint16_t port, const std::string& unix_path) {
     return unix_path.empty() ? std::to_string(port) : "unix:" + unix_path;
 }
 
+// Connections by what their first response began with (bpf/sock.h QS_WIRE_*), since attach:
+// what qscope can read on a listener (HTTP/1.x status lines, HTTP/2 frames) and what it cannot
+// without help (TLS records: --tls), or only as read/write turns (other protocols).
+struct ProtocolMix {
+    uint64_t http1 = 0;
+    uint64_t h2 = 0;
+    uint64_t tls = 0;
+    uint64_t other = 0;
+    uint64_t total() const { return http1 + h2 + tls + other; }
+};
+
 struct Listener {
     uint16_t port = 0;
     std::string addr;                 // bound address, "0.0.0.0", "::", "127.0.0.1"
@@ -131,6 +142,7 @@ struct Listener {
     uint64_t accepted_total = 0;
     uint64_t overflows_total = 0;
     Histogram accept_wait_total;
+    ProtocolMix protocols;            // cumulative since attach
 };
 
 // Per listening port: the server side of the request path, for per-port metrics.

@@ -49,7 +49,12 @@ static json listeners_json(const std::vector<Listener>& listeners) {
                       {"workers", l.workers},
                       {"connections", l.connections},
                       {"seconds_since_accept", secs(l.seconds_since_accept)},
-                      {"connection_limit", connection_limit_reached(l)}});
+                      {"connection_limit", connection_limit_reached(l)},
+                      {"protocols",
+                       {{"http1", l.protocols.http1},
+                        {"h2", l.protocols.h2},
+                        {"tls", l.protocols.tls},
+                        {"other", l.protocols.other}}}});
         if (!l.unix_path.empty()) ls.back()["unix_path"] = l.unix_path;
     }
     return ls;
@@ -321,10 +326,19 @@ static void render_fan_out(std::ostringstream& o, const FanOut& f) {
     o << "; failed calls " << w.failed_calls << "\n";
 }
 
+// "http1 12, tls 3" for the kinds seen, "" when none.
+static std::string protocol_mix_text(const ProtocolMix& m) {
+    std::string t;
+    for (const auto& [name, n] : {std::pair{"http1", m.http1}, std::pair{"h2", m.h2}, std::pair{"tls", m.tls},
+                                  std::pair{"other", m.other}})
+        if (n) t += (t.empty() ? "" : ", ") + std::string(name) + " " + std::to_string(n);
+    return t;
+}
+
 static void render_requests(std::ostringstream& o, const Snapshot& s) {
     o << "\nLISTENERS\n";
     if (s.listeners.empty()) o << "  (none)\n";
-    for (const auto& l : s.listeners)
+    for (const auto& l : s.listeners) {
         o << "  " << (l.unix_path.empty() ? ":" + std::to_string(l.port) + " " + l.addr : "unix:" + l.unix_path) << "  queue " << l.accept_queue << " (max " << l.accept_queue_max
           << ") of backlog " << l.backlog << ", accepted " << l.accepted << ", wait p50 "
           << ms(l.accept_wait.p50) << " p99 " << ms(l.accept_wait.p99) << ", overflows " << l.overflows
@@ -333,6 +347,9 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
           << (connection_limit_reached(l) ? ": at a connection limit, nothing accepted for " + ms(l.seconds_since_accept)
                                           : std::string())
           << "\n";
+        if (const std::string mix = protocol_mix_text(l.protocols); !mix.empty())
+            o << "    connections by protocol since attach: " << mix << "\n";
+    }
 
     const auto& r = s.requests;
     o << "\nREQUESTS\n  in flight " << r.in_flight << " (max " << r.in_flight_max << "), unread in connector "

@@ -28,10 +28,11 @@ template <class V> void fields(V& v, TargetInfo& x) {
 }
 template <class V> void fields(V& v, StatusCounts& x) { v(x.c2xx); v(x.c3xx); v(x.c4xx); v(x.c5xx); v(x.unknown); }
 template <class V> void fields(V& v, Quantiles& x) { v(x.p50); v(x.p90); v(x.p99); v(x.max); }
+template <class V> void fields(V& v, ProtocolMix& x) { v(x.http1); v(x.h2); v(x.tls); v(x.other); }
 template <class V> void fields(V& v, Listener& x) {
     v(x.port); v(x.addr); v(x.unix_path); v(x.backlog); v(x.accept_queue); v(x.accept_queue_max); v(x.accepted);
     v(x.accept_wait); v(x.overflows); v(x.processes); v(x.workers); v(x.accepted_total); v(x.overflows_total);
-    v(x.accept_wait_total); v(x.connections); v(x.seconds_since_accept);
+    v(x.accept_wait_total); v(x.connections); v(x.seconds_since_accept); v(x.protocols);
 }
 template <class V> void fields(V& v, PortRequests& x) {
     v(x.port); v(x.unix_path); v(x.in_flight); v(x.waiting_unread); v(x.completed_total);

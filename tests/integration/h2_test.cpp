@@ -306,6 +306,15 @@ TEST_CASE("nginx h2c attached before the load: every stream counted once, with i
     CHECK(r["h2"]["joined_connections"].get<uint64_t>() == 0);
     CHECK(r["h2"]["lost_sync"].get<uint64_t>() == 0);
     CHECK_FALSE(partial_names(s, "HTTP/2"));
+    // The listener's protocol mix: h2load's two connections, HTTP/2 from their preface.
+    bool front_seen = false;
+    for (const auto& l : s["listeners"])
+        if (l["port"].get<int>() == kFront) {
+            front_seen = true;
+            INFO("listener " << l.dump());
+            CHECK(l["protocols"] == json({{"http1", 0}, {"h2", 2}, {"tls", 0}, {"other", 0}}));
+        }
+    CHECK(front_seen);
     // The access log agrees: nginx answered each stream once.
     sleep_s(0.3);
     CHECK(read_access_log(h->log).size() == 3000);

@@ -223,6 +223,12 @@ TEST_CASE("status classes from the response line; IPv6 listener", "[sock][integr
     const json l = listener_on(s, 18140);
     REQUIRE(l.is_object());
     CHECK(l["addr"].get<std::string>() == "::1");
+    // Every connection accepted answered with a status line: the listener speaks HTTP/1.x.
+    CHECK(l["protocols"]["http1"].get<uint64_t>() >= ld["connections"].get<uint64_t>());
+    CHECK(l["protocols"]["http1"] == l["accepted"]);
+    CHECK(l["protocols"]["h2"] == 0);
+    CHECK(l["protocols"]["tls"] == 0);
+    CHECK(l["protocols"]["other"] == 0);
     const json& st = s["requests"]["status"];
     CHECK(st["5xx"].get<uint64_t>() > 0);
     // The load counts complete responses; we count responses the server started writing,

@@ -97,6 +97,13 @@ json observe(pid_t master, const std::vector<std::string>& flags) {
     return s;
 }
 
+// The protocol mix qscope reports for listener `port` (null when the port is not listed).
+json protocols_of(const json& s, int port) {
+    for (const auto& l : s["listeners"])
+        if (l["port"].get<int>() == port) return l["protocols"];
+    return json();
+}
+
 bool has_partial(const json& s, const std::string& needle) {
     for (const auto& p : s["partial"])
         if (p.get<std::string>().find(needle) != std::string::npos) return true;
@@ -157,6 +164,10 @@ TEST_CASE("HTTPS nginx: --tls reads status classes through libssl; without it pa
         CHECK(t["plaintext_connections"].get<long>() == conns);
         CHECK(t["h2_connections"].get<long>() == static_cast<long>(c.h2_conns.size()));
         CHECK(t["h2_followed_connections"].get<long>() == static_cast<long>(c.h2_conns.size()) - 1);
+        // Per listener, every connection began its answers with a TLS record.
+        const long h1n = static_cast<long>(c.h1_conns.size()), h2n = static_cast<long>(c.h2_conns.size());
+        CHECK(protocols_of(s, kH1) == json({{"http1", 0}, {"h2", 0}, {"tls", h1n}, {"other", 0}}));
+        CHECK(protocols_of(s, kH2) == json({{"http1", 0}, {"h2", 0}, {"tls", h2n}, {"other", 0}}));
         CHECK(r["h2"]["followed_connections"].get<long>() == static_cast<long>(c.h2_conns.size()) - 1);
         CHECK(r["h2"]["lost_sync"].get<long>() == 0);
         CHECK(has_partial(s, "1 TLS connections carry HTTP/2"));
@@ -222,6 +233,8 @@ TEST_CASE("HTTPS nginx: --tls reads status classes through libssl; without it pa
         CHECK(t["probing"] == false);
         CHECK(t["connections"].get<long>() == static_cast<long>(c.h1_conns.size() + c.h2_conns.size()));
         CHECK(t["plaintext_connections"].get<long>() == 0);
+        CHECK(protocols_of(s, kH1)["tls"].get<long>() == static_cast<long>(c.h1_conns.size()));
+        CHECK(protocols_of(s, kH2)["tls"].get<long>() == static_cast<long>(c.h2_conns.size()));
         CHECK(has_partial(s, "connections are encrypted"));
         CHECK(has_partial(s, "run with --tls"));
     }

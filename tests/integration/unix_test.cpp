@@ -327,8 +327,15 @@ TEST_CASE("PostgreSQL postmaster PID, clients on its Unix socket: requests in fl
         const int a = pg.count("application_name = 'pgbench' and state = 'active'");
         REQUIRE(r.rc == 0);
         INFO(r.json["listeners"].dump() << " " << r.json["requests"].dump());
-        REQUIRE(find_unix_listener(r.json, pg.socket_path()));
+        const json* l = find_unix_listener(r.json, pg.socket_path());
+        REQUIRE(l);
         CHECK(r.json["requests"]["connections"].get<int>() >= 8);
+        // pgbench's 8 connections (met mid-way, each counted at its next answer) and any psql
+        // of the oracle's: PostgreSQL's protocol, neither HTTP nor TLS.
+        CHECK((*l)["protocols"]["other"].get<int>() >= 8);
+        CHECK((*l)["protocols"]["http1"] == 0);
+        CHECK((*l)["protocols"]["h2"] == 0);
+        CHECK((*l)["protocols"]["tls"] == 0);
         in_flight += r.json["requests"]["in_flight"].get<double>();
         active += a;
         pairs += r.json["requests"]["in_flight"].dump() + "/" + std::to_string(a) + " ";

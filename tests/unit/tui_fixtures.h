@@ -94,6 +94,7 @@ inline DownstreamPeer peer(const std::string& name, uint64_t conns, uint64_t bus
 inline Snapshot idle() {
     Snapshot s = base();
     s.listeners = {listener(8080, 128, 0, 1, 4318, 0)};
+    s.listeners[0].protocols.http1 = 4318;
     auto& r = s.requests;
     r.in_flight = 1;
     r.in_flight_max = 3;
@@ -136,6 +137,7 @@ inline Snapshot pool_saturated() {
     Snapshot s = base();
     s.target.threads = 214;
     s.listeners = {listener(8080, 1024, 0, 17, 9120, 0)};
+    s.listeners[0].protocols = {9000, 96, 24, 0};  // HTTP/1.1, h2c, TLS
     auto& r = s.requests;
     r.in_flight = 200;
     r.in_flight_max = 200;

@@ -41,7 +41,7 @@ namespace qscope {
 
 static_assert(sizeof(qs_served) == 16, "qs_served layout shared with bpf/sock.h");
 static_assert(sizeof(qs_conn) == 48, "qs_conn layout shared with bpf/conn_state.h");
-static_assert(sizeof(qs_port_stats) == 112, "qs_port_stats layout shared with bpf/sock.h");
+static_assert(sizeof(qs_port_stats) == 144, "qs_port_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_key) == 20, "qs_peer_key layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_stats) == 176, "qs_peer_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_unix_name) == 128, "qs_unix_name layout shared with bpf/sock.h");
@@ -232,6 +232,10 @@ public:
             l.accept_wait_total = cum.hists[QS_PH_ACCEPT_WAIT];
             l.accept_wait = cum.hists[QS_PH_ACCEPT_WAIT].delta(base.hists[QS_PH_ACCEPT_WAIT]).quantiles();
             l.connections += u(load(ps.connections));
+            l.protocols.http1 += load(ps.wire[QS_WIRE_HTTP1]);
+            l.protocols.h2 += load(ps.wire[QS_WIRE_H2]);
+            l.protocols.tls += load(ps.wire[QS_WIRE_TLS]);
+            l.protocols.other += load(ps.wire[QS_WIRE_OTHER]);
             // When the port last accepted: the tick its accept count last moved (a store in the
             // accept path's BPF program was refused under 6.1's lockdown integrity).
             auto& seen = last_accept_[i];

@@ -63,6 +63,7 @@ __u64 h2_client_resets = 0; /* streams the client reset before an answer */
 __u64 h2_server_resets = 0; /* streams the server answered with RST_STREAM */
 __u64 h2_joined = 0;        /* of h2_followed, met mid-way (no preface seen) */
 __u64 h2_unseen = 0;        /* streams answered whose HEADERS were not seen (before attach, lost sync) */
+__u64 h2_calls_unseen = 0;  /* outbound: calls answered whose HEADERS were not seen (open at a join) */
 
 
 /* The connection table: struct sock * -> state. Sized from Config before load. */
@@ -1046,6 +1047,7 @@ static __always_inline void reply_read(struct qs_conn *c, int ret);
 static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int ret, __u32 rx);
 static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 static __always_inline int io_is_h2_preface(void);
+static __always_inline int io_is_h2_reply(void);
 static __always_inline void peer_speaks_h2(struct qs_conn *c, int followed);
 static __always_inline int h2_follow_tls(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 
@@ -1072,6 +1074,13 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	    !(c->flags & (QS_F_SEEDED | QS_F_UNIX | QS_F_TLS)) && !(flags & QS_MSG_PEEK) &&
 	    io_is_h2_preface() && h2_follow(key, c, 1, &e))
 		note_wire(c, QS_WIRE_H2);
+	/* An outbound connection met mid-way (its preface went out before the attach): a call's
+	 * reply that begins with an HTTP/2 frame joins it, and from here on its streams are the
+	 * calls. (With no room in h2_conns, reply_read names the peer instead.) */
+	if (c->dir == QS_DIR_OUT && h2_streams && c->proto == QS_PROTO_TURNS && c->state == QS_ST_BUSY &&
+	    !(c->flags & (QS_F_H2 | QS_F_UNIX)) && !(flags & QS_MSG_PEEK) && ret >= QS_H2_HEADER &&
+	    io_is_h2_reply())
+		h2_follow(key, c, 0, &e);
 	was = c->state;
 	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
 	 * php-fpm leaves FastCGI's empty STDIN record queued until its script ends, which would
@@ -1354,6 +1363,8 @@ static __always_inline void h2_apply(__u32 idx, __u32 client, const struct qs_h2
 	if (client) {
 		if (ev->evicted)
 			__sync_fetch_and_add(&h2_evicted, 1);
+		if (ev->unseen)
+			__sync_fetch_and_add(&h2_calls_unseen, 1);
 		if (d || ev->answered)
 			h2_record_peer(idx, d, ev->answered, ev->latency_ns);
 		return;
@@ -1550,8 +1561,8 @@ static __always_inline void peer_speaks_h2(struct qs_conn *c, int followed)
 /* Follow connection c's streams from here on. Inbound: preface, the current read begins with
  * the client's connection preface (the whole connection is seen), else its first response write
  * showed HTTP/2 frames (a connection met mid-way: its reads re-find a frame boundary).
- * Outbound: the current write is the client preface (always seen whole: a connection met
- * mid-way is only named, peer_speaks_h2). */
+ * Outbound: preface, the current write is the client preface, else the current read is a
+ * call's reply that begins with a frame (a connection met mid-way). */
 static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e)
 {
 	struct qs_h2 *h;
@@ -1568,9 +1579,11 @@ static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, 
 	}
 	qs_conn_to_h2(c, e);
 	if (c->dir == QS_DIR_OUT) {
-		/* the preface is in this write; the server's first bytes are a SETTINGS frame */
-		h->tx.sync = 1;
-		h->tx.skip = QS_H2_PREFACE_LEN;
+		/* preface: it is in this write, and the server's first bytes are a SETTINGS frame.
+		 * Else this read is a reply that begins with a frame, and the target's next write
+		 * that begins with one finds the requests' boundary; the calls open now end unseen. */
+		h->tx.sync = preface;
+		h->tx.skip = preface ? QS_H2_PREFACE_LEN : 0;
 		h->rx.sync = 1;
 		peer_speaks_h2(c, 1);
 		return 1;
@@ -1585,6 +1598,17 @@ static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, 
 	if (!preface)
 		__sync_fetch_and_add(&h2_joined, 1);
 	return 1;
+}
+
+/* Does the current read begin with what can only be a server's HTTP/2 frame (the strict check)? */
+static __always_inline int io_is_h2_reply(void)
+{
+	__u8 b[QS_H2_HEADER];
+	const void *base = 0;
+	__u64 len = 0;
+	if (!syscall_buffer(&base, &len) || !base || len < sizeof(b) || bpf_probe_read_user(b, sizeof(b), base))
+		return 0;
+	return qs_h2_plausible(b, 0, 1);
 }
 
 /* Does the current read or write begin with the HTTP/2 client preface (a connection's first)? */

@@ -30,7 +30,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr uint16_t kMidLoadPort = 18610, kBeforeLoadPort = 18611, kClientPort = 18612;
+constexpr uint16_t kMidLoadPort = 18610, kBeforeLoadPort = 18611, kClientPort = 18612, kClientMidPort = 18613;
 constexpr int kConcurrency = 40;  // the client's calls in flight, all on one connection
 
 std::string script() { return source_dir() + "/tests/integration/grpc_slow.py"; }
@@ -105,9 +105,10 @@ struct Sampled {
     json snap;                 // null when stdout is not JSON
     std::vector<json> samples;
 };
-Sampled snapshot_sampling(const GrpcServer& srv, const std::string& duration) {
-    Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(srv.proc.pid()), "--duration", duration,
-                    "--json", "--no-threads"});
+// `target`: qscope's target when it is not the server (a client of it).
+Sampled snapshot_sampling(const GrpcServer& srv, const std::string& duration, pid_t target = 0) {
+    Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(target ? target : srv.proc.pid()), "--duration",
+                    duration, "--json", "--no-threads"});
     Sampled o;
     auto take = [&] {
         const json c = srv.read();
@@ -394,4 +395,65 @@ TEST_CASE("gRPC client (python3-grpcio) as the target: its streams on one channe
     CHECK(p50 >= 0.06);
     CHECK(p50 <= 0.16);
     for (const auto& p : s["partial"]) CHECK(p.get<std::string>().find(label) == std::string::npos);
+}
+
+TEST_CASE("gRPC client (python3-grpcio) attached mid-load: its channel, opened before, joined and followed per stream",
+          "[sock][integration][h2][grpc]") {
+    if (!require_root()) return;
+    std::string py;
+    const auto srv = start_server(py, kClientMidPort);
+    if (!srv) return;
+    // As an operator meets a client: its channel is open and busy before qscope attaches.
+    Proc client = spawn({py, script(), "client", "--port", std::to_string(kClientMidPort), "--concurrency",
+                         std::to_string(kConcurrency), "--seconds", "60"});
+    const double until = now_s() + 15;
+    while (now_s() < until && in_progress(*srv) < kConcurrency * 9 / 10) sleep_s(0.05);
+    INFO("client stderr: " << client.err());
+    REQUIRE(in_progress(*srv) >= kConcurrency * 9 / 10);
+    const Sampled q = snapshot_sampling(*srv, "3", client.pid());
+    INFO("qscope stderr: " << q.err);
+    REQUIRE(q.rc == 0);
+    REQUIRE(q.snap.is_object());
+    REQUIRE(q.samples.size() > 2);
+    const json& s = q.snap;
+    const std::string label = "127.0.0.1:" + std::to_string(kClientMidPort);
+    json d;
+    for (const auto& p : s["downstream"])
+        if (p["peer"].get<std::string>() == label) d = p;
+    // The server's own count of Calls answered in qscope's window, and in progress at its end.
+    const double end = s["taken_at_unix_ms"].get<double>(), start = end - 1000 * s["window_seconds"].get<double>();
+    const json &at_start = sample_after(q.samples, start), &at_end = sample_after(q.samples, end);
+    const double answered = at_end["completed"].get<double>() - at_start["completed"].get<double>();
+    std::printf("grpc client mid-load: qscope downstream %s; server answered %.0f in the window, in flight %s at "
+                "its end; partial %s\n",
+                d.dump().c_str(), answered, at_end["in_flight"].dump().c_str(), s["partial"].dump().c_str());
+    std::fflush(stdout);
+    INFO("downstream " << s["downstream"].dump() << "\npartial " << s["partial"].dump() << "\nserver answered "
+                       << answered << " in the window");
+    REQUIRE(d.is_object());
+    REQUIRE(answered > 100);
+    // The one connection, met mid-way and joined at its first reply: per stream, not per connection.
+    CHECK(d["h2_connections"].get<uint64_t>() == 1);
+    CHECK(d["h2_followed_connections"].get<uint64_t>() == 1);
+    CHECK(d["busy_max"].get<uint64_t>() <= static_cast<uint64_t>(kConcurrency));
+    CHECK(d["busy_max"].get<double>() >= 0.85 * kConcurrency);
+    // Calls that began after the join, each once: the window's answers less those open at the
+    // join (at most 40), never more.
+    CHECK(d["calls"].get<double>() <= answered + 5);
+    CHECK(d["calls"].get<double>() >= answered - kConcurrency - 5);
+    const double p50 = d["call_seconds"]["p50"].get<double>();
+    CHECK(p50 >= 0.06);
+    CHECK(p50 <= 0.16);
+    bool named_per_connection = false;
+    for (const auto& p : s["partial"])
+        named_per_connection = named_per_connection || p.get<std::string>().find(label) != std::string::npos;
+    CHECK_FALSE(named_per_connection);
+    // The calls open at the join are said, not silently missing.
+    bool unseen_said = false;
+    for (const auto& p : s["partial"])
+        unseen_said = unseen_said || p.get<std::string>().find("HTTP/2 calls were answered whose start was not seen") !=
+                                         std::string::npos;
+    CHECK(unseen_said);
+    client.signal(SIGTERM);
+    client.wait(20);
 }

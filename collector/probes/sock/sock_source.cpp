@@ -1028,6 +1028,11 @@ private:
                                    " HTTP/2 streams were answered whose start was not seen (since attach: open "
                                    "before the attach, or while a connection's frame boundaries were lost): not "
                                    "in completed or latency, and not in flight while open");
+        if (const uint64_t unseen = load(b->h2_calls_unseen))
+            snap.partial.push_back("sock: " + std::to_string(unseen) +
+                                   " HTTP/2 calls were answered whose start was not seen (since attach: open when "
+                                   "qscope met their connection, or while its frame boundaries were lost): not in "
+                                   "downstream calls or call latency, and not busy while open");
     }
 
     void collect_tls(Snapshot& snap) const {

@@ -162,17 +162,25 @@ static __always_inline struct qs_port_stats *port_at(__u32 idx)
 	return &port_stats[idx];
 }
 
-/* Inbound connection c's first response began with `wire` (QS_WIRE_*): counted once in its
- * listener's protocol mix. */
+static __always_inline struct qs_peer_stats *peer_at(__u32 idx);
+
+/* Connection c's first response (inbound) or the peer's first bytes (outbound) began with
+ * `wire` (QS_WIRE_*): counted once in its listener's or peer's protocol mix. */
 static __always_inline void note_wire(struct qs_conn *c, __u32 wire)
 {
-	struct qs_port_stats *p;
-	if (c->dir != QS_DIR_IN || c->wire || wire >= QS_WIRES)
+	__u32 idx = c->idx;
+	if (c->wire || wire >= QS_WIRES)
 		return;
 	c->wire = (__u8)(wire + 1);
-	p = port_at(c->idx);
-	if (p)
-		__sync_fetch_and_add(&p->wire[wire], 1);
+	if (c->dir == QS_DIR_IN) {
+		struct qs_port_stats *p = port_at(idx);
+		if (p)
+			__sync_fetch_and_add(&p->wire[wire], 1);
+	} else {
+		struct qs_peer_stats *p = peer_at(idx);
+		if (p)
+			__sync_fetch_and_add(&p->wire[wire], 1);
+	}
 }
 
 /* The wire a response's first bytes show, from response_status()'s class. */
@@ -1048,6 +1056,7 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 static __always_inline int io_is_h2_preface(void);
 static __always_inline int io_is_h2_reply(void);
+static __always_inline int io_reply_class(int ret);
 static __always_inline void peer_speaks_h2(struct qs_conn *c, int followed);
 static __always_inline int h2_follow_tls(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 
@@ -1074,6 +1083,9 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	    !(c->flags & (QS_F_SEEDED | QS_F_UNIX | QS_F_TLS)) && !(flags & QS_MSG_PEEK) &&
 	    io_is_h2_preface() && h2_follow(key, c, 1, &e))
 		note_wire(c, QS_WIRE_H2);
+	/* The peer's first bytes seen on an outbound connection: its protocol (12 bytes copied once). */
+	if (c->dir == QS_DIR_OUT && !c->wire && !(flags & QS_MSG_PEEK))
+		note_wire(c, wire_of(io_reply_class(ret)));
 	/* An outbound connection met mid-way (its preface went out before the attach): a call's
 	 * reply that begins with an HTTP/2 frame joins it, and from here on its streams are the
 	 * calls. (With no room in h2_conns, reply_read names the peer instead.) */
@@ -1598,6 +1610,23 @@ static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, 
 	if (!preface)
 		__sync_fetch_and_add(&h2_joined, 1);
 	return 1;
+}
+
+/* The class of the first bytes the current read got (qs_response_class): 12 bytes, or 9 (an
+ * HTTP/2 frame header), or 5 (a TLS record header: OpenSSL reads those alone), else unknown. */
+static __always_inline int io_reply_class(int ret)
+{
+	unsigned char b[12];
+	const void *base = 0;
+	__u64 len = 0, n;
+	if (!syscall_buffer(&base, &len) || !base)
+		return QS_STATUS_UNKNOWN;
+	n = len < (__u64)ret ? len : (__u64)ret;
+	n = n >= 12 ? 12 : n >= QS_H2_FRAME_HEADER ? QS_H2_FRAME_HEADER : n >= 5 ? 5 : 0;
+	barrier_var(n);
+	if (!n || n > sizeof(b) || bpf_probe_read_user(b, n, base))
+		return QS_STATUS_UNKNOWN;
+	return qs_response_class(b, (int)n);
 }
 
 /* Does the current read begin with what can only be a server's HTTP/2 frame (the strict check)? */

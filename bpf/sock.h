@@ -101,6 +101,7 @@ struct qs_peer_stats {
 	__u64 calls_moved;            /* reply read by another thread than sent the request */
 	__u64 h2_conns;               /* connections speaking HTTP/2 */
 	__u64 h2_followed;            /* of them, whose streams are the calls (the rest: per connection) */
+	__u64 wire[QS_WIRES];         /* connections by what the peer's first bytes began with (QS_WIRE_*) */
 	struct qs_peer_key key;
 	__u32 used;
 };

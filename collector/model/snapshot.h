@@ -120,6 +120,12 @@ struct ProtocolMix {
     uint64_t tls = 0;
     uint64_t other = 0;
     uint64_t total() const { return http1 + h2 + tls + other; }
+    void add(const ProtocolMix& o) {
+        http1 += o.http1;
+        h2 += o.h2;
+        tls += o.tls;
+        other += o.other;
+    }
 };
 
 struct Listener {
@@ -225,6 +231,7 @@ struct DownstreamPeer {
     uint64_t h2_connections = 0;
     uint64_t h2_followed_connections = 0;
     uint64_t h2_per_connection() const { return h2_connections - std::min(h2_connections, h2_followed_connections); }
+    ProtocolMix protocols;              // connections by what the peer's first bytes began with, since attach
 };
 
 // Every connection busy at some point in the window, and some busy now. "Busy now" alone

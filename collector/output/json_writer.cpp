@@ -34,6 +34,10 @@ static json target_json(const TargetInfo& t) {
     return j;
 }
 
+static json protocols_json(const ProtocolMix& m) {
+    return {{"http1", m.http1}, {"h2", m.h2}, {"tls", m.tls}, {"other", m.other}};
+}
+
 static json listeners_json(const std::vector<Listener>& listeners) {
     json ls = json::array();
     for (const auto& l : listeners) {
@@ -50,11 +54,7 @@ static json listeners_json(const std::vector<Listener>& listeners) {
                       {"connections", l.connections},
                       {"seconds_since_accept", secs(l.seconds_since_accept)},
                       {"connection_limit", connection_limit_reached(l)},
-                      {"protocols",
-                       {{"http1", l.protocols.http1},
-                        {"h2", l.protocols.h2},
-                        {"tls", l.protocols.tls},
-                        {"other", l.protocols.other}}}});
+                      {"protocols", protocols_json(l.protocols)}});
         if (!l.unix_path.empty()) ls.back()["unix_path"] = l.unix_path;
     }
     return ls;
@@ -133,7 +133,8 @@ static json downstream_json(const std::vector<DownstreamPeer>& peers) {
                       {"resets", d.resets},
                       {"fan_out", fan_out_json(d.fan_out)},
                       {"h2_connections", d.h2_connections},
-                      {"h2_followed_connections", d.h2_followed_connections}});
+                      {"h2_followed_connections", d.h2_followed_connections},
+                      {"protocols", protocols_json(d.protocols)}});
     }
     return ds;
 }
@@ -373,6 +374,8 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
           << "), calls " << d.calls << ", p50 " << ms(d.call.p50) << " p99 " << ms(d.call.p99) << ", oldest busy "
           << ms(d.oldest_busy_seconds) << ", connect failures " << d.connect_failures << ", resets " << d.resets
           << "\n";
+        if (const std::string mix = protocol_mix_text(d.protocols); !mix.empty())
+            o << "    connections by protocol since attach: " << mix << "\n";
         render_fan_out(o, d.fan_out);
     }
 }

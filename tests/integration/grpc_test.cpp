@@ -435,6 +435,7 @@ TEST_CASE("gRPC client (python3-grpcio) attached mid-load: its channel, opened b
     // The one connection, met mid-way and joined at its first reply: per stream, not per connection.
     CHECK(d["h2_connections"].get<uint64_t>() == 1);
     CHECK(d["h2_followed_connections"].get<uint64_t>() == 1);
+    CHECK(d["protocols"] == json({{"http1", 0}, {"h2", 1}, {"tls", 0}, {"other", 0}}));
     CHECK(d["busy_max"].get<uint64_t>() <= static_cast<uint64_t>(kConcurrency));
     CHECK(d["busy_max"].get<double>() >= 0.85 * kConcurrency);
     // Calls that began after the join, each once: the window's answers less those open at the

@@ -228,8 +228,13 @@ TEST_CASE("nginx h2c front, keepalive upstream, attached mid-load: streams in fl
     CHECK(d["calls"].get<uint64_t>() <= backend_done);
     CHECK(d["busy_max"].get<double>() >= 0.85 * kStreams);
     CHECK(d["busy_max"].get<uint64_t>() <= static_cast<uint64_t>(kStreams));
-    // nginx's upstream keepalive connections, each holding one stream's call.
+    // nginx's upstream keepalive connections, each holding one stream's call, each answering
+    // with an HTTP/1.1 status line.
     CHECK(d["connections"].get<size_t>() == ss_upstream);
+    CHECK(d["protocols"]["http1"].get<size_t>() >= ss_upstream);
+    CHECK(d["protocols"]["h2"] == 0);
+    CHECK(d["protocols"]["tls"] == 0);
+    CHECK(d["protocols"]["other"] == 0);
     // The two h2load connections, met mid-way, their streams followed.
     CHECK(r["connections"].get<size_t>() == 2);
     CHECK(ss_front == 2);

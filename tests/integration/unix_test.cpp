@@ -299,6 +299,8 @@ TEST_CASE("pgbench over PostgreSQL's Unix socket: the peer is the socket path, a
     INFO(r.json["downstream"].dump());
     REQUIRE(p);
     CHECK((*p)["call_seconds"]["p50"].get<double>() == Approx(0.050).epsilon(0.3));
+    // pgbench's connections, each named by PostgreSQL's first reply seen: neither HTTP nor TLS.
+    CHECK((*p)["protocols"] == json({{"http1", 0}, {"h2", 0}, {"tls", 0}, {"other", (*p)["connections"]}}));
     REQUIRE(bench.wait(30) == 0);
 }
 

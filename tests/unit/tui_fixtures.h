@@ -154,6 +154,9 @@ inline Snapshot pool_saturated() {
     s.downstream = {peer("127.0.0.1:6379", 4, 0, 2, 9104, 0.00021, 0.0009, 0),
                     peer("127.0.0.1:5432", 10, 10, 10, 3187, 0.251, 0.262, 0.26),
                     peer("10.0.0.7:443", 2, 1, 2, 212, 0.031, 0.090, 0.02)};
+    s.downstream[0].protocols.other = 4;   // Redis
+    s.downstream[1].protocols.other = 10;  // PostgreSQL
+    s.downstream[2].protocols.tls = 2;
     s.thread_groups = {group("qs-worker-", 200, 0, 1, {{"futex", 189}, {"recvfrom", 10}}),
                        group("qs_server", 2, 0, 0, {{"accept4", 1}, {"clock_nanosleep", 1}}),
                        group("qs-pool-house", 1, 0, 0, {{"clock_nanosleep", 1}})};

@@ -43,7 +43,7 @@ static_assert(sizeof(qs_served) == 16, "qs_served layout shared with bpf/sock.h"
 static_assert(sizeof(qs_conn) == 48, "qs_conn layout shared with bpf/conn_state.h");
 static_assert(sizeof(qs_port_stats) == 144, "qs_port_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_key) == 20, "qs_peer_key layout shared with bpf/sock.h");
-static_assert(sizeof(qs_peer_stats) == 176, "qs_peer_stats layout shared with bpf/sock.h");
+static_assert(sizeof(qs_peer_stats) == 208, "qs_peer_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_unix_name) == 128, "qs_unix_name layout shared with bpf/sock.h");
 
 std::string peer_label(const qs_peer_key& k) {
@@ -816,6 +816,8 @@ private:
             p.resets_total = cum.resets;
             p.h2_connections = load(ps.h2_conns);
             p.h2_followed_connections = load(ps.h2_followed);
+            p.protocols = {load(ps.wire[QS_WIRE_HTTP1]), load(ps.wire[QS_WIRE_H2]), load(ps.wire[QS_WIRE_TLS]),
+                           load(ps.wire[QS_WIRE_OTHER])};
             p.resets = cum.resets - std::min(cum.resets, base.resets);
             p.call_total = cum.hists[QS_PEER_H_CALL];
             row.call_win = cum.hists[QS_PEER_H_CALL].delta(base.hists[QS_PEER_H_CALL]);
@@ -858,6 +860,7 @@ private:
             o.resets_total += row.p.resets_total;
             o.h2_connections += row.p.h2_connections;
             o.h2_followed_connections += row.p.h2_followed_connections;
+            o.protocols.add(row.p.protocols);
             o.call_total.merge(row.p.call_total);
             o.oldest_busy_seconds = std::max(o.oldest_busy_seconds, row.p.oldest_busy_seconds);
             other.call_win.merge(row.call_win);

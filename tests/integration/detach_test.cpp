@@ -135,7 +135,7 @@ TEST_CASE("no BPF object survives qscope, however it ends", "[detach]") {
         DYNAMIC_SECTION(w.name << " to qscope " << w.subcommand) {
             // A long interval: a stop must not wait for the next tick (Ctrl-C used to).
             std::vector<std::string> argv{qscope_bin(), w.subcommand, "--pid", std::to_string(srv.proc.pid()),
-                                          "--interval", "5"};
+                                          "--interval", "30"};
             if (std::string(w.subcommand) == "snapshot") {
                 argv.insert(argv.end(), {"--duration", "600", "--json"});
             } else {
@@ -159,9 +159,11 @@ TEST_CASE("no BPF object survives qscope, however it ends", "[detach]") {
             const double took = now_s() - t_signal;
             INFO("exit " << rc << " after " << took << " s");
             REQUIRE(rc != -1);  // it did end
-            // Promptly, not at the end of the 5 s interval: the last tick, the detach and the
-            // report, which under ASan on a loaded machine took 2.02 s once (CI rehearsal).
-            CHECK(took < 3.5);
+            // Promptly, not at the end of the 30 s interval: the last tick, the detach and the
+            // report, which under ASan on a loaded machine took 2.02 s once, and 4-15 s in a CI
+            // rehearsal that shared the 2 CPUs with a QEMU guest (even SIGKILL's reaping, the
+            // kernel's own teardown of the links, took 5 s there).
+            CHECK(took < 12);
             if (w.sig == SIGKILL) {
                 CHECK(rc == 128 + SIGKILL);
             } else {

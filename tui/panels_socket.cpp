@@ -137,16 +137,25 @@ PanelBody listeners_panel(const Snapshot& s, const UiState& ui, int width) {
         return b;
     }
     uint64_t q = 0, backlog = 0, ovf = 0;
+    ProtocolMix mix;
     for (const auto& l : s.listeners) {
         q += l.accept_queue;
         backlog += l.backlog;
         ovf += l.overflows;
+        mix.add(l.protocols);
     }
     b.title = {{std::to_string(s.listeners.size()) + (s.listeners.size() == 1 ? " port" : " ports"), Role::normal},
                {dot(ui.unicode) + "queue ", Role::normal},
                {fmt_count(q), count_role(q, Role::warn)},
                {"/" + fmt_count(backlog), Role::normal}};
     if (ovf) b.title.push_back({dot(ui.unicode) + "overflows " + fmt_count(ovf), Role::critical});
+    // What the accepted connections speak (since attach): TLS in a warning colour while its
+    // status classes are hidden (no --tls).
+    for (const auto& [name, n] : {std::pair{"http1 ", mix.http1}, std::pair{"h2 ", mix.h2}, std::pair{"tls ", mix.tls},
+                                  std::pair{"other ", mix.other}})
+        if (n)
+            b.title.push_back({dot(ui.unicode) + name + fmt_count(n),
+                               std::string(name) == "tls " && !s.requests.tls.probing ? Role::warn : Role::dim});
     const std::vector<Col> cols = {
         {"listener", "listener", 8, false, 0},  {"queue", "q", 6, true, 0},      {"max", "max", 6, true, 1},
         {"backlog", "blog", 7, true, 1},        {"accepted", "acc", 8, true, 3}, {"wait p50", "p50", 8, true, 4},

@@ -1730,33 +1730,19 @@ static __always_inline void tls_call_exit(__u32 rx, long ret, int ex)
 		h2_tls_plain(call.key, c, call.buf, n, rx);
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(qs_ssl_read_ret, int ret)
-{
-	tls_call_exit(1, ret, 0);
-	return 0;
-}
+/* One uretprobe per call: rx (SSL_read*), ex (the _ex form). */
+#define QS_SSL_RETURN(name, rx, ex)                 \
+	SEC("uretprobe")                            \
+	int BPF_KRETPROBE(name, int ret)            \
+	{                                           \
+		tls_call_exit(rx, ret, ex);         \
+		return 0;                           \
+	}
 
-SEC("uretprobe")
-int BPF_KRETPROBE(qs_ssl_read_ex_ret, int ret)
-{
-	tls_call_exit(1, ret, 1);
-	return 0;
-}
-
-SEC("uretprobe")
-int BPF_KRETPROBE(qs_ssl_write_ret, int ret)
-{
-	tls_call_exit(0, ret, 0);
-	return 0;
-}
-
-SEC("uretprobe")
-int BPF_KRETPROBE(qs_ssl_write_ex_ret, int ret)
-{
-	tls_call_exit(0, ret, 1);
-	return 0;
-}
+QS_SSL_RETURN(qs_ssl_read_ret, 1, 0)
+QS_SSL_RETURN(qs_ssl_read_ex_ret, 1, 1)
+QS_SSL_RETURN(qs_ssl_write_ret, 0, 0)
+QS_SSL_RETURN(qs_ssl_write_ex_ret, 0, 1)
 
 /* Connection `key` closes: its open streams leave in flight with it. */
 static __always_inline void h2_forget(__u64 key, int c_out, struct qs_effects *e)

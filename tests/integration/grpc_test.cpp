@@ -125,6 +125,19 @@ Sampled snapshot_sampling(const GrpcServer& srv, const std::string& duration, pi
     return o;
 }
 
+// Downstream peer `label` of snapshot s (null when absent).
+json peer_named(const json& s, const std::string& label) {
+    for (const auto& p : s["downstream"])
+        if (p["peer"].get<std::string>() == label) return p;
+    return json();
+}
+
+bool partial_has(const json& s, const std::string& text) {
+    for (const auto& p : s["partial"])
+        if (p.get<std::string>().find(text) != std::string::npos) return true;
+    return false;
+}
+
 // The first counters sample written at or after unix time `ms` (the last one if none is).
 const json& sample_after(const std::vector<json>& samples, double ms) {
     for (const auto& s : samples)
@@ -368,9 +381,7 @@ TEST_CASE("gRPC client (python3-grpcio) as the target: its streams on one channe
     const json s = json::parse(snap.out(), nullptr, false);
     REQUIRE(s.is_object());
     const std::string label = "127.0.0.1:" + std::to_string(kClientPort);
-    json d;
-    for (const auto& p : s["downstream"])
-        if (p["peer"].get<std::string>() == label) d = p;
+    const json d = peer_named(s, label);
     const json server = srv->read();
     std::printf("grpc client as target: client ok %ld failed %ld other %ld; server %s; qscope downstream %s; "
                 "partial %s\n",
@@ -394,7 +405,7 @@ TEST_CASE("gRPC client (python3-grpcio) as the target: its streams on one channe
     const double p50 = d["call_seconds"]["p50"].get<double>();
     CHECK(p50 >= 0.06);
     CHECK(p50 <= 0.16);
-    for (const auto& p : s["partial"]) CHECK(p.get<std::string>().find(label) == std::string::npos);
+    CHECK_FALSE(partial_has(s, label));
 }
 
 TEST_CASE("gRPC client (python3-grpcio) attached mid-load: its channel, opened before, joined and followed per stream",
@@ -417,9 +428,7 @@ TEST_CASE("gRPC client (python3-grpcio) attached mid-load: its channel, opened b
     REQUIRE(q.samples.size() > 2);
     const json& s = q.snap;
     const std::string label = "127.0.0.1:" + std::to_string(kClientMidPort);
-    json d;
-    for (const auto& p : s["downstream"])
-        if (p["peer"].get<std::string>() == label) d = p;
+    const json d = peer_named(s, label);
     // The server's own count of Calls answered in qscope's window, and in progress at its end.
     const double end = s["taken_at_unix_ms"].get<double>(), start = end - 1000 * s["window_seconds"].get<double>();
     const json &at_start = sample_after(q.samples, start), &at_end = sample_after(q.samples, end);
@@ -445,16 +454,9 @@ TEST_CASE("gRPC client (python3-grpcio) attached mid-load: its channel, opened b
     const double p50 = d["call_seconds"]["p50"].get<double>();
     CHECK(p50 >= 0.06);
     CHECK(p50 <= 0.16);
-    bool named_per_connection = false;
-    for (const auto& p : s["partial"])
-        named_per_connection = named_per_connection || p.get<std::string>().find(label) != std::string::npos;
-    CHECK_FALSE(named_per_connection);
+    CHECK_FALSE(partial_has(s, label));  // not named as counted per connection
     // The calls open at the join are said, not silently missing.
-    bool unseen_said = false;
-    for (const auto& p : s["partial"])
-        unseen_said = unseen_said || p.get<std::string>().find("HTTP/2 calls were answered whose start was not seen") !=
-                                         std::string::npos;
-    CHECK(unseen_said);
+    CHECK(partial_has(s, "HTTP/2 calls were answered whose start was not seen"));
     client.signal(SIGTERM);
     client.wait(20);
 }

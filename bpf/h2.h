@@ -82,7 +82,8 @@ struct qs_h2_event {
 	__u8 status;      /* of the answered stream */
 	__u8 server_reset;/* answered by the server's RST_STREAM */
 	__u8 unseen;      /* the server ended a client stream whose start was not seen */
-	__u8 pad;
+	__u8 trailers;    /* the answered stream ended with a second HEADERS frame: trailers, as gRPC
+	                   * sends its status in (grpc-status, not read: the class is :status's) */
 	__u64 latency_ns;
 };
 
@@ -346,6 +347,8 @@ static __always_inline void qs_h2_on_frame(struct qs_h2 *h, struct qs_h2_dir *d,
 		return;
 	}
 	if ((f->type == QS_H2_DATA || f->type == QS_H2_HEADERS) && (f->flags & QS_H2_END_STREAM)) {
+		/* a HEADERS frame after the response's, whose status is known: trailers */
+		ev->trailers = f->type == QS_H2_HEADERS && f->len && h->status[slot] != QS_STATUS_UNKNOWN;
 		qs_h2_end(h, slot, now, 1, ev);
 	} else if (f->type == QS_H2_RST_STREAM) {
 		ev->server_reset = 1;

@@ -64,6 +64,8 @@ __u64 h2_server_resets = 0; /* streams the server answered with RST_STREAM */
 __u64 h2_joined = 0;        /* of h2_followed, met mid-way (no preface seen) */
 __u64 h2_unseen = 0;        /* streams answered whose HEADERS were not seen (before attach, lost sync) */
 __u64 h2_calls_unseen = 0;  /* outbound: calls answered whose HEADERS were not seen (open at a join) */
+__u64 h2_trailers = 0;      /* inbound streams answered with trailers (gRPC's status is in them) */
+__u64 h2_call_trailers = 0; /* outbound calls answered with trailers */
 
 
 /* The connection table: struct sock * -> state. Sized from Config before load. */
@@ -1377,6 +1379,8 @@ static __always_inline void h2_apply(__u32 idx, __u32 client, const struct qs_h2
 			__sync_fetch_and_add(&h2_evicted, 1);
 		if (ev->unseen)
 			__sync_fetch_and_add(&h2_calls_unseen, 1);
+		if (ev->trailers)
+			__sync_fetch_and_add(&h2_call_trailers, 1);
 		if (d || ev->answered)
 			h2_record_peer(idx, d, ev->answered, ev->latency_ns);
 		return;
@@ -1389,6 +1393,8 @@ static __always_inline void h2_apply(__u32 idx, __u32 client, const struct qs_h2
 		__sync_fetch_and_add(&h2_server_resets, 1);
 	if (ev->unseen)
 		__sync_fetch_and_add(&h2_unseen, 1);
+	if (ev->trailers)
+		__sync_fetch_and_add(&h2_trailers, 1);
 	if (d || ev->answered)
 		h2_record(idx, d, ev->answered, ev->latency_ns, ev->status);
 }

@@ -184,6 +184,7 @@ struct Http2Seen {
     uint64_t client_resets = 0;         // streams the client reset before an answer
     uint64_t server_resets = 0;         // streams answered with RST_STREAM (status unknown)
     uint64_t lost_sync = 0;             // frame boundaries lost, then found again
+    uint64_t trailers = 0;              // streams answered with trailers (gRPC's status is in them, unread)
     bool present() const { return connections > 0; }
 };
 

@@ -75,7 +75,8 @@ static json h2_json(const Http2Seen& h) {
             {"joined_connections", h.joined_connections},
             {"client_resets", h.client_resets},
             {"server_resets", h.server_resets},
-            {"lost_sync", h.lost_sync}};
+            {"lost_sync", h.lost_sync},
+            {"trailers", h.trailers}};
 }
 
 static json requests_json(const Requests& r) {

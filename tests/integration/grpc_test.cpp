@@ -340,6 +340,11 @@ TEST_CASE("gRPC (python3-grpcio, h2c) attached before the load: every call count
     CHECK(r["status"]["4xx"].get<uint64_t>() == 0);
     CHECK(r["status"]["5xx"].get<uint64_t>() == 0);
     CHECK(r["status"]["unknown"].get<uint64_t>() == 0);
+    // ... but not silently: the 600 answers with trailers (HEADERS, DATA, trailers) are
+    // counted, and partial says that gRPC's own status goes unread. (The 200 aborts are
+    // trailers-only, one HEADERS frame: indistinguishable from a bodiless HTTP answer.)
+    CHECK(r["h2"]["trailers"].get<long>() == got[0]);
+    CHECK(partial_has(s, "gRPC's own status (grpc-status) is not read"));
     CHECK(r["in_flight"].get<uint64_t>() == 0);
     CHECK(r["in_flight_max"].get<uint64_t>() <= static_cast<uint64_t>(kConcurrency));
     CHECK(r["in_flight_max"].get<double>() >= 0.5 * kConcurrency);

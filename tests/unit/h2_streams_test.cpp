@@ -471,7 +471,30 @@ TEST_CASE("h2 gRPC: trailers that end the stream answer it once, with the first 
     CHECK(e.answered == 1);
     CHECK(e.status == QS_STATUS_2XX);
     CHECK(e.latency_ns == 70);
+    CHECK(e.trailers == 1);  // said: gRPC's own status is in them, unread
     CHECK(c.answered == 1);
+    c.check_counts();
+}
+
+TEST_CASE("h2 no trailers: a stream ended by DATA, by its only HEADERS (gRPC's trailers-only), or by a reset", "[h2]") {
+    Conn c;
+    c.request(1, 0);
+    c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 1), 10);
+    c.peeked({0x88}, 10);
+    auto e = c.tx(frame(5, QS_H2_DATA, QS_H2_END_STREAM, 1), 20);
+    CHECK(e.answered == 1);
+    CHECK(e.trailers == 0);
+    c.request(3, 30);
+    c.tx(frame(12, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 3), 40);
+    e = c.peeked({0x88}, 40);
+    CHECK(e.answered == 1);
+    CHECK(e.trailers == 0);
+    c.request(5, 50);
+    c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 5), 60);
+    c.peeked({0x88}, 60);
+    e = c.tx(frame(4, QS_H2_RST_STREAM, 0, 5), 70);
+    CHECK(e.answered == 1);
+    CHECK(e.trailers == 0);
     c.check_counts();
 }
 

@@ -1019,6 +1019,19 @@ private:
         h.client_resets = load(b->h2_client_resets);
         h.server_resets = load(b->h2_server_resets);
         h.lost_sync = load(b->h2_lost_sync);
+        h.trailers = load(b->h2_trailers);
+        // gRPC answers every call :status 200 and puts its own status in the trailers, which
+        // qscope does not decode (after its first use it is an HPACK dynamic-table reference).
+        if (h.trailers)
+            snap.partial.push_back("sock: " + std::to_string(h.trailers) +
+                                   " HTTP/2 responses ended with trailers (since attach), as gRPC's do: their class "
+                                   "is the HTTP :status, and gRPC's own status (grpc-status) is not read, so a "
+                                   "failed gRPC call counts as 2xx");
+        if (const uint64_t n = load(b->h2_call_trailers))
+            snap.partial.push_back("sock: " + std::to_string(n) +
+                                   " HTTP/2 calls were answered with trailers (since attach), as gRPC's are: "
+                                   "gRPC's own status (grpc-status) is not read, so a failed gRPC call is not "
+                                   "counted as failed");
         if (h.connections > h.followed_connections)
             snap.partial.push_back(
                 "sock: " + std::to_string(h.connections - h.followed_connections) +

@@ -20,6 +20,8 @@
 #ifndef QSCOPE_H2_H
 #define QSCOPE_H2_H
 
+#include "hpack.h"
+
 #define QS_H2_SLOTS 128
 #define QS_H2_CONNS 1024          /* HTTP/2 connections followed per stream at once (sock.bpf.c's h2_conns) */
 #define QS_H2_HEADER 9
@@ -40,6 +42,7 @@
 #define QS_H2_CONTINUATION 9
 
 #define QS_H2_END_STREAM 0x1
+#define QS_H2_END_HEADERS 0x4
 #define QS_H2_PADDED 0x8
 #define QS_H2_PRIORITY_FLAG 0x20
 
@@ -60,12 +63,16 @@ struct qs_h2_dir {
 	__u8 peek;        /* tx: peek_sid's status is in the next payload bytes */
 	__u8 peek_skip;   /* ... after this many bytes (pad length, priority fields) */
 	__u8 peek_end;    /* ... and the same frame ends the stream (a response with no body) */
-	__u8 pad[3];
+	__u8 walk;        /* tx: the whole header block is walked (hpack.h), not only its first bytes */
+	__u8 pad[2];
+	__u32 blk;        /* ... bytes of it left in the current frame */
+	__u32 pad2;
 	__u8 hdr[24];     /* 9 used; the rest lets a variable-length copy be bounded for the verifier */
 };
 
 struct qs_h2 {
 	struct qs_h2_dir rx, tx;
+	struct qs_hpack hp;            /* the responses' header blocks (tx inbound, rx outbound) */
 	__u32 open;                    /* streams counted in flight (undone at close) */
 	__u32 pad;
 	__u32 sid[QS_H2_SLOTS];        /* 0: free */
@@ -83,7 +90,10 @@ struct qs_h2_event {
 	__u8 server_reset;/* answered by the server's RST_STREAM */
 	__u8 unseen;      /* the server ended a client stream whose start was not seen */
 	__u8 trailers;    /* the answered stream ended with a second HEADERS frame: trailers, as gRPC
-	                   * sends its status in (grpc-status, not read: the class is :status's) */
+	                   * sends its status in */
+	__u8 grpc;        /* its status is gRPC's (grpc-status read): grpc_code */
+	__u8 grpc_code;
+	__u8 grpc_unread; /* it is gRPC's, behind a table reference not known: status is :status's */
 	__u64 latency_ns;
 };
 
@@ -285,7 +295,8 @@ static inline void qs_h2_close_gap(struct qs_h2 *h, __u32 hole)
 }
 #endif
 
-/* The stream ends: fill ev from its slot and free it. */
+/* The stream ends: fill ev from its slot and free it. A connection still learning whether it
+ * is gRPC's (hpack.h) knows at its first answer: trailers, or a grpc-status, say so. */
 static __always_inline void qs_h2_end(struct qs_h2 *h, __u32 slot, __u64 now, int answered,
 				      struct qs_h2_event *ev)
 {
@@ -293,6 +304,8 @@ static __always_inline void qs_h2_end(struct qs_h2 *h, __u32 slot, __u64 now, in
 		ev->answered = 1;
 		ev->status = h->status[slot];
 		ev->latency_ns = now > h->t[slot] ? now - h->t[slot] : 0;
+		if (h->hp.mode == QS_HP_LEARN)
+			h->hp.mode = ev->trailers || ev->grpc ? QS_HP_FULL : QS_HP_PEEK;
 	} else {
 		ev->dropped = 1;
 	}
@@ -331,6 +344,24 @@ static __always_inline void qs_h2_on_frame(struct qs_h2 *h, struct qs_h2_dir *d,
 		}
 		return;
 	}
+	if (h->hp.mode != QS_HP_PEEK && (f->type == QS_H2_HEADERS || f->type == QS_H2_PUSH_PROMISE ||
+					  f->type == QS_H2_CONTINUATION) && f->len) {
+		/* every block is walked whole (hpack.h), an unanswered stream's too: each can add
+		 * table entries. A block padded (its end unknown), pushed or in pieces is not. */
+		__u32 prio = (f->flags & QS_H2_PRIORITY_FLAG) ? 5 : 0;
+		if (f->type == QS_H2_HEADERS && !(f->flags & QS_H2_PADDED) &&
+		    (f->flags & QS_H2_END_HEADERS) && f->len > prio) {
+			d->peek = 1;
+			d->walk = 1;
+			d->peek_sid = f->sid;
+			d->peek_skip = prio;
+			d->peek_end = f->flags & QS_H2_END_STREAM;
+			d->blk = f->len - prio;
+			qs_hp_begin(&h->hp);
+			return;
+		}
+		h->hp.lost = 1;
+	}
 	if (!open) {
 		if ((f->sid & 1) && (f->type == QS_H2_RST_STREAM ||
 				     ((f->type == QS_H2_DATA || f->type == QS_H2_HEADERS) && (f->flags & QS_H2_END_STREAM))))
@@ -341,19 +372,59 @@ static __always_inline void qs_h2_on_frame(struct qs_h2 *h, struct qs_h2_dir *d,
 		/* the status comes from the payload: a frame that also ends the stream ends it
 		 * once its first bytes are seen (qs_h2_peeked) */
 		d->peek = 1;
+		d->walk = 0;
 		d->peek_sid = f->sid;
 		d->peek_skip = ((f->flags & QS_H2_PADDED) ? 1 : 0) + ((f->flags & QS_H2_PRIORITY_FLAG) ? 5 : 0);
 		d->peek_end = f->flags & QS_H2_END_STREAM;
 		return;
 	}
 	if ((f->type == QS_H2_DATA || f->type == QS_H2_HEADERS) && (f->flags & QS_H2_END_STREAM)) {
-		/* a HEADERS frame after the response's, whose status is known: trailers */
+		/* a HEADERS frame after the response's, whose status is known: trailers. Not walked
+		 * (the connection did not look like gRPC's at its first answer, or its table is
+		 * lost): a grpc-status in them is not read */
 		ev->trailers = f->type == QS_H2_HEADERS && f->len && h->status[slot] != QS_STATUS_UNKNOWN;
+		ev->grpc_unread = ev->trailers;
 		qs_h2_end(h, slot, now, 1, ev);
 	} else if (f->type == QS_H2_RST_STREAM) {
 		ev->server_reset = 1;
 		qs_h2_end(h, slot, now, 1, ev);
 	}
+}
+
+/* A header block walked whole (d->walk) ended; cut: it ended inside a field. Its stream takes
+ * the block's :status if it had none, and gRPC's class if a grpc-status was read (hpack.h's
+ * qs_grpc_class); trailers whose status hides behind an entry not known are unread. */
+static __always_inline void qs_h2_block_done(struct qs_h2 *h, struct qs_h2_dir *d, int cut,
+					     __u64 now, struct qs_h2_event *ev)
+{
+	struct qs_hpack *s = &h->hp;
+	__u32 slot = qs_h2_find(h, d->peek_sid);
+	int first;
+
+	d->peek = 0;
+	d->walk = 0;
+	if (cut)
+		qs_hp_lose(s);
+	if (slot >= QS_H2_SLOTS) {
+		if (d->peek_end && (d->peek_sid & 1))
+			ev->unseen = 1;
+		return;
+	}
+	slot &= QS_H2_SLOTS - 1;
+	first = h->status[slot] == QS_STATUS_UNKNOWN;
+	if (first)
+		h->status[slot] = s->status;
+	if (s->grpc && s->grpc <= QS_GRPC_CODES) {
+		ev->grpc = 1;
+		ev->grpc_code = s->grpc - 1;
+		h->status[slot] = qs_grpc_class(s->grpc - 1);
+	} else if ((s->blind || cut) && d->peek_end && (!first || s->mode == QS_HP_FULL)) {
+		ev->grpc_unread = 1;
+	}
+	if (!d->peek_end)
+		return;
+	ev->trailers = !first;
+	qs_h2_end(h, slot, now, 1, ev);
 }
 
 /* The first n bytes of the header block d->peek asked for (after the frame's pad length and

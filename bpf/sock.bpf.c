@@ -20,6 +20,9 @@
 #include "syscalls.h"
 #include "tree.h"
 #include "req_ctx.h"
+struct qs_hpack;
+__noinline int hp_byte(struct qs_hpack *s, __u32 c);
+#define QS_HP_BYTE hp_byte
 #include "h2.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -66,6 +69,11 @@ __u64 h2_unseen = 0;        /* streams answered whose HEADERS were not seen (bef
 __u64 h2_calls_unseen = 0;  /* outbound: calls answered whose HEADERS were not seen (open at a join) */
 __u64 h2_trailers = 0;      /* inbound streams answered with trailers (gRPC's status is in them) */
 __u64 h2_call_trailers = 0; /* outbound calls answered with trailers */
+/* gRPC's statuses read (hpack.h) of inbound streams, by code; and the answers whose status was not
+ * read (behind an HPACK table entry not known, or in trailers not walked): [0] inbound streams,
+ * [1] outbound calls (whose read statuses count as failed calls or not, per peer) */
+__u64 h2_grpc_codes[QS_GRPC_CODES] = {};
+__u64 h2_grpc_unread[2] = {};
 
 
 /* The connection table: struct sock * -> state. Sized from Config before load. */
@@ -1349,8 +1357,22 @@ __noinline int h2_record(__u32 idx, __s32 d_in_flight, __u32 answered, __u64 lat
 	return 0;
 }
 
-/* A frame's effect on peer `idx` of an outbound HTTP/2 connection: its streams are calls. */
-__noinline int h2_record_peer(__u32 idx, __s32 d_busy, __u32 answered, __u64 latency_ns)
+/* An answer's gRPC status, read or not (client: a call's, else a request's). */
+__noinline int h2_record_grpc(__u32 client, __u32 read, __u32 code)
+{
+	if (!read) {
+		__sync_fetch_and_add(&h2_grpc_unread[client ? 1 : 0], 1);
+		return 0;
+	}
+	barrier_var(code);   /* one register for the bound and the offset */
+	if (!client && code < QS_GRPC_CODES)
+		__sync_fetch_and_add(&h2_grpc_codes[code], 1);
+	return 0;
+}
+
+/* A frame's effect on peer `idx` of an outbound HTTP/2 connection: its streams are calls;
+ * failed: answered 5xx, or gRPC's RESOURCE_EXHAUSTED (HTTP/1.x's 429). */
+__noinline int h2_record_peer(__u32 idx, __s32 d_busy, __u32 answered, __u64 latency_ns, __u32 failed)
 {
 	struct qs_peer_stats *p;
 	__u32 i;
@@ -1363,6 +1385,8 @@ __noinline int h2_record_peer(__u32 idx, __s32 d_busy, __u32 answered, __u64 lat
 		gauge_add(&p->busy, &p->busy_max, d_busy);
 	if (answered) {
 		__sync_fetch_and_add(&p->calls, 1);
+		if (failed)
+			__sync_fetch_and_add(&p->failed_calls, 1);
 		i = idx * QS_PEER_HISTS + QS_PEER_H_CALL;
 		barrier_var(i);
 		if (i < QS_MAX_PEERS * QS_PEER_HISTS)
@@ -1374,6 +1398,8 @@ __noinline int h2_record_peer(__u32 idx, __s32 d_busy, __u32 answered, __u64 lat
 static __always_inline void h2_apply(__u32 idx, __u32 client, const struct qs_h2_event *ev)
 {
 	__s32 d = (__s32)ev->opened - ev->answered - ev->dropped - ev->evicted;
+	if (ev->grpc || ev->grpc_unread)
+		h2_record_grpc(client, ev->grpc, ev->grpc_code);
 	if (client) {
 		if (ev->evicted)
 			__sync_fetch_and_add(&h2_evicted, 1);
@@ -1382,7 +1408,8 @@ static __always_inline void h2_apply(__u32 idx, __u32 client, const struct qs_h2
 		if (ev->trailers)
 			__sync_fetch_and_add(&h2_call_trailers, 1);
 		if (d || ev->answered)
-			h2_record_peer(idx, d, ev->answered, ev->latency_ns);
+			h2_record_peer(idx, d, ev->answered, ev->latency_ns,
+				       ev->status == QS_STATUS_5XX || (ev->grpc && ev->grpc_code == 8));
 		return;
 	}
 	if (ev->evicted)
@@ -1404,6 +1431,66 @@ static __always_inline void h2_advance(struct h2_walk *w, __u64 n)
 	w->p += n;
 	w->rem -= n;
 	w->left -= n;
+}
+
+/* One byte of a header block (hpack.h's qs_hp_feed): a global function, so that the walk's loop
+ * over a chunk is checked once per step, not once per state of the machine. */
+__noinline int hp_byte(struct qs_hpack *s, __u32 c)
+{
+	if (!s)
+		return 0;
+	qs_hp_byte(s, c);
+	return 0;
+}
+
+struct hp_chunk {
+	__u8 b[QS_HP_CHUNK];
+};
+
+/* A chunk of a header block walked: a global function too, checked once with nothing known of
+ * the state it walks from, not at every state of the frame walk that calls it. */
+__noinline int hp_feed(struct qs_hpack *s, const struct hp_chunk *c, __u32 n)
+{
+	if (!s || !c || n > QS_HP_CHUNK)
+		return 0;
+	qs_hp_feed(s, c->b, n);
+	return 0;
+}
+
+/* A step of a header block walked whole: its priority fields skipped, or its next bytes (up to
+ * QS_HP_CHUNK, in the current buffer) copied and walked; at its end, the stream's status. */
+static __always_inline long h2_walk_block(struct h2_walk *w, struct qs_h2 *h, struct qs_h2_dir *d, __u64 n)
+{
+	struct qs_h2_event ev = {};
+	struct hp_chunk c;
+	__u64 m;
+
+	if (n > d->skip)
+		n = d->skip;
+	if (d->peek_skip) {
+		m = n < d->peek_skip ? n : d->peek_skip;
+		d->peek_skip -= m;
+		d->skip -= m;
+		h2_advance(w, m);
+		return 0;
+	}
+	m = n < d->blk ? n : d->blk;
+	if (m > QS_HP_CHUNK)
+		m = QS_HP_CHUNK;
+	barrier_var(m);
+	if (!m || m > QS_HP_CHUNK || bpf_probe_read_user(c.b, m, (const void *)w->p)) {
+		w->lost = 1;
+		return 1;
+	}
+	hp_feed(&h->hp, &c, m);
+	d->blk -= m;
+	d->skip -= m;
+	h2_advance(w, m);
+	if (!d->blk) {
+		qs_h2_block_done(h, d, qs_hp_end(&h->hp), w->now, &ev);
+		h2_apply(w->idx, w->client, &ev);
+	}
+	return 0;
 }
 
 /* One step of the walk: the next buffer, a run of payload skipped, or (part of) a frame header.
@@ -1433,6 +1520,8 @@ __noinline long h2_step(struct h2_walk *w, struct qs_h2 *h)
 		return 0;
 	}
 	n = w->rem < w->left ? w->rem : w->left;
+	if (d->skip && d->walk)
+		return h2_walk_block(w, h, d, n);
 	if (d->skip) {
 		if (d->peek) {
 			/* the header block's first bytes, past the pad length and priority fields */
@@ -1492,6 +1581,21 @@ static long h2_step_cb(__u64 i, struct h2_loop *l)
 static __always_inline void h2_walk(struct qs_conn *c, struct qs_h2 *h, const void *base, __u64 len,
 				    const struct iovec *rest, __u64 nrest, __u64 total, __u32 rx);
 
+/* Direction d lost its frame boundaries (counted once until found again). Header blocks may
+ * pass unseen meanwhile: the responses' table is not known any more. */
+static __always_inline void h2_lose(struct qs_conn *c, struct qs_h2 *h, __u32 rx)
+{
+	struct qs_h2_dir *d = rx ? &h->rx : &h->tx;
+	if (d->sync)
+		__sync_fetch_and_add(&h2_lost_sync, 1);
+	d->sync = 0;
+	if (!(rx ^ (c->dir == QS_DIR_OUT))) {       /* the responses' direction */
+		if (d->walk)
+			qs_hp_lose(&h->hp);
+		h->hp.lost = 1;
+	}
+}
+
 /* The current syscall moved `ret` bytes of HTTP/2 connection c (rx: read). Walk their frame
  * headers. */
 static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int ret, __u32 rx)
@@ -1514,9 +1618,7 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 			d->skip -= ret;
 			return;
 		}
-		if (d->sync)
-			__sync_fetch_and_add(&h2_lost_sync, 1);
-		d->sync = 0;
+		h2_lose(c, h, rx);
 		return;
 	}
 	h2_walk(c, h, base, len, rest, nrest, (__u64)ret, rx);
@@ -1541,6 +1643,7 @@ static __always_inline void h2_walk(struct qs_conn *c, struct qs_h2 *h, const vo
 		d->have = 0;
 		d->skip = 0;
 		d->peek = 0;
+		d->walk = 0;
 	}
 	l.w.iovp = (__u64)rest;
 	l.w.niov = nrest;
@@ -1552,10 +1655,8 @@ static __always_inline void h2_walk(struct qs_conn *c, struct qs_h2 *h, const vo
 	l.w.rx = rx;
 	l.w.client = c->dir == QS_DIR_OUT;
 	bpf_loop(QS_H2_STEPS, h2_step_cb, &l, 0);
-	if (l.w.lost || l.w.left) {
-		__sync_fetch_and_add(&h2_lost_sync, 1);
-		d->sync = 0;
-	}
+	if (l.w.lost || l.w.left)
+		h2_lose(c, h, rx);
 }
 
 /* Outbound connection c speaks HTTP/2: counted per peer (h2_followed says how many of them have

@@ -243,6 +243,14 @@ void request_families(const Snapshot& s, const LabelCapper& port_label, Families
     resets.add({"client"}, static_cast<double>(h.client_resets));
     resets.add({"server"}, static_cast<double>(h.server_resets));
     out.push_back(std::move(resets).finish());
+    Fam grpc("qscope_grpc_responses_total",
+             "gRPC answers by their own status (grpc-status; code=\"unread\": behind an HPACK table entry not "
+             "followed), since attach",
+             kCounter, {"code"});
+    for (const auto& [code, n] : h.grpc_status) grpc.add({code}, static_cast<double>(n));
+    if (h.grpc_status_unread || !h.grpc_status.empty())
+        grpc.add({"unread"}, static_cast<double>(h.grpc_status_unread));
+    out.push_back(std::move(grpc).finish());
 }
 
 void downstream_families(const Snapshot& s, uint32_t cap, Families& out) {

@@ -2,7 +2,18 @@
 
 #include "model/loops.h"
 
+#include <iterator>
+#include <string>
+
 namespace qscope {
+
+std::string grpc_code_name(uint32_t code) {
+    static const char* const kNames[] = {
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+        "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    return code < std::size(kNames) ? kNames[code] : std::to_string(code);
+}
 
 const char* contract_name(Stage v) {
     switch (v) {

@@ -184,9 +184,17 @@ struct Http2Seen {
     uint64_t client_resets = 0;         // streams the client reset before an answer
     uint64_t server_resets = 0;         // streams answered with RST_STREAM (status unknown)
     uint64_t lost_sync = 0;             // frame boundaries lost, then found again
-    uint64_t trailers = 0;              // streams answered with trailers (gRPC's status is in them, unread)
+    uint64_t trailers = 0;              // streams answered with trailers (gRPC's status is in them)
+    // gRPC's own status of the streams whose grpc-status was read (bpf/hpack.h), by code name
+    // (grpc_code_name); their status class is the code's (qs_grpc_class), not :status's.
+    std::map<std::string, uint64_t> grpc_status;
+    uint64_t grpc_status_unread = 0;    // gRPC answers whose grpc-status could not be read
     bool present() const { return connections > 0; }
 };
+
+// gRPC's status code's name (grpc/status.h: "OK", "CANCELLED" ... "UNAUTHENTICATED"), or its
+// number for one past 16.
+std::string grpc_code_name(uint32_t code);
 
 struct Requests {
     uint64_t in_flight = 0;

@@ -76,7 +76,9 @@ static json h2_json(const Http2Seen& h) {
             {"client_resets", h.client_resets},
             {"server_resets", h.server_resets},
             {"lost_sync", h.lost_sync},
-            {"trailers", h.trailers}};
+            {"trailers", h.trailers},
+            {"grpc_status", h.grpc_status},
+            {"grpc_status_unread", h.grpc_status_unread}};
 }
 
 static json requests_json(const Requests& r) {
@@ -367,6 +369,12 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
     if (r.h2.present())
         o << "  http/2 " << r.h2.connections << " connections, streams followed on " << r.h2.followed_connections
           << ", resets by client " << r.h2.client_resets << " by server " << r.h2.server_resets << "\n";
+    if (!r.h2.grpc_status.empty() || r.h2.grpc_status_unread) {
+        o << "  gRPC status";
+        for (const auto& [name, n] : r.h2.grpc_status) o << " " << name << " " << n;
+        if (r.h2.grpc_status_unread) o << ", unread " << r.h2.grpc_status_unread;
+        o << "\n";
+    }
 
     o << "\nDOWNSTREAM\n";
     if (s.downstream.empty()) o << "  (none)\n";

@@ -45,7 +45,7 @@ template <class V> void fields(V& v, Requests& x) {
 }
 template <class V> void fields(V& v, Http2Seen& x) {
     v(x.connections); v(x.followed_connections); v(x.joined_connections); v(x.client_resets);
-    v(x.server_resets); v(x.lost_sync); v(x.trailers);
+    v(x.server_resets); v(x.lost_sync); v(x.trailers); v(x.grpc_status); v(x.grpc_status_unread);
 }
 template <class V> void fields(V& v, RequestAttribution& x) { v(x.attributed); v(x.across_threads); }
 template <class V> void fields(V& v, FanOutCounts& x) {

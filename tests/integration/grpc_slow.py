@@ -14,6 +14,8 @@
       until S seconds have passed or SIGTERM. Prints "RESULT ok=A failed=B other=C" at the end:
       A Calls answered OK, B Fails answered UNAVAILABLE, C anything else (a failure of the test).
       --start-file: connect only once F exists (a tool attaches to the client first).
+      --fail-file F: without --ok/--fail, every 4th call is a Fail once F exists (a tool attached
+      to a channel already busy sees Fails begin).
 """
 import argparse
 import bisect
@@ -107,6 +109,10 @@ def client(args):
         if stop.is_set() or time.monotonic() >= deadline:
             return None
         if not fixed:
+            if args.fail_file and os.path.exists(args.fail_file):
+                with lock:
+                    left["n"] += 1
+                    return fail_call if left["n"] % 4 == 0 else ok_call
             return ok_call
         with lock:
             left["n"] += 1
@@ -156,6 +162,7 @@ def main():
     p.add_argument("--ok", type=int)
     p.add_argument("--fail", type=int, default=0)
     p.add_argument("--start-file")
+    p.add_argument("--fail-file")
     args = p.parse_args()
     if args.role == "server":
         if not args.counters_file:

@@ -22,6 +22,7 @@
 #include <fstream>
 #include <memory>
 #include <regex>
+#include <thread>
 
 #include "harness.h"
 
@@ -105,10 +106,17 @@ struct Sampled {
     json snap;                 // null when stdout is not JSON
     std::vector<json> samples;
 };
-// `target`: qscope's target when it is not the server (a client of it).
-Sampled snapshot_sampling(const GrpcServer& srv, const std::string& duration, pid_t target = 0) {
+// `target`: qscope's target when it is not the server (a client of it). `touch`: a file created
+// once qscope has attached (a client's --fail-file).
+Sampled snapshot_sampling(const GrpcServer& srv, const std::string& duration, pid_t target = 0,
+                          const std::string& touch = "") {
     Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(target ? target : srv.proc.pid()), "--duration",
                     duration, "--json", "--no-threads"});
+    std::thread toucher;
+    if (!touch.empty())
+        toucher = std::thread([&q, touch] {
+            if (wait_attached(q.pid(), 20)) std::ofstream(touch) << "go\n";
+        });
     Sampled o;
     auto take = [&] {
         const json c = srv.read();
@@ -116,6 +124,7 @@ Sampled snapshot_sampling(const GrpcServer& srv, const std::string& duration, pi
             o.samples.push_back(c);
     };
     for (const double t0 = now_s(); q.running() && now_s() - t0 < 30; sleep_s(0.003)) take();
+    if (toucher.joinable()) toucher.join();
     o.rc = q.wait(10);
     sleep_s(0.05);
     take();
@@ -262,8 +271,11 @@ TEST_CASE("gRPC (python3-grpcio, h2c) attached mid-load: streams in flight, comp
     CHECK(unseen >= 0);
     CHECK(unseen <= kConcurrency);
     CHECK(std::abs(r["completed"].get<double>() + unseen - server_done) <= 0.02 * server_done);
-    // Only Calls here, all answered :status 200.
+    // Only Calls here, all answered :status 200. Their grpc-status (OK) is a reference to an
+    // entry the server's encoder added before the attach: unread, and said, each one.
     CHECK(r["status"]["2xx"].get<uint64_t>() == r["completed"].get<uint64_t>());
+    CHECK(r["h2"]["grpc_status_unread"] == r["completed"]);
+    CHECK(partial_has(s, "gRPC answers (since attach) carry their status (grpc-status) behind"));
     // qscope's latency is HEADERS read → END_STREAM written: the handler's time plus C-core's and
     // the executor's dispatch, a few ms.
     CHECK(std::abs(p50 - service_p50) <= 0.15 * service_p50);
@@ -331,20 +343,21 @@ TEST_CASE("gRPC (python3-grpcio, h2c) attached before the load: every call count
     REQUIRE(server["failed"].get<long>() == 200);
     // Every call is one stream, counted once.
     CHECK(r["completed"].get<long>() == got[0] + got[1]);
-    // gRPC answers every call with HTTP :status 200, the failing ones too: its own status
-    // (grpc-status 14, UNAVAILABLE) is in the trailers (for an abort, a trailers-only HEADERS
-    // frame that still begins with :status 200), which qscope does not read (docs/json.md,
-    // requests.status: the class comes from :status). So all 800 are 2xx, none 5xx.
-    CHECK(r["status"]["2xx"].get<long>() == got[0] + got[1]);
+    // gRPC answers every call with HTTP :status 200, the failing ones too: its own status is
+    // grpc-status in the trailers (for an abort, a trailers-only HEADERS frame), a literal the
+    // first time on a connection and a dynamic-table reference after. qscope follows the
+    // connection's table from its preface and reads every one: the 600 Calls OK, the 200 Fails
+    // UNAVAILABLE (14), whose class is 5xx (503, as grpc-gateway maps it).
+    CHECK(r["status"]["2xx"].get<long>() == got[0]);
     CHECK(r["status"]["3xx"].get<uint64_t>() == 0);
     CHECK(r["status"]["4xx"].get<uint64_t>() == 0);
-    CHECK(r["status"]["5xx"].get<uint64_t>() == 0);
+    CHECK(r["status"]["5xx"].get<long>() == got[1]);
     CHECK(r["status"]["unknown"].get<uint64_t>() == 0);
-    // ... but not silently: the 600 answers with trailers (HEADERS, DATA, trailers) are
-    // counted, and partial says that gRPC's own status goes unread. (The 200 aborts are
-    // trailers-only, one HEADERS frame: indistinguishable from a bodiless HTTP answer.)
+    CHECK(r["h2"]["grpc_status"] == json({{"OK", got[0]}, {"UNAVAILABLE", got[1]}}));
+    CHECK(r["h2"]["grpc_status_unread"].get<uint64_t>() == 0);
+    CHECK_FALSE(partial_has(s, "grpc-status"));
+    // The 600 Calls end with trailers (HEADERS, DATA, trailers); the 200 aborts are trailers-only.
     CHECK(r["h2"]["trailers"].get<long>() == got[0]);
-    CHECK(partial_has(s, "gRPC's own status (grpc-status) is not read"));
     CHECK(r["in_flight"].get<uint64_t>() == 0);
     CHECK(r["in_flight_max"].get<uint64_t>() <= static_cast<uint64_t>(kConcurrency));
     CHECK(r["in_flight_max"].get<double>() >= 0.5 * kConcurrency);
@@ -402,6 +415,8 @@ TEST_CASE("gRPC client (python3-grpcio) as the target: its streams on one channe
     CHECK(d["h2_connections"].get<uint64_t>() == 1);
     CHECK(d["h2_followed_connections"].get<uint64_t>() == 1);
     CHECK(d["calls"].get<long>() == got[0] + got[1]);
+    // The 200 Fails' grpc-status (UNAVAILABLE), read from the replies' trailers: failed calls.
+    CHECK(d["fan_out"]["failed_calls"].get<long>() == got[1]);
     // 40 calls in flight on the one connection (a per-connection count would say 1).
     CHECK(d["busy"].get<uint64_t>() == 0);
     CHECK(d["busy_max"].get<uint64_t>() <= static_cast<uint64_t>(kConcurrency));
@@ -420,13 +435,18 @@ TEST_CASE("gRPC client (python3-grpcio) attached mid-load: its channel, opened b
     const auto srv = start_server(py, kClientMidPort);
     if (!srv) return;
     // As an operator meets a client: its channel is open and busy before qscope attaches.
+    // Fails begin once qscope has attached (`fails` appears): their status is a literal the
+    // server's encoder adds to its HPACK table after the join, which qscope can follow; the
+    // Calls' OK entry is older.
+    const ScratchFile fails("/dev/shm/qscope-grpc-fail-" + std::to_string(getpid()));
+    ::unlink(fails.path.c_str());
     Proc client = spawn({py, script(), "client", "--port", std::to_string(kClientMidPort), "--concurrency",
-                         std::to_string(kConcurrency), "--seconds", "60"});
+                         std::to_string(kConcurrency), "--seconds", "60", "--fail-file", fails.path});
     const double until = now_s() + 15;
     while (now_s() < until && in_progress(*srv) < kConcurrency * 9 / 10) sleep_s(0.05);
     INFO("client stderr: " << client.err());
     REQUIRE(in_progress(*srv) >= kConcurrency * 9 / 10);
-    const Sampled q = snapshot_sampling(*srv, "3", client.pid());
+    const Sampled q = snapshot_sampling(*srv, "3", client.pid(), fails.path);
     INFO("qscope stderr: " << q.err);
     REQUIRE(q.rc == 0);
     REQUIRE(q.snap.is_object());
@@ -437,10 +457,11 @@ TEST_CASE("gRPC client (python3-grpcio) attached mid-load: its channel, opened b
     // The server's own count of Calls answered in qscope's window, and in progress at its end.
     const double end = s["taken_at_unix_ms"].get<double>(), start = end - 1000 * s["window_seconds"].get<double>();
     const json &at_start = sample_after(q.samples, start), &at_end = sample_after(q.samples, end);
-    const double answered = at_end["completed"].get<double>() - at_start["completed"].get<double>();
-    std::printf("grpc client mid-load: qscope downstream %s; server answered %.0f in the window, in flight %s at "
-                "its end; partial %s\n",
-                d.dump().c_str(), answered, at_end["in_flight"].dump().c_str(), s["partial"].dump().c_str());
+    const double failed = at_end["failed"].get<double>() - at_start["failed"].get<double>();
+    const double answered = at_end["completed"].get<double>() - at_start["completed"].get<double>() + failed;
+    std::printf("grpc client mid-load: qscope downstream %s; server answered %.0f in the window (%.0f Fails), in "
+                "flight %s at its end; partial %s\n",
+                d.dump().c_str(), answered, failed, at_end["in_flight"].dump().c_str(), s["partial"].dump().c_str());
     std::fflush(stdout);
     INFO("downstream " << s["downstream"].dump() << "\npartial " << s["partial"].dump() << "\nserver answered "
                        << answered << " in the window");
@@ -456,8 +477,13 @@ TEST_CASE("gRPC client (python3-grpcio) attached mid-load: its channel, opened b
     // join (at most 40), never more.
     CHECK(d["calls"].get<double>() <= answered + 5);
     CHECK(d["calls"].get<double>() >= answered - kConcurrency - 5);
+    // Every Fail of the window read as UNAVAILABLE, a failed call (a few at the window's edges
+    // apart); the Calls' grpc-status OK refers to an entry added before the join: unread, said.
+    REQUIRE(failed > 20);
+    CHECK(std::abs(d["fan_out"]["failed_calls"].get<double>() - failed) <= 3);
+    CHECK(partial_has(s, "gRPC calls (since attach) were answered with their status (grpc-status) behind"));
     const double p50 = d["call_seconds"]["p50"].get<double>();
-    CHECK(p50 >= 0.06);
+    CHECK(p50 >= 0.05);
     CHECK(p50 <= 0.16);
     CHECK_FALSE(partial_has(s, label));  // not named as counted per connection
     // The calls open at the join are said, not silently missing.

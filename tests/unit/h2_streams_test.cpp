@@ -5,6 +5,7 @@
 #include <linux/types.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
@@ -119,11 +120,20 @@ struct Conn {
     }
     qs_h2_event rx(const Header& b, __u64 now) { return on(true, b, now); }
     qs_h2_event tx(const Header& b, __u64 now) { return on(false, b, now); }
-    // The first bytes of the header block the tx direction asked for.
+    // The header block the tx direction asked for: its first bytes (qs_h2_peeked), or, while the
+    // connection's blocks are walked whole (hpack.h), all of it in chunks of QS_HP_CHUNK, as
+    // sock.bpf.c's h2_walk_block hands them over.
     qs_h2_event peeked(const Bytes& block, __u64 now) {
         REQUIRE(h->tx.peek == 1);
         qs_h2_event e{};
-        qs_h2_peeked(h.get(), &h->tx, block.data(), static_cast<int>(block.size()), now, &e);
+        if (h->tx.walk) {
+            for (size_t at = 0; at < block.size(); at += QS_HP_CHUNK)
+                qs_hp_feed(&h->hp, block.data() + at,
+                           static_cast<__u32>(std::min<size_t>(QS_HP_CHUNK, block.size() - at)));
+            qs_h2_block_done(h.get(), &h->tx, qs_hp_end(&h->hp), now, &e);
+        } else {
+            qs_h2_peeked(h.get(), &h->tx, block.data(), static_cast<int>(block.size()), now, &e);
+        }
         apply(e);
         CHECK(h->tx.peek == 0);
         return e;
@@ -458,22 +468,68 @@ TEST_CASE("h2 an interim 103 response does not fix the status; the final HEADERS
     CHECK(e.status == QS_STATUS_5XX);
 }
 
-TEST_CASE("h2 gRPC: trailers that end the stream answer it once, with the first HEADERS' status", "[h2]") {
+// grpc-status as C-core first sends it: a literal with incremental indexing, its name in plain text.
+Bytes grpc_status_literal(const std::string& code) {
+    return Bytes{0x40, 11} + ascii("grpc-status") + Bytes{__u8(code.size())} + ascii(code);
+}
+
+TEST_CASE("h2 gRPC: trailers that end the stream answer it once, with gRPC's status read from them", "[h2]") {
     Conn c;
     c.rx(frame(60, QS_H2_HEADERS, kEndHeaders, 1), 0);  // the request's body follows
     c.rx(frame(20, QS_H2_DATA, QS_H2_END_STREAM, 1), 5);
     c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 1), 50);
     c.peeked({0x88}, 50);
     c.tx(frame(20, QS_H2_DATA, 0, 1), 60);
-    // grpc-status as a literal: the status is known, so no peek; END_STREAM answers it.
+    // The connection's first answer: its blocks are walked whole, the trailers' too.
+    auto e = c.tx(frame(15, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 1), 70);
+    CHECK(c.h->tx.walk == 1);
+    CHECK(!e.answered);
+    e = c.peeked(grpc_status_literal("14"), 70);
+    CHECK(e.answered == 1);
+    CHECK(e.grpc == 1);
+    CHECK(e.grpc_code == 14);
+    CHECK(e.status == QS_STATUS_5XX);  // UNAVAILABLE: 503, whatever :status said
+    CHECK(e.latency_ns == 70);
+    CHECK(e.trailers == 1);
+    CHECK(c.answered == 1);
+    CHECK(c.h->hp.mode == QS_HP_FULL);  // gRPC's: every block walked from here on
+    // The next call's trailers: a reference to the entry just added (62), read as well.
+    c.rx(frame(60, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 3), 80);
+    c.tx(frame(1, QS_H2_HEADERS, kEndHeaders, 3), 90);
+    c.peeked({0x88}, 90);
+    c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 3), 95);
+    e = c.peeked({0xbe}, 95);
+    CHECK(e.grpc == 1);
+    CHECK(e.grpc_code == 14);
+    CHECK(e.status == QS_STATUS_5XX);
+    c.check_counts();
+}
+
+TEST_CASE("h2 trailers on a connection whose blocks are not walked: answered, gRPC's status said unread", "[h2]") {
+    Conn c;
+    c.h->hp.mode = QS_HP_PEEK;  // its first answer had no trailers
+    c.request(1, 0);
+    c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 1), 50);
+    CHECK(c.h->tx.walk == 0);
+    c.peeked({0x88}, 50);
     auto e = c.tx(frame(15, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 1), 70);
     CHECK(c.h->tx.peek == 0);
     CHECK(e.answered == 1);
     CHECK(e.status == QS_STATUS_2XX);
-    CHECK(e.latency_ns == 70);
-    CHECK(e.trailers == 1);  // said: gRPC's own status is in them, unread
-    CHECK(c.answered == 1);
+    CHECK(e.trailers == 1);
+    CHECK(e.grpc == 0);
+    CHECK(e.grpc_unread == 1);
     c.check_counts();
+}
+
+TEST_CASE("h2 a connection's first answer without trailers stops the whole-block walk", "[h2]") {
+    Conn c;
+    c.request(1, 0);
+    c.respond(1, 10);
+    CHECK(c.h->hp.mode == QS_HP_PEEK);
+    c.request(3, 20);
+    c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 3), 30);
+    CHECK(c.h->tx.walk == 0);  // the first bytes only, for :status
 }
 
 TEST_CASE("h2 no trailers: a stream ended by DATA, by its only HEADERS (gRPC's trailers-only), or by a reset", "[h2]") {
@@ -577,7 +633,15 @@ TEST_CASE("h2 a stream the server resets is answered, status unknown, counted as
 TEST_CASE("h2 the server ending a client stream never seen opening is unseen, odd streams only", "[h2]") {
     Conn c;
     // A connection met mid-way: the server finishes streams whose HEADERS were read before.
-    auto e = c.tx(frame(100, QS_H2_DATA, QS_H2_END_STREAM, 7), 10);
+    // While its blocks are walked whole, such a HEADERS is walked too (it may add table entries).
+    auto e = c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 5), 5);
+    CHECK(c.h->tx.walk == 1);
+    CHECK(!e.unseen);
+    e = c.peeked({0x88}, 5);
+    CHECK(e.unseen == 1);
+    CHECK(!e.answered);
+    c.h->hp.mode = QS_HP_PEEK;  // the rest: first bytes only
+    e = c.tx(frame(100, QS_H2_DATA, QS_H2_END_STREAM, 7), 10);
     CHECK(e.unseen == 1);
     CHECK(!e.answered);
     e = c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 9), 20);
@@ -595,7 +659,7 @@ TEST_CASE("h2 the server ending a client stream never seen opening is unseen, od
     // Connection frames (stream 0) never match a free slot.
     CHECK(!c.tx(frame(18, QS_H2_SETTINGS, 0, 0), 60).unseen);
     CHECK(!c.tx(frame(8, QS_H2_GOAWAY, 0, 0), 60).answered);
-    CHECK(c.unseen == 3);
+    CHECK(c.unseen == 4);
     CHECK(c.in_flight == 0);
     c.check_counts();
 }

@@ -1020,18 +1020,23 @@ private:
         h.server_resets = load(b->h2_server_resets);
         h.lost_sync = load(b->h2_lost_sync);
         h.trailers = load(b->h2_trailers);
-        // gRPC answers every call :status 200 and puts its own status in the trailers, which
-        // qscope does not decode (after its first use it is an HPACK dynamic-table reference).
-        if (h.trailers)
-            snap.partial.push_back("sock: " + std::to_string(h.trailers) +
-                                   " HTTP/2 responses ended with trailers (since attach), as gRPC's do: their class "
-                                   "is the HTTP :status, and gRPC's own status (grpc-status) is not read, so a "
-                                   "failed gRPC call counts as 2xx");
-        if (const uint64_t n = load(b->h2_call_trailers))
+        for (uint32_t code = 0; code < QS_GRPC_CODES; code++)
+            if (const uint64_t n = load(b->h2_grpc_codes[code])) h.grpc_status[grpc_code_name(code)] = n;
+        h.grpc_status_unread = load(b->h2_grpc_unread[0]);
+        // gRPC answers every call :status 200 and puts its own status in the trailers, read
+        // where the connection's HPACK table was followed from its start (bpf/hpack.h).
+        if (h.grpc_status_unread)
+            snap.partial.push_back("sock: " + std::to_string(h.grpc_status_unread) +
+                                   " gRPC answers (since attach) carry their status (grpc-status) behind an HPACK "
+                                   "table entry qscope did not follow (a connection met mid-way, or whose header "
+                                   "blocks were not all walked): their class is the HTTP :status, so a failed call "
+                                   "among them counts as 2xx");
+        if (const uint64_t n = load(b->h2_grpc_unread[1]))
             snap.partial.push_back("sock: " + std::to_string(n) +
-                                   " HTTP/2 calls were answered with trailers (since attach), as gRPC's are: "
-                                   "gRPC's own status (grpc-status) is not read, so a failed gRPC call is not "
-                                   "counted as failed");
+                                   " gRPC calls (since attach) were answered with their status (grpc-status) behind "
+                                   "an HPACK table entry qscope did not follow (a connection met mid-way, or whose "
+                                   "header blocks were not all walked): a failed call among them is not counted as "
+                                   "failed");
         if (h.connections > h.followed_connections)
             snap.partial.push_back(
                 "sock: " + std::to_string(h.connections - h.followed_connections) +

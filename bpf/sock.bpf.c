@@ -1447,6 +1447,15 @@ struct hp_chunk {
 	__u8 b[QS_HP_CHUNK];
 };
 
+/* Where a chunk is copied: not on the stack, which the frame walk's five nested calls (the
+ * program, bpf_loop's callback, h2_step, hp_feed, hp_byte) must share within 512 bytes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hp_chunk);
+} hp_chunks SEC(".maps");
+
 /* A chunk of a header block walked: a global function too, checked once with nothing known of
  * the state it walks from, not at every state of the frame walk that calls it. */
 __noinline int hp_feed(struct qs_hpack *s, const struct hp_chunk *c, __u32 n)
@@ -1462,7 +1471,8 @@ __noinline int hp_feed(struct qs_hpack *s, const struct hp_chunk *c, __u32 n)
 static __always_inline long h2_walk_block(struct h2_walk *w, struct qs_h2 *h, struct qs_h2_dir *d, __u64 n)
 {
 	struct qs_h2_event ev = {};
-	struct hp_chunk c;
+	struct hp_chunk *c;
+	__u32 zero = 0;
 	__u64 m;
 
 	if (n > d->skip)
@@ -1478,11 +1488,12 @@ static __always_inline long h2_walk_block(struct h2_walk *w, struct qs_h2 *h, st
 	if (m > QS_HP_CHUNK)
 		m = QS_HP_CHUNK;
 	barrier_var(m);
-	if (!m || m > QS_HP_CHUNK || bpf_probe_read_user(c.b, m, (const void *)w->p)) {
+	c = bpf_map_lookup_elem(&hp_chunks, &zero);
+	if (!c || !m || m > QS_HP_CHUNK || bpf_probe_read_user(c->b, m, (const void *)w->p)) {
 		w->lost = 1;
 		return 1;
 	}
-	hp_feed(&h->hp, &c, m);
+	hp_feed(&h->hp, c, m);
 	d->blk -= m;
 	d->skip -= m;
 	h2_advance(w, m);

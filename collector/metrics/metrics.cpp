@@ -248,8 +248,7 @@ void request_families(const Snapshot& s, const LabelCapper& port_label, Families
              "followed), since attach",
              kCounter, {"code"});
     for (const auto& [code, n] : h.grpc_status) grpc.add({code}, static_cast<double>(n));
-    if (h.grpc_status_unread || !h.grpc_status.empty())
-        grpc.add({"unread"}, static_cast<double>(h.grpc_status_unread));
+    grpc.add({"unread"}, static_cast<double>(h.grpc_status_unread));
     out.push_back(std::move(grpc).finish());
 }
 

@@ -86,6 +86,21 @@ void add_h2(Line& l, const Http2Seen& h) {
         l.push_back({" (per stream)", Role::dim});
 }
 
+// gRPC's own status, whose failures :status (200 for all) does not show: the codes read, the
+// unread in a warning colour. Empty when no gRPC answer was seen.
+Line grpc_line(const Http2Seen& h) {
+    uint64_t read = 0;
+    for (const auto& [code, n] : h.grpc_status) read += n;
+    if (!read && !h.grpc_status_unread) return {};
+    const auto ok = h.grpc_status.find("OK");
+    const uint64_t failed = read - (ok == h.grpc_status.end() ? 0 : ok->second);
+    Line l = {{"gRPC failed ", Role::dim}, {fmt_count(failed) + "/" + fmt_count(read), count_role(failed, Role::warn)}};
+    for (const auto& [code, n] : h.grpc_status)
+        if (code != "OK") l.push_back({"  " + code + " " + fmt_count(n), Role::normal});
+    if (h.grpc_status_unread) l.push_back({"  unread " + fmt_count(h.grpc_status_unread), Role::warn});
+    return l;
+}
+
 Line port_line(const PortRequests& p) {
     return {{p.unix_path.empty() ? ":" + std::to_string(p.port) : "unix:" + p.unix_path, Role::normal},
             {"  in flight ", Role::dim},
@@ -183,6 +198,7 @@ PanelBody requests_panel(const Snapshot& s, const UiState& ui, int) {
     add_tls(status, r.tls);
     add_h2(status, r.h2);
     add_text_row(b, status);
+    if (Line g = grpc_line(r.h2); !g.empty()) add_text_row(b, g);
     if (r.ports.size() > 1)
         for (const auto& p : r.ports) add_text_row(b, port_line(p));
     return b;

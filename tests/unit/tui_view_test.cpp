@@ -212,6 +212,18 @@ TEST_CASE("the downstream panel shows peers in the chosen order", "[tui]") {
     CHECK(row_of(g, "127.0.0.1:6379 ") < row_of(g, "127.0.0.1:5432 "));
 }
 
+TEST_CASE("the requests panel shows gRPC's own failures and the statuses it could not read", "[tui]") {
+    Snapshot s = pool_saturated();
+    s.requests.h2.connections = s.requests.h2.followed_connections = 1;
+    s.requests.h2.grpc_status = {{"OK", 600}, {"UNAVAILABLE", 200}};
+    s.requests.h2.grpc_status_unread = 40;
+    const Grid g = render(&s, 160, 40, UiState(), History());
+    std::string screen;
+    for (int y = 0; y < g.height(); ++y) screen += g.row(y) + "\n";
+    INFO(screen);
+    CHECK(screen.find("gRPC failed 200/800  UNAVAILABLE 200  unread 40") != std::string::npos);
+}
+
 TEST_CASE("keys: every key in the help does something, and the overlay lists them all", "[tui]") {
     const Snapshot s = pool_saturated();
     const auto keys = key_help();

@@ -1061,12 +1061,18 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 #define QS_BTF 0
 #define QS_PROBE 1
 
-static __always_inline void reply_read(struct qs_conn *c, int ret);
+/* The first bytes the current read got: copied once, whichever checks look at them. */
+struct io_head {
+	unsigned char b[12];
+	__u32 n;       /* bytes copied: 12, 9 (an HTTP/2 frame header) or 5 (a TLS record header) */
+	__u32 tried;   /* the copy was attempted (n: 0 when there was nothing to copy) */
+};
+
+static __always_inline __u32 io_head(struct io_head *h, int ret);
+static __always_inline void reply_read(struct qs_conn *c, struct io_head *h, int ret);
 static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int ret, __u32 rx);
 static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 static __always_inline int io_is_h2_preface(void);
-static __always_inline int io_is_h2_reply(void);
-static __always_inline int io_reply_class(int ret);
 static __always_inline void peer_speaks_h2(struct qs_conn *c, int followed);
 static __always_inline int h2_follow_tls(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 
@@ -1075,6 +1081,7 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	__u64 key = (__u64)sk;
 	struct qs_conn *c;
 	struct qs_effects e = {};
+	struct io_head head = {};
 	__u8 was;
 
 	if (!is_target())
@@ -1095,13 +1102,13 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 		note_wire(c, QS_WIRE_H2);
 	/* The peer's first bytes seen on an outbound connection: its protocol (12 bytes copied once). */
 	if (c->dir == QS_DIR_OUT && !c->wire && !(flags & QS_MSG_PEEK))
-		note_wire(c, wire_of(io_reply_class(ret)));
+		note_wire(c, wire_of(io_head(&head, ret) ? qs_response_class(head.b, (int)head.n) : QS_STATUS_UNKNOWN));
 	/* An outbound connection met mid-way (its preface went out before the attach): a call's
 	 * reply that begins with an HTTP/2 frame joins it, and from here on its streams are the
 	 * calls. (With no room in h2_conns, reply_read names the peer instead.) */
 	if (c->dir == QS_DIR_OUT && h2_streams && c->proto == QS_PROTO_TURNS && c->state == QS_ST_BUSY &&
-	    !(c->flags & (QS_F_H2 | QS_F_UNIX)) && !(flags & QS_MSG_PEEK) && ret >= QS_H2_HEADER &&
-	    io_is_h2_reply())
+	    !(c->flags & (QS_F_H2 | QS_F_UNIX)) && !(flags & QS_MSG_PEEK) &&
+	    io_head(&head, ret) >= QS_H2_HEADER && qs_h2_plausible(head.b, 0, 1))
 		h2_follow(key, c, 0, &e);
 	was = c->state;
 	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
@@ -1116,7 +1123,7 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	else if (c->dir == QS_DIR_IN && was != QS_ST_REQUEST && c->state == QS_ST_REQUEST)
 		req_begin(key);
 	else if (c->dir == QS_DIR_OUT && e.d_busy < 0)
-		reply_read(c, ret);
+		reply_read(c, &head, ret);
 	apply(c, &e, 0);
 }
 
@@ -1730,32 +1737,25 @@ static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, 
 	return 1;
 }
 
-/* The class of the first bytes the current read got (qs_response_class): 12 bytes, or 9 (an
- * HTTP/2 frame header), or 5 (a TLS record header: OpenSSL reads those alone), else unknown. */
-static __always_inline int io_reply_class(int ret)
+/* Copy the first bytes of the current read (ret of them), once: 12, or 9 (an HTTP/2 frame
+ * header), or 5 (a TLS record header: OpenSSL reads those alone), as many as its first buffer
+ * holds. Returns how many (0: none). */
+static __always_inline __u32 io_head(struct io_head *h, int ret)
 {
-	unsigned char b[12];
 	const void *base = 0;
 	__u64 len = 0, n;
+	if (h->tried)
+		return h->n;
+	h->tried = 1;
 	if (!syscall_buffer(&base, &len) || !base)
-		return QS_STATUS_UNKNOWN;
-	n = len < (__u64)ret ? len : (__u64)ret;
-	n = n >= 12 ? 12 : n >= QS_H2_FRAME_HEADER ? QS_H2_FRAME_HEADER : n >= 5 ? 5 : 0;
-	barrier_var(n);
-	if (!n || n > sizeof(b) || bpf_probe_read_user(b, n, base))
-		return QS_STATUS_UNKNOWN;
-	return qs_response_class(b, (int)n);
-}
-
-/* Does the current read begin with what can only be a server's HTTP/2 frame (the strict check)? */
-static __always_inline int io_is_h2_reply(void)
-{
-	__u8 b[QS_H2_HEADER];
-	const void *base = 0;
-	__u64 len = 0;
-	if (!syscall_buffer(&base, &len) || !base || len < sizeof(b) || bpf_probe_read_user(b, sizeof(b), base))
 		return 0;
-	return qs_h2_plausible(b, 0, 1);
+	n = len < (__u64)ret ? len : (__u64)ret;
+	n = n >= sizeof(h->b) ? sizeof(h->b) : n >= QS_H2_FRAME_HEADER ? QS_H2_FRAME_HEADER : n >= 5 ? 5 : 0;
+	barrier_var(n);
+	if (!n || n > sizeof(h->b) || bpf_probe_read_user(h->b, n, base))
+		return 0;
+	h->n = n;
+	return n;
 }
 
 /* Does the current read or write begin with the HTTP/2 client preface (a connection's first)? */
@@ -1897,26 +1897,21 @@ static __always_inline int response_status(void)
  * ended. A reply read by another thread than sent the request means the caller moved (a
  * virtual thread resumed on another carrier, an async client's I/O thread): per-thread
  * attribution does not hold there, and user space says so. A status line of 5xx or 429 fails
- * the call (its 12 bytes are all that is copied). */
-static __always_inline void reply_read(struct qs_conn *c, int ret)
+ * the call (the read's first 12 bytes, io_head's one copy, are all that is read). */
+static __always_inline void reply_read(struct qs_conn *c, struct io_head *h, int ret)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct qs_peer_stats *p = peer_at(c->idx);
-	unsigned char buf[12];
-	const void *base = 0;
-	__u64 len = 0;
 
 	if (!p || !c->server_tid)
 		return;
 	if (c->server_tid != tid)
 		__sync_fetch_and_add(&p->calls_moved, 1);
-	if (ret < (int)sizeof(buf) || !syscall_buffer(&base, &len) || !base || len < sizeof(buf))
+	if (io_head(h, ret) < sizeof(h->b))
 		return;
-	if (bpf_probe_read_user(buf, sizeof(buf), base))
-		return;
-	if (qs_reply_failed(buf, sizeof(buf)))
+	if (qs_reply_failed(h->b, sizeof(h->b)))
 		call_failed(c);
-	else if (!(c->flags & QS_F_H2) && qs_is_h2_frame(buf, sizeof(buf)))
+	else if (!(c->flags & QS_F_H2) && qs_is_h2_frame(h->b, sizeof(h->b)))
 		peer_speaks_h2(c, 0);   /* met mid-way: its preface went out before the attach */
 }
 

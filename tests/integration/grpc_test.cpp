@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -274,7 +275,10 @@ TEST_CASE("gRPC (python3-grpcio, h2c) attached mid-load: streams in flight, comp
     // Only Calls here, all answered :status 200. Their grpc-status (OK) is a reference to an
     // entry the server's encoder added before the attach: unread, and said, each one.
     CHECK(r["status"]["2xx"].get<uint64_t>() == r["completed"].get<uint64_t>());
-    CHECK(r["h2"]["grpc_status_unread"] == r["completed"]);
+    // (The counter runs from the attach, the window from its first tick: a few apart.)
+    CHECK(r["h2"]["grpc_status"].empty());
+    CHECK(std::abs(r["h2"]["grpc_status_unread"].get<double>() - r["completed"].get<double>()) <=
+          0.02 * r["completed"].get<double>());
     CHECK(partial_has(s, "gRPC answers (since attach) carry their status (grpc-status) behind"));
     // qscope's latency is HEADERS read → END_STREAM written: the handler's time plus C-core's and
     // the executor's dispatch, a few ms.
@@ -476,11 +480,11 @@ TEST_CASE("gRPC client (python3-grpcio) attached mid-load: its channel, opened b
     // Calls that began after the join, each once: the window's answers less those open at the
     // join (at most 40), never more.
     CHECK(d["calls"].get<double>() <= answered + 5);
-    CHECK(d["calls"].get<double>() >= answered - kConcurrency - 5);
+    CHECK(d["calls"].get<double>() >= answered - kConcurrency - 10);
     // Every Fail of the window read as UNAVAILABLE, a failed call (a few at the window's edges
-    // apart); the Calls' grpc-status OK refers to an entry added before the join: unread, said.
+    // apart: the server's samples lag the window's by milliseconds, and a Fail takes ~1 ms); the Calls' grpc-status OK refers to an entry added before the join: unread, said.
     REQUIRE(failed > 20);
-    CHECK(std::abs(d["fan_out"]["failed_calls"].get<double>() - failed) <= 3);
+    CHECK(std::abs(d["fan_out"]["failed_calls"].get<double>() - failed) <= std::max(5.0, 0.03 * failed));
     CHECK(partial_has(s, "gRPC calls (since attach) were answered with their status (grpc-status) behind"));
     const double p50 = d["call_seconds"]["p50"].get<double>();
     CHECK(p50 >= 0.05);

@@ -324,6 +324,9 @@ inline Snapshot retry_storm() {
     r.connections = 8;
     r.attribution = {1800, 0};
     r.attribution_total = {5400, 0};
+    // Its front speaks gRPC (h2c): every answer :status 200, its own status UNAVAILABLE.
+    r.h2.connections = r.h2.followed_connections = 8;
+    r.h2.grpc_status = {{"UNAVAILABLE", 5400}};
     DownstreamPeer partner = peer("10.0.0.9:8443", 8, 6, 7, 48600, 0.0006, 0.0011, 0.001);
     FanOut& f = partner.fan_out;
     f.window = {1800, 48600, 46800, 1800, 48600, 46800, 48600, 48600, 0, 0};

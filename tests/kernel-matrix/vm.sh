@@ -5,7 +5,11 @@
 #
 #   vm.sh BUILD_DIR KERNEL GUEST_SCRIPT [TIMEOUT_S]
 #     KERNEL  a Debian package name pattern, e.g. 'linux-image-6.1.0-*-cloud-amd64-unsigned'
-#             (the newest matching name in the local apt lists is used)
+#             (the newest matching name in the local apt lists is used), or SUITE:PATTERN for
+#             another Debian release's kernel, e.g. 'bullseye:linux-image-5.10.0-*-cloud-amd64-unsigned'
+#             (Debian 11's 5.10): that suite's lists are kept beside the cache, apart from the
+#             host's apt state, and the newest package that downloads is used (a mirror may
+#             hold only some of a suite's security updates)
 #
 # QSCOPE_KM_MODES: the attach types smoke.sh runs the socket cases under ("auto kprobe" when
 # unset; auto is qscope's own choice, the others QSCOPE_SOCK_ATTACH values).
@@ -27,15 +31,43 @@ for tool in qemu-system-x86_64 cpio gzip xz; do command -v $tool >/dev/null || d
 [[ -x /bin/busybox ]] || die "/bin/busybox missing (busybox-static; run .ci/setup)"
 
 # ---- the kernel: newest package matching the pattern, downloaded once ------------------
+suite=
+if [[ $pattern == *:* ]]; then suite=${pattern%%:*}; pattern=${pattern#*:}; fi
+apt_opts=()
+if [[ -n $suite ]]; then
+  # Another release's lists, in a private apt state: the host's own is never touched.
+  a=$cache/apt-$suite
+  mkdir -p "$a/lists/partial" "$a/cache/archives/partial"
+  printf 'deb http://deb.debian.org/debian %s main\ndeb http://deb.debian.org/debian-security %s-security main\n' \
+    "$suite" "$suite" > "$a/sources.list"
+  apt_opts=(-o "Dir::Etc::SourceList=$a/sources.list" -o Dir::Etc::SourceParts=/dev/null
+            -o "Dir::State::Lists=$a/lists" -o "Dir::Cache=$a/cache" -o Dir::State::Status=/dev/null)
+  if [[ -z $(find "$a/lists" -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null) ]]; then
+    apt-get "${apt_opts[@]}" update -qq >&2 || die "apt-get update for $suite failed"
+  fi
+fi
 regex="^${pattern//\*/[^ ]*}\$"
 regex=${regex//./\\.}
-pkg=$(apt-cache search --names-only "$regex" 2>/dev/null | awk '{print $1}' | sort -V | tail -1)
-[[ -n $pkg ]] || die "no package matches $pattern in the apt lists (apt-get update?)"
+mapfile -t pkgs < <(apt-cache "${apt_opts[@]}" search --names-only "$regex" 2>/dev/null | awk '{print $1}' | sort -rV)
+((${#pkgs[@]})) || die "no package matches $pattern in the apt lists${suite:+ of $suite} (apt-get update?)"
+# A cached kernel is used as it is; else the newest that downloads.
+pkg=
+for p in "${pkgs[@]}"; do [[ -f $cache/$p/vmlinuz ]] && { pkg=$p; break; }; done
+for p in "${pkgs[@]}"; do
+  [[ -n $pkg ]] && break
+  rm -rf "$cache/$p.tmp" && mkdir -p "$cache/$p.tmp"
+  if (cd "$cache/$p.tmp" && apt-get "${apt_opts[@]}" download -q "$p" 2>&1 | grep -v unsandboxed >&2 || true
+      ls "$cache/$p.tmp"/*.deb >/dev/null 2>&1); then
+    pkg=$p
+  else
+    echo "vm.sh: $p did not download; trying an older one" >&2
+    rm -rf "$cache/$p.tmp"
+  fi
+done
+[[ -n $pkg ]] || die "none of ${pkgs[*]} downloaded"
 kdir=$cache/$pkg
 if [[ ! -f $kdir/vmlinuz ]]; then
-  echo "vm.sh: fetching $pkg (once; cached in $cache)" >&2
-  rm -rf "$kdir.tmp" && mkdir -p "$kdir.tmp"
-  (cd "$kdir.tmp" && apt-get download -q "$pkg" 2>&1 | grep -v unsandboxed >&2 || true; ls "$kdir.tmp"/*.deb >/dev/null) || die "apt-get download $pkg failed"
+  echo "vm.sh: fetched $pkg (once; cached in $cache)" >&2
   dpkg-deb -x "$kdir.tmp"/*.deb "$kdir.tmp/root"
   cp "$kdir.tmp"/root/boot/vmlinuz-* "$kdir.tmp/vmlinuz"
   cp "$kdir.tmp"/root/boot/config-* "$kdir.tmp/config"

@@ -51,8 +51,19 @@ bool exists(const char* path) {
 std::string describe(const HookChoice& c) {
     if (c.attach == AttachType::none) return "unavailable: " + c.caveat;
     std::string s = std::string("via ") + contract_name(c.attach) + " " + c.via;
-    if (c.attach != AttachType::tp_btf) s += " (no tracepoint " + c.tracepoint + "): " + c.caveat;
+    if (c.attach != AttachType::tp_btf)
+        s += " (no tracepoint " + c.tracepoint + ")" + (c.caveat.empty() ? "" : ": " + c.caveat);
     return s;
+}
+
+const char* family_word(ProbeFamily f) {
+    switch (f) {
+        case ProbeFamily::tree: return "everything (the process-tree filter)";
+        case ProbeFamily::sock: return "requests";
+        case ProbeFamily::sched: return "threads";
+        case ProbeFamily::jvm: return "carriers";
+    }
+    return "?";
 }
 
 }  // namespace
@@ -78,6 +89,7 @@ int run_check() {
                            "CAP_SYS_PTRACE");
     sections.push_back(priv);
 
+    KernelTracepoints tps;
     Section kern{"Kernel"};
     const bool btf = exists("/sys/kernel/btf/vmlinux");
     kern.add(btf ? Mark::ok : Mark::no, btf ? "BTF: /sys/kernel/btf/vmlinux (CO-RE, typed tracepoints)"
@@ -94,7 +106,6 @@ int run_check() {
         kern.add(Mark::ok, "lockdown: none");
     else
         kern.add(lock == "confidentiality" ? Mark::no : Mark::warn, lock_note);
-    KernelTracepoints tps;
     // BTF is readable by anyone: the plan below is this kernel's even without privileges;
     // only the fentry probe (a real load) needs them.
     KernelOffer offer = probe_sock_offer(tps, "", true);
@@ -112,8 +123,26 @@ int run_check() {
                                  : "syscall exit tracepoints of reads and writes: not all in tracefs");
     sections.push_back(kern);
 
+    // ---- what the families' objects need of the kernel's BPF ------------------------
+    Section needs{"BPF (instructions and helpers the probes use)"};
+    for (const BpfNeed& n : bpf_needs()) {
+        std::string users;
+        for (ProbeFamily f : n.families) users += (users.empty() ? "" : ", ") + std::string(family_word(f));
+        const bool have = has_bpf_need(tps, n);
+        needs.add(have ? Mark::ok : Mark::no, std::string(n.what) + " (Linux " + n.since + "+)" +
+                                                  (have ? "" : ": missing, needed by ") + (have ? "" : users));
+    }
+    sections.push_back(needs);
+    // A family whose object this kernel would refuse says so first in its own section.
+    const auto bpf_fits = [&](ProbeFamily f, Section& s) {
+        const std::string lacks = missing_needs_text(missing_bpf_needs(tps, f));
+        if (!lacks.empty()) s.add(Mark::no, "cannot load: " + lacks);
+        return lacks.empty();
+    };
+
     // ---- the sock family: requests, connector, downstream ---------------------------
     Section sock{"Requests (sock family: accept queue, connector, in flight, downstream)"};
+    const bool sock_fits = bpf_fits(ProbeFamily::sock, sock);
     const SockAttachPlan plan = plan_sock_attach(offer);
     const bool set_state = tps.has_btf("inet_sock_set_state");
     sock.add(set_state ? Mark::ok : Mark::no,
@@ -167,11 +196,13 @@ int run_check() {
     const bool rst = tps.has_btf("tcp_receive_reset") && tps.has_btf("tcp_send_reset");
     sock.add(rst ? Mark::ok : Mark::warn, rst ? "downstream resets: via tp_btf tcp_receive_reset, tcp_send_reset"
                                               : "downstream resets: not counted (no tcp_*_reset tracepoints)");
-    const bool sock_runs = may_bpf && btf && set_state && plan.error.empty() && lock != "confidentiality";
+    const bool sock_runs =
+        may_bpf && btf && set_state && plan.error.empty() && lock != "confidentiality" && sock_fits;
     sections.push_back(sock);
 
     // ---- the sched family and the process tree --------------------------------------
     Section sched{"Threads (sched family: thread groups, waits, run queue)"};
+    const bool sched_fits = bpf_fits(ProbeFamily::sched, sched);
     const int sw_args = tps.btf_args("sched_switch");
     const bool sw = sw_args >= 4;
     sched.add(sw ? Mark::ok : Mark::no,
@@ -198,10 +229,11 @@ int run_check() {
     const bool sw_clock = exists("/sys/bus/event_source/devices/software/type");
     sched.add(sw_clock ? Mark::ok : Mark::warn, sw_clock ? "event-loop stall stacks: via perf_event cpu-clock sampling"
                                                          : "event-loop stall stacks: no software perf events");
-    const bool sched_runs = may_bpf && btf && sw && lock != "confidentiality";
+    const bool sched_runs = may_bpf && btf && sw && lock != "confidentiality" && sched_fits;
     sections.push_back(sched);
 
     Section jvm{"Carriers (jvm family)"};
+    bpf_fits(ProbeFamily::jvm, jvm);
     const bool uprobe = exists("/sys/bus/event_source/devices/uprobe/type");
     jvm.add(sw ? Mark::ok : Mark::no, sw ? "carrier stalls: via tp_btf sched_switch, sched_wakeup"
                                          : "carrier stalls: no usable sched_switch");

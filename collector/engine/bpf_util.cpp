@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -19,7 +20,8 @@ static int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list 
     if (level == LIBBPF_DEBUG && g_verbose < 2) return 0;
     if (level == LIBBPF_INFO && g_verbose < 2) return 0;
     if (level == LIBBPF_WARN && g_verbose < 1) return 0;
-    std::fputs("qscope: libbpf: ", stderr);
+    // libbpf's own messages already start "libbpf: ".
+    std::fputs(std::strncmp(fmt, "libbpf: ", 8) == 0 ? "qscope: " : "qscope: libbpf: ", stderr);
     return std::vfprintf(stderr, fmt, args);
 }
 

@@ -2,7 +2,10 @@
 
 #include <linux/bpf.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <fstream>
@@ -105,6 +108,86 @@ bool has_capability(int cap) {
     while (std::getline(f, line))
         if (line.rfind("CapEff:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> cap) & 1ULL;
     return false;
+}
+
+const std::vector<BpfNeed>& bpf_needs() {
+    using F = ProbeFamily;
+    // Found by booting Debian 11's 5.10 (kernel matrix): the tree's object fails first, on the
+    // atomics. The helpers' releases are the kernel's own (include/uapi/linux/bpf.h history).
+    static const std::vector<BpfNeed> needs = {
+        {"atomic fetch-and-op and compare-exchange instructions", nullptr, "5.12", {F::tree, F::sock, F::sched}},
+        {"task-local storage", "BPF_FUNC_task_storage_get", "5.11", {F::sock, F::sched}},
+        {"bpf_get_current_task_btf", "BPF_FUNC_get_current_task_btf", "5.11", {F::sock, F::sched}},
+        {"bpf_sock_from_file", "BPF_FUNC_sock_from_file", "5.11", {F::sock}},
+        {"bpf_task_pt_regs", "BPF_FUNC_task_pt_regs", "5.15", {F::sock, F::sched, F::jvm}},
+        {"bpf_skc_to_unix_sock", "BPF_FUNC_skc_to_unix_sock", "5.16", {F::sock}},
+    };
+    return needs;
+}
+
+const std::vector<const char*>& bpf_switched_helpers() {
+    // bpf_loop: the HTTP/2 frame walk (sock.bpf.c h2_streams); bpf_copy_from_user_task: the
+    // sleepable task iterator's stacks (sched.bpf.c, its program left unloaded without it).
+    static const std::vector<const char*> helpers = {"BPF_FUNC_loop", "BPF_FUNC_copy_from_user_task"};
+    return helpers;
+}
+
+namespace {
+
+// r0 = atomic_fetch_add(stack slot, 1) in a socket filter: 5.10's verifier rejects the
+// instruction ("BPF_STX uses reserved fields"), 5.12's takes it. 1 yes, 0 no, -1 not allowed to
+// load anything.
+int probe_atomics() {
+    const bpf_insn insns[] = {
+        {BPF_ST | BPF_MEM | BPF_DW, BPF_REG_10, 0, -8, 0},
+        {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_1, 0, 0, 1},
+        {BPF_STX | BPF_ATOMIC | BPF_DW, BPF_REG_10, BPF_REG_1, -8, BPF_ADD | BPF_FETCH},
+        {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+        {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+    };
+    const int fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "qs_atomics", "GPL", insns, 5, nullptr);
+    if (fd >= 0) {
+        close(fd);
+        return 1;
+    }
+    return errno == EPERM || errno == EACCES ? -1 : 0;
+}
+
+bool needs_of(const BpfNeed& n, ProbeFamily family) {
+    return std::find(n.families.begin(), n.families.end(), family) != n.families.end() ||
+           std::find(n.families.begin(), n.families.end(), ProbeFamily::tree) != n.families.end();
+}
+
+}  // namespace
+
+bool has_bpf_need(KernelTracepoints& kernel, const BpfNeed& need) {
+    if (need.helper) return kernel.has_enum_value("bpf_func_id", need.helper);
+    const int a = probe_atomics();
+    return a >= 0 ? a == 1 : kernel.has_enum_value("bpf_func_id", "BPF_FUNC_check_mtu");
+}
+
+std::vector<const BpfNeed*> missing_bpf_needs(KernelTracepoints& kernel, ProbeFamily family) {
+    std::vector<const BpfNeed*> out;
+    for (const BpfNeed& n : bpf_needs())
+        if (needs_of(n, family) && !has_bpf_need(kernel, n)) out.push_back(&n);
+    return out;
+}
+
+std::string missing_needs_text(const std::vector<const BpfNeed*>& missing) {
+    if (missing.empty()) return "";
+    utsname u{};
+    uname(&u);
+    std::string s = std::string("this kernel (Linux ") + u.release + ") lacks ";
+    for (size_t i = 0; i < missing.size(); ++i)
+        s += (i ? ", " : "") + std::string(missing[i]->what) + " (Linux " + missing[i]->since + "+)";
+    return s;
+}
+
+void throw_load_error(ProbeFamily family, const std::string& what, int err) {
+    KernelTracepoints kernel;  // parsed only now: a load that works never pays for it
+    const std::string lacks = missing_needs_text(missing_bpf_needs(kernel, family));
+    if (lacks.empty()) throw_bpf_error(what, err);
+    throw Error(Exit::kernel, what + ": " + lacks + " (`qscope check` tells what runs here)");
 }
 
 }  // namespace qscope

@@ -4,6 +4,9 @@
 // (probes/sock/attach_plan.h) and `qscope check` prints them for an operator.
 #pragma once
 #include <string>
+#include <vector>
+
+#include "model/snapshot.h"
 
 namespace qscope {
 
@@ -35,5 +38,37 @@ bool cgroup2_mounted();
 
 // An effective capability of this process (/proc/self/status CapEff).
 bool has_capability(int cap);
+
+// ---- the BPF a family's object needs --------------------------------------------------------
+// What a probe family's programs need of the kernel's BPF beyond BTF and their hooks: newer
+// instructions and helpers. A kernel without one refuses the family's whole object at load
+// ("BPF_STX uses reserved fields", "invalid func unknown#178"), so it is named instead, by
+// `qscope check` and by a load that failed. Every family filters on the tree's object, so the
+// tree's needs are everyone's. tests/unit/bpf_needs_test.cpp holds this list to the helpers
+// and instructions the built objects really use.
+struct BpfNeed {
+    const char* what;   // for the operator: "bpf_task_pt_regs", "atomic fetch-and-op instructions"
+    const char* helper; // the BPF_FUNC_* enumerator of a helper; nullptr for the instructions
+    const char* since;  // the Linux release that brought it: "5.15"
+    std::vector<ProbeFamily> families;
+};
+const std::vector<BpfNeed>& bpf_needs();
+// Helpers the programs call only behind a switch user space clears where the kernel lacks
+// them (the verifier drops the call as dead code): features, not needs.
+const std::vector<const char*>& bpf_switched_helpers();
+
+// This kernel has `need`: its BTF names the helper; for the atomics, a three-instruction
+// program loads (when privileges allow; else BTF's bpf_check_mtu, from the same release, stands
+// in).
+bool has_bpf_need(KernelTracepoints& kernel, const BpfNeed& need);
+// The needs of `family` (the tree's included) this kernel lacks.
+std::vector<const BpfNeed*> missing_bpf_needs(KernelTracepoints& kernel, ProbeFamily family);
+// "this kernel (Linux 5.10.0) lacks atomic fetch-and-op instructions (Linux 5.12+), ...";
+// "" when none is missing.
+std::string missing_needs_text(const std::vector<const BpfNeed*>& missing);
+
+// For a family's object that failed to load: throws naming the needs this kernel lacks, when
+// it lacks some, else the plain error of `what` (bpf_util.h throw_bpf_error).
+[[noreturn]] void throw_load_error(ProbeFamily family, const std::string& what, int err);
 
 }  // namespace qscope

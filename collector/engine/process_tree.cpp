@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/bpf_util.h"
+#include "engine/kernel_features.h"
 #include "model/errors.h"
 #include "sys/proc_stat.h"
 #include "tree.h"
@@ -163,7 +164,7 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
     }
     const uint32_t words = static_cast<uint32_t>(std::max<long>((pid_max + 63) / 64, root / 64 + 1));
     bpf_check(bpf_map__set_max_entries(b.skel->maps.qs_tree, words), "tree: sizing map qs_tree");
-    bpf_check(tree_bpf::load(b.skel.get()), "tree: loading BPF programs (tree.bpf.c)");
+    if (int err = tree_bpf::load(b.skel.get())) throw_load_error(ProbeFamily::tree, "tree: loading BPF programs (tree.bpf.c)", err);
     b.words = words;
     b.mapped = (words * sizeof(uint64_t) + 4095) / 4096 * 4096;
     void* m = mmap(nullptr, b.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_tree), 0);

@@ -18,6 +18,7 @@
 #include "probes/jvm/jvm_source.h"
 
 #include "engine/bpf_util.h"
+#include "engine/kernel_features.h"
 #include "carrier.skel.h"
 #include "carrier.h"
 #include "probes/jvm/carrier_model.h"
@@ -379,7 +380,8 @@ private:
                   "carrier: size map stack_slots");
         const bool pin_hook = jvm_ && jvm_->has_pinned_event && jvm_mode_;
         bpf_program__set_autoload(skel_->progs.carrier_pinned, pin_hook);
-        bpf_check(carrier_bpf__load(skel_.get()), "carrier: load BPF programs (tp_btf/sched_switch, sched_wakeup)");
+        if (int err = carrier_bpf__load(skel_.get()))
+            throw_load_error(ProbeFamily::jvm, "carrier: load BPF programs (tp_btf/sched_switch, sched_wakeup)", err);
         links_.push_back(attach_program(skel_->progs.carrier_switch, "carrier: attach tp_btf/sched_switch"));
         links_.push_back(attach_program(skel_->progs.carrier_wakeup, "carrier: attach tp_btf/sched_wakeup"));
         attach_.push_back(program_attach(ProbeFamily::jvm, skel_->progs.carrier_switch));

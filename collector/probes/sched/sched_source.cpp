@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "engine/bpf_util.h"
+#include "engine/kernel_features.h"
 #include "probes/sched/loops.h"
 #include "model/errors.h"
 #include "sys/proc_tasks.h"
@@ -289,7 +290,10 @@ void SchedSource::start(const Target& target, const Config& cfg) {
             if (!tps.has_btf(tp))
                 throw Error(Exit::kernel, std::string("kernel BTF lacks the ") + tp + " tracepoint (tp_btf/" + tp +
                                               "): the sched probes cannot attach");
-        throw_bpf_error("sched: load BPF programs (sched.bpf.c)", err);
+        if (tps.btf_args("sched_switch") < 4)
+            throw Error(Exit::kernel, "sched: tp_btf sched_switch has no prev_state argument (Linux 5.18+): the "
+                                      "thread views cannot load here (--no-threads runs the requests alone)");
+        throw_load_error(ProbeFamily::sched, "sched: load BPF programs (sched.bpf.c)", err);
     }
 
     // Overflow buckets the programs fall back to when a map is full.

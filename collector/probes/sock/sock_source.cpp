@@ -131,7 +131,7 @@ public:
                                       skel_->progs.qs_ssl_read_ex_ret, skel_->progs.qs_ssl_write_ret,
                                       skel_->progs.qs_ssl_write_ex_ret})
                 bpf_program__set_autoload(prog, false);
-        bpf_check(sock_bpf::load(skel_.get()), "sock: loading BPF programs (sock.bpf.c)");
+        if (int err = sock_bpf::load(skel_.get())) throw_load_error(ProbeFamily::sock, "sock: loading BPF programs (sock.bpf.c)", err);
         // Ports first, so children of the target's listeners are recognised from the first
         // handshake after attach.
         refresh_listeners();

@@ -144,23 +144,10 @@ static __always_inline int qs_h2_is_preface(const __u8 *b, int n)
 	return 1;
 }
 
-/* The class of a status code's first digit. */
-static __always_inline int qs_h2_digit_class(int d)
-{
-	switch (d) {
-	case 2: return QS_STATUS_2XX;
-	case 3: return QS_STATUS_3XX;
-	case 4: return QS_STATUS_4XX;
-	case 5: return QS_STATUS_5XX;
-	default: return QS_STATUS_UNKNOWN;
-	}
-}
-
 /* :status as it begins at b[i]: i is a constant at each call, so a BPF stack buffer is never
  * read at a variable offset. */
 static __always_inline int qs_h2_status_at(const __u8 *b, int n, const int i)
 {
-	__u8 v;
 	if (i >= n)
 		return QS_STATUS_UNKNOWN;
 	switch (b[i]) {
@@ -173,18 +160,9 @@ static __always_inline int qs_h2_status_at(const __u8 *b, int n, const int i)
 	}
 	if (i + 2 >= n)
 		return QS_STATUS_UNKNOWN;
-	v = b[i + 2];
-	if (!(b[i + 1] & 0x80))                                   /* plain: 3 ASCII digits */
-		return (b[i + 1] & 0x7f) == 3 && v >= '0' && v <= '9' ? qs_h2_digit_class(v - '0')
-								     : QS_STATUS_UNKNOWN;
-	if ((v >> 3) == 0x02)
-		return QS_STATUS_2XX;
-	switch (v >> 2) {
-	case 0x19: return QS_STATUS_3XX;
-	case 0x1a: return QS_STATUS_4XX;
-	case 0x1b: return QS_STATUS_5XX;
-	default: return QS_STATUS_UNKNOWN;
-	}
+	if (!(b[i + 1] & 0x80) && (b[i + 1] & 0x7f) != 3)         /* plain: 3 ASCII digits */
+		return QS_STATUS_UNKNOWN;
+	return qs_hp_status_value(&b[i + 2], 1, b[i + 1] & 0x80);
 }
 
 /* The status class of a response from the first n bytes of its header block (RFC 7541), which

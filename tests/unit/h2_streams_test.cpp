@@ -25,7 +25,6 @@ namespace {
 using Bytes = std::vector<__u8>;
 using Header = std::array<__u8, QS_H2_HEADER>;
 
-constexpr __u8 kEndHeaders = 0x4;  // RFC 9113 6.2; h2.h has no use for it
 
 // A frame header as RFC 9113 4.1 lays it out: 24-bit length, type, flags, R + 31-bit stream.
 Header frame(__u32 len, __u8 type, __u8 flags, __u32 sid) {
@@ -140,11 +139,11 @@ struct Conn {
     }
     // A GET: curl's HEADERS, END_STREAM (no body) and END_HEADERS.
     qs_h2_event request(__u32 sid, __u64 now) {
-        return rx(frame(30, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, sid), now);
+        return rx(frame(30, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, sid), now);
     }
     // A response with a body: HEADERS (whose first bytes are peeked), then the last DATA.
     qs_h2_event respond(__u32 sid, __u64 now, const Bytes& block = {0x88}) {
-        auto e = tx(frame(40, QS_H2_HEADERS, kEndHeaders, sid), now);
+        auto e = tx(frame(40, QS_H2_HEADERS, QS_H2_END_HEADERS, sid), now);
         CHECK(!e.answered);
         REQUIRE(h->tx.peek_sid == sid);
         e = peeked(block, now);
@@ -224,14 +223,14 @@ TEST_CASE("h2 frames servers and clients really send are plausible, strict or no
 
 TEST_CASE("h2 a client cannot open an even stream, push, or send HEADERS on stream 0", "[h2]") {
     // Client streams are odd (RFC 9113 5.1.1): a client HEADERS on stream 2 is not a frame.
-    const Header even = frame(30, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 2);
+    const Header even = frame(30, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 2);
     CHECK_FALSE(plausible(even, true, false));
     CHECK_FALSE(plausible(even, true, true));
     CHECK(plausible(even, false, false));  // the server's, on a stream it pushed
-    const Header push = frame(32, QS_H2_PUSH_PROMISE, kEndHeaders, 1);
+    const Header push = frame(32, QS_H2_PUSH_PROMISE, QS_H2_END_HEADERS, 1);
     CHECK_FALSE(plausible(push, true, false));
-    CHECK_FALSE(plausible(frame(30, QS_H2_HEADERS, kEndHeaders, 0), true, false));
-    CHECK_FALSE(plausible(frame(30, QS_H2_HEADERS, kEndHeaders, 0), false, false));
+    CHECK_FALSE(plausible(frame(30, QS_H2_HEADERS, QS_H2_END_HEADERS, 0), true, false));
+    CHECK_FALSE(plausible(frame(30, QS_H2_HEADERS, QS_H2_END_HEADERS, 0), false, false));
 }
 
 TEST_CASE("h2 each type's stream rule and fixed length reject what cannot be that frame", "[h2]") {
@@ -421,7 +420,7 @@ TEST_CASE("h2 a request and its response: opened, then answered with its status 
     CHECK(c.in_flight == 1);
 
     // The server's HEADERS: the status is in its payload, so the walker is asked for it.
-    e = c.tx(frame(40, QS_H2_HEADERS, kEndHeaders, 1), 4000);
+    e = c.tx(frame(40, QS_H2_HEADERS, QS_H2_END_HEADERS, 1), 4000);
     CHECK(!e.answered);
     CHECK(c.h->tx.peek == 1);
     CHECK(c.h->tx.peek_sid == 1);
@@ -444,7 +443,7 @@ TEST_CASE("h2 a request and its response: opened, then answered with its status 
 TEST_CASE("h2 a response with no body ends in the HEADERS that carries its status", "[h2]") {
     Conn c;
     c.request(3, 100);
-    auto e = c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 3), 900);
+    auto e = c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 3), 900);
     CHECK(!e.answered);  // not before the status is seen
     CHECK(c.h->tx.peek_end);
     e = c.peeked({0x8d}, 900);
@@ -458,9 +457,9 @@ TEST_CASE("h2 a response with no body ends in the HEADERS that carries its statu
 TEST_CASE("h2 an interim 103 response does not fix the status; the final HEADERS does", "[h2]") {
     Conn c;
     c.request(1, 0);
-    c.tx(frame(20, QS_H2_HEADERS, kEndHeaders, 1), 10);
+    c.tx(frame(20, QS_H2_HEADERS, QS_H2_END_HEADERS, 1), 10);
     c.peeked(Bytes{0x48, 0x03} + ascii("103"), 10);
-    c.tx(frame(20, QS_H2_HEADERS, kEndHeaders, 1), 20);
+    c.tx(frame(20, QS_H2_HEADERS, QS_H2_END_HEADERS, 1), 20);
     REQUIRE(c.h->tx.peek == 1);  // asked again: the status is still unknown
     c.peeked(Bytes{0x48, 0x03} + ascii("503"), 20);
     auto e = c.tx(frame(10, QS_H2_DATA, QS_H2_END_STREAM, 1), 30);
@@ -475,13 +474,13 @@ Bytes grpc_status_literal(const std::string& code) {
 
 TEST_CASE("h2 gRPC: trailers that end the stream answer it once, with gRPC's status read from them", "[h2]") {
     Conn c;
-    c.rx(frame(60, QS_H2_HEADERS, kEndHeaders, 1), 0);  // the request's body follows
+    c.rx(frame(60, QS_H2_HEADERS, QS_H2_END_HEADERS, 1), 0);  // the request's body follows
     c.rx(frame(20, QS_H2_DATA, QS_H2_END_STREAM, 1), 5);
-    c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 1), 50);
+    c.tx(frame(30, QS_H2_HEADERS, QS_H2_END_HEADERS, 1), 50);
     c.peeked({0x88}, 50);
     c.tx(frame(20, QS_H2_DATA, 0, 1), 60);
     // The connection's first answer: its blocks are walked whole, the trailers' too.
-    auto e = c.tx(frame(15, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 1), 70);
+    auto e = c.tx(frame(15, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 1), 70);
     CHECK(c.h->tx.walk == 1);
     CHECK(!e.answered);
     e = c.peeked(grpc_status_literal("14"), 70);
@@ -494,10 +493,10 @@ TEST_CASE("h2 gRPC: trailers that end the stream answer it once, with gRPC's sta
     CHECK(c.answered == 1);
     CHECK(c.h->hp.mode == QS_HP_FULL);  // gRPC's: every block walked from here on
     // The next call's trailers: a reference to the entry just added (62), read as well.
-    c.rx(frame(60, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 3), 80);
-    c.tx(frame(1, QS_H2_HEADERS, kEndHeaders, 3), 90);
+    c.rx(frame(60, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 3), 80);
+    c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_HEADERS, 3), 90);
     c.peeked({0x88}, 90);
-    c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 3), 95);
+    c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 3), 95);
     e = c.peeked({0xbe}, 95);
     CHECK(e.grpc == 1);
     CHECK(e.grpc_code == 14);
@@ -509,10 +508,10 @@ TEST_CASE("h2 trailers on a connection whose blocks are not walked: answered, gR
     Conn c;
     c.h->hp.mode = QS_HP_PEEK;  // its first answer had no trailers
     c.request(1, 0);
-    c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 1), 50);
+    c.tx(frame(30, QS_H2_HEADERS, QS_H2_END_HEADERS, 1), 50);
     CHECK(c.h->tx.walk == 0);
     c.peeked({0x88}, 50);
-    auto e = c.tx(frame(15, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 1), 70);
+    auto e = c.tx(frame(15, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 1), 70);
     CHECK(c.h->tx.peek == 0);
     CHECK(e.answered == 1);
     CHECK(e.status == QS_STATUS_2XX);
@@ -528,25 +527,25 @@ TEST_CASE("h2 a connection's first answer without trailers stops the whole-block
     c.respond(1, 10);
     CHECK(c.h->hp.mode == QS_HP_PEEK);
     c.request(3, 20);
-    c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 3), 30);
+    c.tx(frame(30, QS_H2_HEADERS, QS_H2_END_HEADERS, 3), 30);
     CHECK(c.h->tx.walk == 0);  // the first bytes only, for :status
 }
 
 TEST_CASE("h2 no trailers: a stream ended by DATA, by its only HEADERS (gRPC's trailers-only), or by a reset", "[h2]") {
     Conn c;
     c.request(1, 0);
-    c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 1), 10);
+    c.tx(frame(30, QS_H2_HEADERS, QS_H2_END_HEADERS, 1), 10);
     c.peeked({0x88}, 10);
     auto e = c.tx(frame(5, QS_H2_DATA, QS_H2_END_STREAM, 1), 20);
     CHECK(e.answered == 1);
     CHECK(e.trailers == 0);
     c.request(3, 30);
-    c.tx(frame(12, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 3), 40);
+    c.tx(frame(12, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 3), 40);
     e = c.peeked({0x88}, 40);
     CHECK(e.answered == 1);
     CHECK(e.trailers == 0);
     c.request(5, 50);
-    c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 5), 60);
+    c.tx(frame(30, QS_H2_HEADERS, QS_H2_END_HEADERS, 5), 60);
     c.peeked({0x88}, 60);
     e = c.tx(frame(4, QS_H2_RST_STREAM, 0, 5), 70);
     CHECK(e.answered == 1);
@@ -556,10 +555,10 @@ TEST_CASE("h2 no trailers: a stream ended by DATA, by its only HEADERS (gRPC's t
 
 TEST_CASE("h2 client trailers on an open stream do not open a second stream", "[h2]") {
     Conn c;
-    auto e = c.rx(frame(60, QS_H2_HEADERS, kEndHeaders, 1), 0);
+    auto e = c.rx(frame(60, QS_H2_HEADERS, QS_H2_END_HEADERS, 1), 0);
     CHECK(e.opened == 1);
     c.rx(frame(100, QS_H2_DATA, 0, 1), 1);
-    e = c.rx(frame(12, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 1), 2);  // trailers
+    e = c.rx(frame(12, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 1), 2);  // trailers
     CHECK(e.opened == 0);
     CHECK(e.evicted == 0);
     CHECK(c.h->open == 1);
@@ -574,7 +573,7 @@ TEST_CASE("h2 a client HEADERS on an even stream or stream 0 opens nothing", "[h
     Conn c;
     // Not plausible from a client (the walker stops there): on_frame itself must not open it.
     for (__u32 sid : {0u, 2u, 4u}) {
-        const Header b = frame(30, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, sid);
+        const Header b = frame(30, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, sid);
         qs_h2_frame f{};
         qs_h2_decode(b.data(), &f);
         qs_h2_event e{};
@@ -620,7 +619,7 @@ TEST_CASE("h2 a stream the server resets is answered, status unknown, counted as
 
     // Reset after its response HEADERS: still answered once, as a server reset.
     c.request(3, 4000);
-    c.tx(frame(10, QS_H2_HEADERS, kEndHeaders, 3), 4100);
+    c.tx(frame(10, QS_H2_HEADERS, QS_H2_END_HEADERS, 3), 4100);
     c.peeked({0x88}, 4100);
     e = c.tx(frame(4, QS_H2_RST_STREAM, 0, 3), 4200);
     CHECK(e.answered == 1);
@@ -634,7 +633,7 @@ TEST_CASE("h2 the server ending a client stream never seen opening is unseen, od
     Conn c;
     // A connection met mid-way: the server finishes streams whose HEADERS were read before.
     // While its blocks are walked whole, such a HEADERS is walked too (it may add table entries).
-    auto e = c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 5), 5);
+    auto e = c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 5), 5);
     CHECK(c.h->tx.walk == 1);
     CHECK(!e.unseen);
     e = c.peeked({0x88}, 5);
@@ -644,7 +643,7 @@ TEST_CASE("h2 the server ending a client stream never seen opening is unseen, od
     e = c.tx(frame(100, QS_H2_DATA, QS_H2_END_STREAM, 7), 10);
     CHECK(e.unseen == 1);
     CHECK(!e.answered);
-    e = c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 9), 20);
+    e = c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 9), 20);
     CHECK(e.unseen == 1);
     CHECK(c.h->tx.peek == 0);  // no status wanted for a stream not followed
     e = c.tx(frame(4, QS_H2_RST_STREAM, 0, 11), 30);
@@ -652,7 +651,7 @@ TEST_CASE("h2 the server ending a client stream never seen opening is unseen, od
     CHECK(!e.server_reset);
     // Frames that do not end a stream are not counted.
     CHECK(!c.tx(frame(100, QS_H2_DATA, 0, 13), 40).unseen);
-    CHECK(!c.tx(frame(30, QS_H2_HEADERS, kEndHeaders, 13), 40).unseen);
+    CHECK(!c.tx(frame(30, QS_H2_HEADERS, QS_H2_END_HEADERS, 13), 40).unseen);
     // Even streams are the server's pushes, never a client's request.
     CHECK(!c.tx(frame(100, QS_H2_DATA, QS_H2_END_STREAM, 2), 50).unseen);
     CHECK(!c.tx(frame(4, QS_H2_RST_STREAM, 0, 4), 50).unseen);
@@ -693,7 +692,7 @@ TEST_CASE("h2 PADDED and PRIORITY flags: the peek skips the pad length and prior
         INFO("flags 0x" << std::hex << int(k.flags));
         Conn c;
         c.request(5, 0);
-        c.tx(frame(40, QS_H2_HEADERS, __u8(k.flags | kEndHeaders), 5), 10);
+        c.tx(frame(40, QS_H2_HEADERS, __u8(k.flags | QS_H2_END_HEADERS), 5), 10);
         CHECK(c.h->tx.peek == 1);
         CHECK(int(c.h->tx.peek_skip) == k.skip);
         CHECK(bool(c.h->tx.peek_end) == bool(k.flags & QS_H2_END_STREAM));
@@ -705,7 +704,7 @@ TEST_CASE("h2 PADDED and PRIORITY flags: the peek skips the pad length and prior
 TEST_CASE("h2 a HEADERS with an empty payload asks for no peek", "[h2]") {
     Conn c;
     c.request(1, 0);
-    auto e = c.tx(frame(0, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 1), 10);
+    auto e = c.tx(frame(0, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 1), 10);
     CHECK(c.h->tx.peek == 0);
     CHECK(e.answered == 1);
     CHECK(e.status == QS_STATUS_UNKNOWN);
@@ -714,7 +713,7 @@ TEST_CASE("h2 a HEADERS with an empty payload asks for no peek", "[h2]") {
 TEST_CASE("h2 a peek for a stream reset in the meantime changes nothing", "[h2]") {
     Conn c;
     c.request(1, 0);
-    c.tx(frame(10, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, 1), 10);
+    c.tx(frame(10, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, 1), 10);
     c.rx(frame(4, QS_H2_RST_STREAM, 0, 1), 11);
     auto e = c.peeked({0x88}, 12);
     CHECK(!e.answered);
@@ -810,7 +809,7 @@ TEST_CASE("h2 more streams than the probe window holds: the oldest is evicted", 
     CHECK(c.in_flight == QS_H2_PROBE);
     c.check_counts();
     // The evicted one is sids[1], the oldest open: its end is now unseen, the rest still answer.
-    e = c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | kEndHeaders, sids[1]), now += 10);
+    e = c.tx(frame(1, QS_H2_HEADERS, QS_H2_END_STREAM | QS_H2_END_HEADERS, sids[1]), now += 10);
     CHECK(e.unseen == 1);
     CHECK(!e.answered);
     for (size_t k = 2; k < sids.size(); ++k)

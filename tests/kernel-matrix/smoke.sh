@@ -43,7 +43,7 @@ tasks() {
 stop() { for p in "$@"; do kill "$p" 2>/dev/null; done; for p in "$@"; do wait "$p" 2>/dev/null; done; }
 
 # Runs `qs_server SERVER-ARGS` (its counters in /dev/shm/CASE.json) and `qscope snapshot` on it
-# for SECONDS, with QSCOPE_SOCK_ATTACH=MODE unless MODE is auto; returns once qscope has
+# for SECONDS (plus $qflags), with QSCOPE_SOCK_ATTACH=MODE unless MODE is auto; returns once qscope has
 # attached, leaving $srv and $q. The shape every case shares: server, qscope, then the load.
 #   attach_case CASE MODE SECONDS SERVER-ARGS...
 attach_case() {
@@ -54,7 +54,7 @@ attach_case() {
     qs_server --counters-file /dev/shm/$c.json "$@" > /tmp/srv.out 2>&1 &
     srv=$!
     ready /tmp/srv.out
-    env $env qscope snapshot --pid $srv --duration $seconds --json --no-threads > /tmp/snap.json 2> /tmp/snap.err &
+    env $env qscope snapshot --pid $srv --duration $seconds --json --no-threads $qflags > /tmp/snap.json 2> /tmp/snap.err &
     q=$!
     attached $q
 }
@@ -118,11 +118,15 @@ for mode in $modes; do
 done
 
 # ---- downstream: busy vs the server's pool count, calls vs its completions ----------------
-# (downstream_test): 3 pooled connections to a peer that answers after 20 ms.
+# (downstream_test): 3 pooled connections to a peer that answers after 20 ms. With --tls, so the
+# libssl probes and the TLS and HTTP/2-inside-TLS paths they switch on pass this kernel's
+# verifier too (qs_server has no libssl: its numbers are unchanged).
 qs_downstream --port 28210 --delay-ms 20 > /tmp/ds.out 2>&1 &
 ds=$!
 ready /tmp/ds.out
+qflags=--tls
 attach_case downstream auto 7 --port 28211 --workers 6 --pool 3 --downstream 127.0.0.1:28210
+qflags=
 qs_load --host 127.0.0.1 --port 28211 --connections 6 --duration 3 > /tmp/load.json 2>&1
 snapshot_done downstream
 finish_case downstream $srv $ds

@@ -321,7 +321,12 @@ TEST_CASE("kernel matrix: futex waiters at the pool gate vs the server's count a
         std::printf("kernel-matrix: /proc caught workers mid-hand-off (%d, %d in futex; server: %d, %d waiters): "
                     "not compared\n", p0, p1, w0, w1);
     }
-    CHECK(std::abs(by_read - K) <= 1);
+    // The K readers of the peer: blocked in read, or between two reads. Under TCG a reply's
+    // wakeup can leave two of them runnable or running at the snapshot's instant (6.12, once:
+    // 1 in read, 1 runnable, 1 running, while /proc showed 3 in read before and after).
+    const int on_cpu = worker.value("runnable", 0) + worker.value("running", 0);
+    CHECK(by_read <= K + 1);
+    CHECK(by_read + on_cpu >= K - 1);
     int gate = 0;
     for (const auto& w : s["waits"])
         if (w["group"] == "qs-worker" && w["syscall"] == "futex") gate += w.value("waiters_now", 0);

@@ -649,16 +649,6 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
  * Every process on the host polls through these: the tree check comes before anything else,
  * a register read included. */
 #define LOOP_POLL(name, has_set, timeout_expr, many_expr)                                \
-	SEC("tracepoint/syscalls/sys_enter_" #name)                                      \
-	int qs_loop_enter_##name(struct trace_event_raw_sys_enter *ctx)                  \
-	{                                                                                \
-		unsigned long long nfds = ctx->args[1];                                  \
-		(void)nfds;                                                              \
-		if (!qs_current_in_tree() || !(many_expr))                               \
-			return 0;                                                        \
-		loop_poll_enter(has_set ? (__u32)ctx->args[0] : QS_LOOP_FD_NONE, QS_NR_##name); \
-		return 0;                                                                \
-	}                                                                                \
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                       \
 	int qs_loop_exit_##name(struct trace_event_raw_sys_exit *ctx)                    \
 	{                                                                                \
@@ -704,6 +694,48 @@ int qs_loop_enter_io_uring_enter(struct trace_event_raw_sys_enter *ctx)
 {
 	if (qs_current_in_tree() && uring_waits(ctx->args[2], ctx->args[3]))
 		loop_poll_enter((__u32)ctx->args[0], QS_NR_io_uring_enter);
+	return 0;
+}
+
+/* Every other poll's entry, in one program user space attaches to each sys_enter_<poll> (the
+ * section names the first): the syscall's number tells them apart, and the verifier checks the
+ * turn's end twice instead of eight times (~30 ms each, on the way to the first frame). It reads
+ * no argument past the third: the kernel refuses to attach a program that reads beyond a
+ * tracepoint's record, and poll has three. The conditions are the exits' (above). */
+SEC("tracepoint/syscalls/sys_enter_epoll_wait")
+int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	__s32 nr;
+	__u32 fd = QS_LOOP_FD_NONE;
+	__u64 a0, a1;
+
+	if (!qs_current_in_tree())
+		return 0;
+	/* Read once, before the switch: clang would otherwise add an offset to the context pointer
+	 * in one branch and load through it later ("dereference of modified ctx ptr"). */
+	nr = (__s32)ctx->id;
+	a0 = ctx->args[0];
+	a1 = ctx->args[1];
+	barrier_var(a0);
+	barrier_var(a1);
+	switch (nr) {
+	case QS_NR_epoll_wait:
+	case QS_NR_epoll_pwait:
+	case QS_NR_epoll_pwait2:
+		fd = (__u32)a0;
+		break;
+	case QS_NR_poll:
+	case QS_NR_ppoll:
+		if (a1 < 2)
+			return 0;
+		break;
+	case QS_NR_select:
+	case QS_NR_pselect6:
+		break;
+	default:
+		return 0;
+	}
+	loop_poll_enter(fd, nr);
 	return 0;
 }
 

@@ -264,14 +264,13 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     skel_->rodata->max_stacks_per_iter = kMaxStacksPerIter;
     skel_->rodata->loop_stall_ns = static_cast<__u64>(cfg.loop_stall_seconds * 1e9);
     skel_->rodata->loop_sample_min_ns = static_cast<__u64>(cfg.loop_stall_seconds * 1e9 / 2);
-    // A poll syscall this kernel lacks (epoll_pwait2 before 5.11) is not loaded.
+    // A poll syscall this kernel lacks (epoll_pwait2 before 5.11): its exit is not loaded, and
+    // the one entry program is not attached there.
     for (const char* name : kLoopPolls)
         if (!KernelTracepoints::has_tracefs("syscalls", std::string("sys_enter_") + name))
-            for (const char* dir : {"enter", "exit"}) {
-                const std::string prog = std::string("qs_loop_") + dir + "_" + name;
-                if (bpf_program* p = bpf_object__find_program_by_name(skel_->obj, prog.c_str()))
-                    bpf_program__set_autoload(p, false);
-            }
+            if (bpf_program* p =
+                    bpf_object__find_program_by_name(skel_->obj, (std::string("qs_loop_exit_") + name).c_str()))
+                bpf_program__set_autoload(p, false);
     // Wait keys: about one per thread per wait site (a JVM parks each thread on its own
     // futex word) plus one per fd waited on; the slack covers sockets and files.
     const uint32_t threads = std::max<uint32_t>(cfg.max_threads, 256);
@@ -802,20 +801,27 @@ std::pair<std::string, std::string> SchedSource::labels_of(const qs_wait_key& k)
 }
 
 void SchedSource::attach_loop_hooks() {
-    for (const char* name : kLoopPolls)
+    // One entry program for every poll but io_uring_enter (qs_loop_enter: the syscall's number
+    // tells them apart), one exit program each.
+    for (const char* name : kLoopPolls) {
+        bpf_program* enter = bpf_object__find_program_by_name(skel_->obj, (std::string("qs_loop_enter_") + name).c_str());
+        if (!enter) enter = skel_->progs.qs_loop_enter;
+        bpf_program* exit = bpf_object__find_program_by_name(skel_->obj, (std::string("qs_loop_exit_") + name).c_str());
+        if (!exit) continue;
         for (const char* dir : {"enter", "exit"}) {
-            const std::string prog = std::string("qs_loop_") + dir + "_" + name;
-            bpf_program* p = bpf_object__find_program_by_name(skel_->obj, prog.c_str());
-            if (!p) continue;
-            if (!bpf_program__autoload(p)) {
-                attach_.push_back(hook_off(ProbeFamily::sched, std::string("sys_") + dir + "_" + name,
-                                           std::string("no syscalls/sys_") + dir + "_" + name +
-                                               " in tracefs: this kernel lacks the syscall"));
+            const std::string hook = std::string("sys_") + dir + "_" + name;
+            if (!bpf_program__autoload(exit)) {
+                attach_.push_back(hook_off(ProbeFamily::sched, hook,
+                                           "no syscalls/" + hook + " in tracefs: this kernel lacks the syscall"));
                 continue;
             }
-            links_.push_back(attach_program(p, "sched: attach tracepoint/syscalls/sys_" + std::string(dir) + "_" + name));
-            attach_.push_back(program_attach(ProbeFamily::sched, p));
+            bpf_program* p = dir == std::string("enter") ? enter : exit;
+            Link l(bpf_program__attach_tracepoint(p, "syscalls", hook.c_str()));
+            if (!l) throw_bpf_error("sched: attach tracepoint/syscalls/" + hook, errno);
+            links_.push_back(std::move(l));
+            attach_.push_back({ProbeFamily::sched, hook, AttachType::tracepoint, "syscalls/" + hook});
         }
+    }
     loops_.start(skel_->obj, &skel_->bss->loop_epoch, cfg_.loop_stall_seconds, loop_warnings_, attach_);
 }
 

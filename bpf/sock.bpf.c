@@ -432,6 +432,7 @@ static __always_inline __u32 peer_index(const struct qs_peer_key *k)
 	__u32 idx;
 	__u64 n;
 	struct qs_peer_stats *p;
+	int claimed = 0;
 	if (v)
 		return *v;
 	n = __sync_fetch_and_add(&next_peer_idx, 1);
@@ -440,9 +441,14 @@ static __always_inline __u32 peer_index(const struct qs_peer_key *k)
 	if (p && !p->used) {
 		p->key = *k;
 		p->used = 1;
+		claimed = 1;
 	}
 	if (bpf_map_update_elem(&peer_idx, k, &idx, BPF_NOEXIST)) {
-		/* Lost a race with another CPU for the same key: use its index. */
+		/* Lost a race with another CPU for the same key: use its index, and give back the
+		 * slot claimed for nothing, which would otherwise show as a second, empty entry of
+		 * the same peer (seen in CI: two threads' first refused connects at once). */
+		if (claimed && p)
+			p->used = 0;
 		v = bpf_map_lookup_elem(&peer_idx, k);
 		if (v)
 			return *v;

@@ -1,15 +1,12 @@
 // Calls per request: bpf/req_ctx.h (the very code sock.bpf.c runs, driven event by event as
 // the kernel would see a thread serve), the judgement of model/fan_out.h, and the verdict's
 // retry clause.
-#include <linux/types.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
 
-#ifndef __always_inline
-#define __always_inline inline
-#endif
+#include "bpf_shim.h"
 extern "C" {
 #include "req_ctx.h"
 }

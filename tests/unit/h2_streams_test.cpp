@@ -2,7 +2,6 @@
 // frame headers and header-block bytes real encoders send (nginx, Go's net/http, nghttp2 as
 // in curl, Chrome), driven frame by frame as sock.bpf.c's walker hands them over, with the
 // in-flight gauge its events imply kept as h2_apply keeps it.
-#include <linux/types.h>
 
 #include <catch2/catch.hpp>
 #include <algorithm>
@@ -12,9 +11,7 @@
 #include <string>
 #include <vector>
 
-#ifndef __always_inline
-#define __always_inline inline
-#endif
+#include "bpf_shim.h"
 extern "C" {
 #include "conn_state.h"  // QS_STATUS_*: sock.bpf.c includes it (through req_ctx.h) before h2.h
 #include "h2.h"

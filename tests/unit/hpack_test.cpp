@@ -3,16 +3,13 @@
 // responses with a dynamic table, plain and Huffman-coded) and those gRPC encoders send (C-core:
 // plain names; grpc-go: Huffman-coded names, values by an indexed name), whole and cut at every
 // byte, as blocks reach the walk split across iovecs and syscalls.
-#include <linux/types.h>
 
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#ifndef __always_inline
-#define __always_inline inline
-#endif
+#include "bpf_shim.h"
 extern "C" {
 #include "conn_state.h"  // QS_STATUS_*
 #include "hpack.h"

@@ -1,14 +1,11 @@
 // The per-connection state machine of bpf/conn_state.h — the very code sock.bpf.c runs —
 // driven event by event, with the gauges its effects imply kept as the kernel keeps them.
-#include <linux/types.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
 
-#ifndef __always_inline
-#define __always_inline inline
-#endif
+#include "bpf_shim.h"
 extern "C" {
 #include "conn_state.h"
 }

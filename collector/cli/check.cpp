@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -125,17 +126,18 @@ int run_check() {
 
     // ---- what the families' objects need of the kernel's BPF ------------------------
     Section needs{"BPF (instructions and helpers the probes use)"};
+    const std::vector<const BpfNeed*> missing = missing_bpf_needs(tps);
     for (const BpfNeed& n : bpf_needs()) {
         std::string users;
         for (ProbeFamily f : n.families) users += (users.empty() ? "" : ", ") + std::string(family_word(f));
-        const bool have = has_bpf_need(tps, n);
+        const bool have = std::find(missing.begin(), missing.end(), &n) == missing.end();
         needs.add(have ? Mark::ok : Mark::no, std::string(n.what) + " (Linux " + n.since + "+)" +
                                                   (have ? "" : ": missing, needed by ") + (have ? "" : users));
     }
     sections.push_back(needs);
     // A family whose object this kernel would refuse says so first in its own section.
     const auto bpf_fits = [&](ProbeFamily f, Section& s) {
-        const std::string lacks = missing_needs_text(missing_bpf_needs(tps, f));
+        const std::string lacks = missing_needs_text(needs_of(missing, f));
         if (!lacks.empty()) s.add(Mark::no, "cannot load: " + lacks);
         return lacks.empty();
     };

@@ -5,8 +5,6 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include <algorithm>
-
 #include <cerrno>
 #include <fstream>
 
@@ -153,23 +151,29 @@ int probe_atomics() {
     return errno == EPERM || errno == EACCES ? -1 : 0;
 }
 
-bool needs_of(const BpfNeed& n, ProbeFamily family) {
-    return std::find(n.families.begin(), n.families.end(), family) != n.families.end() ||
-           std::find(n.families.begin(), n.families.end(), ProbeFamily::tree) != n.families.end();
-}
-
-}  // namespace
-
 bool has_bpf_need(KernelTracepoints& kernel, const BpfNeed& need) {
     if (need.helper) return kernel.has_enum_value("bpf_func_id", need.helper);
     const int a = probe_atomics();
     return a >= 0 ? a == 1 : kernel.has_enum_value("bpf_func_id", "BPF_FUNC_check_mtu");
 }
 
-std::vector<const BpfNeed*> missing_bpf_needs(KernelTracepoints& kernel, ProbeFamily family) {
+}  // namespace
+
+std::vector<const BpfNeed*> missing_bpf_needs(KernelTracepoints& kernel) {
     std::vector<const BpfNeed*> out;
     for (const BpfNeed& n : bpf_needs())
-        if (needs_of(n, family) && !has_bpf_need(kernel, n)) out.push_back(&n);
+        if (!has_bpf_need(kernel, n)) out.push_back(&n);
+    return out;
+}
+
+std::vector<const BpfNeed*> needs_of(const std::vector<const BpfNeed*>& missing, ProbeFamily family) {
+    std::vector<const BpfNeed*> out;
+    for (const BpfNeed* n : missing)
+        for (ProbeFamily f : n->families)
+            if (f == family || f == ProbeFamily::tree) {
+                out.push_back(n);
+                break;
+            }
     return out;
 }
 
@@ -185,7 +189,7 @@ std::string missing_needs_text(const std::vector<const BpfNeed*>& missing) {
 
 void throw_load_error(ProbeFamily family, const std::string& what, int err) {
     KernelTracepoints kernel;  // parsed only now: a load that works never pays for it
-    const std::string lacks = missing_needs_text(missing_bpf_needs(kernel, family));
+    const std::string lacks = missing_needs_text(needs_of(missing_bpf_needs(kernel), family));
     if (lacks.empty()) throw_bpf_error(what, err);
     throw Error(Exit::kernel, what + ": " + lacks + " (`qscope check` tells what runs here)");
 }

@@ -57,12 +57,12 @@ const std::vector<BpfNeed>& bpf_needs();
 // them (the verifier drops the call as dead code): features, not needs.
 const std::vector<const char*>& bpf_switched_helpers();
 
-// This kernel has `need`: its BTF names the helper; for the atomics, a three-instruction
-// program loads (when privileges allow; else BTF's bpf_check_mtu, from the same release, stands
-// in).
-bool has_bpf_need(KernelTracepoints& kernel, const BpfNeed& need);
-// The needs of `family` (the tree's included) this kernel lacks.
-std::vector<const BpfNeed*> missing_bpf_needs(KernelTracepoints& kernel, ProbeFamily family);
+// The needs this kernel lacks, each asked once: a helper of its BTF; the atomics by loading a
+// five-instruction program (when privileges allow; else BTF's bpf_check_mtu, from the same
+// release, stands in).
+std::vector<const BpfNeed*> missing_bpf_needs(KernelTracepoints& kernel);
+// Those of `missing` that `family` needs (the tree's needs are everyone's).
+std::vector<const BpfNeed*> needs_of(const std::vector<const BpfNeed*>& missing, ProbeFamily family);
 // "this kernel (Linux 5.10.0) lacks atomic fetch-and-op instructions (Linux 5.12+), ...";
 // "" when none is missing.
 std::string missing_needs_text(const std::vector<const BpfNeed*>& missing);

@@ -808,14 +808,14 @@ void SchedSource::attach_loop_hooks() {
         if (!enter) enter = skel_->progs.qs_loop_enter;
         bpf_program* exit = bpf_object__find_program_by_name(skel_->obj, (std::string("qs_loop_exit_") + name).c_str());
         if (!exit) continue;
-        for (const char* dir : {"enter", "exit"}) {
+        const bool here = bpf_program__autoload(exit);  // off where the kernel lacks the syscall
+        for (const auto& [dir, p] : {std::pair{"enter", enter}, std::pair{"exit", exit}}) {
             const std::string hook = std::string("sys_") + dir + "_" + name;
-            if (!bpf_program__autoload(exit)) {
+            if (!here) {
                 attach_.push_back(hook_off(ProbeFamily::sched, hook,
                                            "no syscalls/" + hook + " in tracefs: this kernel lacks the syscall"));
                 continue;
             }
-            bpf_program* p = dir == std::string("enter") ? enter : exit;
             Link l(bpf_program__attach_tracepoint(p, "syscalls", hook.c_str()));
             if (!l) throw_bpf_error("sched: attach tracepoint/syscalls/" + hook, errno);
             links_.push_back(std::move(l));

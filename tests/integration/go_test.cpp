@@ -14,10 +14,12 @@
 //  - cpu: GOMAXPROCS=2, a CPU-bound handler, 100 clients. carriers.procs == the program's
 //    runtime.GOMAXPROCS(0); each carrier's utilization within 0.10 of its CPU + runqueue share
 //    (schedstat) and their sum within 0.25 of the oracle's over the same Ms; busy >= 1.8 of 2
-//    (saturated); qscope's in flight between the program's in-flight counts read before and
-//    after the snapshot (±10), parked_in_runtime the same minus the 2 running; the verdict
-//    names the Go scheduler's Ps.
+//    (saturated); qscope's in flight within 3 of the program's count of requests read and not
+//    answered (kept at its connections' reads and writes, sampled from its memory every 5 ms)
+//    within 50 ms of the window's end, parked_in_runtime the same less up to the 2 running; the
+//    verdict names the Go scheduler's Ps.
 // Ports 26100-26199.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -113,6 +115,52 @@ private:
     std::vector<std::pair<double, std::map<int, std::pair<double, double>>>> samples_;
     std::thread th_;
 };
+
+// An 8-byte counter of the program's, read from /proc/PID/mem every 5 ms: unlike the admin
+// endpoint, this needs none of the program's busy Ps, so its samples are where the test
+// says they are in time.
+class CounterSampler {
+public:
+    CounterSampler(pid_t pid, uint64_t addr) : th_([this, pid, addr] {
+          const int fd = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+          if (fd < 0) return;
+          while (!stop_) {
+              int64_t v = 0;
+              if (pread(fd, &v, sizeof v, static_cast<off_t>(addr)) != sizeof v) break;
+              {
+                  std::lock_guard<std::mutex> g(mu_);
+                  samples_.emplace_back(now_s(), v);
+              }
+              sleep_s(0.005);
+          }
+          close(fd);
+      }) {}
+    ~CounterSampler() { finish(); }
+    void finish() {
+        stop_ = true;
+        if (th_.joinable()) th_.join();
+    }
+    // {min, max} of the samples taken in [t0, t1]; {1, 0} when there is none.
+    std::pair<int64_t, int64_t> range(double t0, double t1) {
+        std::lock_guard<std::mutex> g(mu_);
+        std::pair<int64_t, int64_t> r{INT64_MAX, INT64_MIN};
+        for (const auto& [ts, v] : samples_)
+            if (ts >= t0 && ts <= t1) r = {std::min(r.first, v), std::max(r.second, v)};
+        return r.first > r.second ? std::pair<int64_t, int64_t>{1, 0} : r;
+    }
+
+private:
+    std::atomic<bool> stop_{false};
+    std::mutex mu_;
+    std::vector<std::pair<double, int64_t>> samples_;
+    std::thread th_;
+};
+
+// The address after "unanswered=" in the program's READY line.
+uint64_t unanswered_addr(const std::string& ready) {
+    const auto at = ready.find("unanswered=");
+    return at == std::string::npos ? 0 : std::stoull(ready.substr(at + 11), nullptr, 16);
+}
 
 struct Run {
     json snap;
@@ -240,9 +288,13 @@ TEST_CASE("go cpu: GOMAXPROCS=2, every P busy, goroutines parked behind them", "
     }
     Proc app = spawn({target_bin("qs_gopool"), "-port", "26120", "-admin-port", "26121", "-mode", "cpu", "-work", "2000"},
                      {{"GOMAXPROCS", "2"}});
-    REQUIRE(!app.wait_for_output("READY", 15).empty());
+    const std::string ready = app.wait_for_output("READY", 15);
+    REQUIRE(!ready.empty());
+    REQUIRE(unanswered_addr(ready) != 0);
     TaskSampler sampler(app.pid());
+    CounterSampler unanswered(app.pid(), unanswered_addr(ready));
     Run r = observe(app.pid(), 26120, 26121, 100, 4, &sampler);
+    unanswered.finish();
     const json& s = r.snap;
     const json& c = s["carriers"];
     INFO("verdict: " << s["verdict"].dump());
@@ -280,23 +332,26 @@ TEST_CASE("go cpu: GOMAXPROCS=2, every P busy, goroutines parked behind them", "
 
     // Parked: everything in flight beyond the goroutines on the 2 Ps.
     // The connection readers run on the same 2 Ps as the handlers: part of the 100 requests
-    // wait unread (the connector), the rest in the handler, most of them for a P.
-    const double before = r.before["in_flight"].get<double>(), after = r.after["in_flight"].get<double>();
-    const double in_flight = (before + after) / 2;
+    // wait unread (the connector), the rest in flight, most of them waiting for a P. The
+    // oracle is the program's count of requests read and not answered, kept at its reads and
+    // writes, sampled from its memory within 50 ms of the window's end. The handler's own
+    // count, read through the admin endpoint before the attach and after the exit, seconds
+    // apart, moved by 15 between its reads, and it counts a narrower span (not the parse
+    // before the handler, nor the write after it).
+    const auto [lo, hi] = unanswered.range(r.end_s - 0.05, r.end_s + 0.05);
     const double qs_in_flight = s["requests"]["in_flight"].get<double>(), parked = s["parked_in_runtime"].get<double>();
-    std::printf("go cpu: busy %.3f of %d (schedstat CPU+runqueue %.3f, CPU %.3f); parked %.0f vs program in flight "
-                "%.0f..%.0f - 2; qscope in flight %.0f\n",
-                c["busy"].get<double>(), c["procs"].get<int>(), oracle_busy, cpu_sum, parked, before, after, qs_in_flight);
-    // The program's own count is read through an endpoint that shares the 2 Ps with the load,
-    // right before and right after the snapshot; the window's end lies between the two reads,
-    // and the count moves by tens between them. qscope's, at that end, must lie between them,
-    // give or take 10.
-    const double lo = std::min(before, after) - 10, hi = std::max(before, after) + 10;
-    CHECK(in_flight >= 50);
-    CHECK(qs_in_flight >= lo);
-    CHECK(qs_in_flight <= hi);
-    CHECK(parked >= lo - 2);
-    CHECK(parked <= hi - 2);
+    std::printf("go cpu: busy %.3f of %d (schedstat CPU+runqueue %.3f, CPU %.3f); qscope in flight %.0f, parked "
+                "%.0f; program unanswered %lld..%lld at the window's end (handler in flight %.0f, %.0f before, after)\n",
+                c["busy"].get<double>(), c["procs"].get<int>(), oracle_busy, cpu_sum, qs_in_flight, parked,
+                static_cast<long long>(lo), static_cast<long long>(hi), r.before["in_flight"].get<double>(),
+                r.after["in_flight"].get<double>());
+    REQUIRE(lo <= hi);  // sampled
+    CHECK(lo >= 30);    // the scenario holds: requests pile up behind the 2 Ps
+    CHECK(qs_in_flight >= lo - 3);
+    CHECK(qs_in_flight <= hi + 3);
+    CHECK(parked >= lo - 2 - 3);
+    CHECK(parked <= hi + 3);
+    const double after = r.after["in_flight"].get<double>();
     CHECK(r.after["computing"].get<double>() >= after - 10);  // they wait inside the handler, for a P
 
     CHECK(s["verdict"]["stage"] == "carriers");

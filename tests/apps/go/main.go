@@ -10,7 +10,8 @@
 // cpu: every request runs N rounds of SHA-256 over 4 KiB on the CPU.
 //
 // The admin port serves the program's own counters (/counters, JSON) and net/http/pprof's
-// goroutine profile (/debug/pprof/goroutine?debug=1). Prints "READY port=P" once both listen.
+// goroutine profile (/debug/pprof/goroutine?debug=1). Prints "READY port=P unanswered=0xADDR"
+// once both listen.
 package main
 
 import (
@@ -30,6 +31,7 @@ import (
 
 var (
 	inFlight   atomic.Int64 // handler entered, response not yet written
+	unanswered atomic.Int64 // a request's first byte read off its connection, its response not yet written
 	waiting    atomic.Int64 // in acquireConn, no connection yet
 	busy       atomic.Int64 // holding a pool connection
 	computing  atomic.Int64 // in the CPU loop
@@ -93,9 +95,53 @@ func cpuHandler(w http.ResponseWriter, _ *http.Request) {
 	inFlight.Add(-1)
 }
 
+// countingListener's connections keep unanswered, the span qscope calls in flight, at the
+// reads and writes themselves. The handler's own count (inFlight) misses what happens before
+// and after it, where goroutines wait for a P: net/http's background reader takes the next
+// request's first byte while the previous one finishes, then the request is parsed; the
+// response is written after the handler returns.
+type countingListener struct{ net.Listener }
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	open atomic.Bool // read from since the last write
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.open.CompareAndSwap(false, true) {
+		unanswered.Add(1)
+	}
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if n > 0 && c.open.CompareAndSwap(true, false) {
+		unanswered.Add(-1)
+	}
+	return n, err
+}
+
+func (c *countingConn) Close() error {
+	if c.open.CompareAndSwap(true, false) {
+		unanswered.Add(-1)
+	}
+	return c.Conn.Close()
+}
+
 func counters(w http.ResponseWriter, _ *http.Request) {
 	json.NewEncoder(w).Encode(map[string]int64{
 		"in_flight":   inFlight.Load(),
+		"unanswered":  unanswered.Load(),
 		"waiting":     waiting.Load(),
 		"busy":        busy.Load(),
 		"computing":   computing.Load(),
@@ -143,7 +189,10 @@ func main() {
 	}
 	http.HandleFunc("/counters", counters) // DefaultServeMux also holds /debug/pprof/
 	go func() { log.Fatal(http.Serve(admin, nil)) }()
-	fmt.Printf("READY port=%d\n", ln.Addr().(*net.TCPAddr).Port)
+	// The counter's address, so a test can read it from /proc/PID/mem at any moment: the admin
+	// endpoint answers only when a goroutine gets one of the busy Ps. An atomic.Int64's value
+	// is its first 8 bytes; package variables never move.
+	fmt.Printf("READY port=%d unanswered=%p\n", ln.Addr().(*net.TCPAddr).Port, &unanswered)
 	os.Stdout.Sync()
-	log.Fatal(http.Serve(ln, mux))
+	log.Fatal(http.Serve(countingListener{ln}, mux))
 }

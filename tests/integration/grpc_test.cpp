@@ -268,9 +268,13 @@ TEST_CASE("gRPC (python3-grpcio, h2c) attached mid-load: streams in flight, comp
     // Most of that 5% is spent by design: the Calls open at the attach (up to 40 of ~1,200)
     // end in the window unseen, and `partial` counts them. With them the count is sharper (1-4
     // apart on this machine: calls answered at the window's edges).
+    // Unseen are the streams open at the server's first response write seen (the write
+    // direction joins there: up to 40), and those the client starts before a read of the
+    // server's begins at a frame boundary (the read direction joins there), the next read or
+    // one soon after: a few ms, at ~400 answers a second. CI saw 41 with no boundary lost.
     const long unseen = unseen_streams(s);
     CHECK(unseen >= 0);
-    CHECK(unseen <= kConcurrency);
+    CHECK(unseen <= kConcurrency + 4);
     CHECK(std::abs(r["completed"].get<double>() + unseen - server_done) <= 0.02 * server_done);
     // Only Calls here, all answered :status 200. Their grpc-status (OK) is a reference to an
     // entry the server's encoder added before the attach: unread, and said, each one.

@@ -16,10 +16,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -48,10 +50,25 @@ double now_s() {
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
+namespace {
+// Every scratch directory of this test binary, removed when it exits: servers write there
+// (a PostgreSQL cluster is ~40 MB), and a test that fails half-way leaves no cleanup behind.
+std::vector<std::string>& temp_dirs() {
+    static std::vector<std::string> dirs;
+    return dirs;
+}
+void remove_temp_dirs() {
+    std::error_code ec;  // best effort, at exit
+    for (const auto& d : temp_dirs()) std::filesystem::remove_all(d, ec);
+}
+}  // namespace
+
 std::string temp_dir(const std::string& prefix) {
     std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
     char* p = mkdtemp(tmpl.data());
     if (!p) throw std::runtime_error("mkdtemp failed");
+    if (temp_dirs().empty()) std::atexit(remove_temp_dirs);
+    temp_dirs().push_back(p);
     return p;
 }
 
@@ -69,11 +86,13 @@ Proc::Proc(Proc&& o) noexcept { *this = std::move(o); }
 Proc& Proc::operator=(Proc&& o) noexcept {
     if (this != &o) {
         if (pid_ > 0 && !reaped_) kill_and_wait();
+        if (!out_path_.empty()) unlink(out_path_.c_str());
+        if (!err_path_.empty()) unlink(err_path_.c_str());
         pid_ = o.pid_;
         status_ = o.status_;
         reaped_ = o.reaped_;
-        out_path_ = std::move(o.out_path_);
-        err_path_ = std::move(o.err_path_);
+        out_path_ = std::exchange(o.out_path_, {});
+        err_path_ = std::exchange(o.err_path_, {});
         o.pid_ = -1;
         o.reaped_ = true;
     }

@@ -139,6 +139,10 @@ TEST_CASE("record: a recording of the pool gate replays the live snapshots' wind
     int compared = 0;
     for (const json& l : rec.live) {
         const json rp = rec.replay(l);
+        // What the verdict weighed, should it not name the gate (CI once read "downstream",
+        // 2 of 2 busy, in flight 3).
+        INFO("live verdict " << l["verdict"].dump() << "\nrequests " << l["requests"].dump() << "\nthread groups "
+                             << l["thread_groups"].dump() << "\nwaits " << l["waits"].dump());
         CHECK(l["verdict"]["stage"] == "gate");
         CHECK(l["verdict"]["where"] == "pool to " + pool_peer);
         // Gauges "now" are two samples up to a tick apart (the live window and the recorded

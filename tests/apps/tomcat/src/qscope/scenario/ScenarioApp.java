@@ -47,6 +47,8 @@ import java.nio.file.StandardCopyOption;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.util.stream.Stream;
+import java.util.Comparator;
 import java.util.concurrent.ConcurrentSkipListMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -62,6 +64,14 @@ public final class ScenarioApp {
     static String prop(String k, String def) {
         String v = System.getProperty(k);
         return v == null || v.isEmpty() ? def : v;
+    }
+
+    static void deleteTree(Path root) {
+        try (Stream<Path> paths = Files.walk(root)) {
+            paths.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        } catch (IOException e) {
+            // best effort, at exit
+        }
     }
 
     static int intProp(String k, int def) {
@@ -386,7 +396,13 @@ public final class ScenarioApp {
         int partnerLimit = intProp("qs.partnerLimit", 0);
         STATS.partnerLimit = partnerLimit;
         String statsFile = prop("qs.stats", "");
-        String baseDir = prop("qs.baseDir", Files.createTempDirectory("qs-tomcat").toString());
+        String baseDir = prop("qs.baseDir", "");
+        if (baseDir.isEmpty()) {
+            // Tomcat's work files, removed when the JVM ends (SIGTERM runs the hook).
+            Path tmp = Files.createTempDirectory("qs-tomcat");
+            baseDir = tmp.toString();
+            Runtime.getRuntime().addShutdownHook(new Thread(() -> deleteTree(tmp)));
+        }
 
         // HttpURLConnection keeps at most http.maxConnections (default 5) idle connections per
         // partner: with more concurrent /retry requests than that, the rest would be closed

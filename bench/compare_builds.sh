@@ -24,10 +24,7 @@ set -- "${rest[@]+"${rest[@]}"}"
 bench_args compare_builds "$@"
 [[ " $* " == *" --seconds "* ]] || SECS=4
 T=$(dirname "$NEW")/targets
-work=$(mktemp -d /tmp/qscope-cmp-XXXXXX)
-pids=()
-trap bench_cleanup EXIT
-old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+bench_begin cmp
 
 if [[ $SPANNING == 1 ]]; then
   # A shell forks one child before nginx starts and one after (on a line in the fifo).

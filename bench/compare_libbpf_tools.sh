@@ -12,9 +12,7 @@ bench_args compare "$@"
 for t in runqlat offcputime wrk nginx; do command -v $t >/dev/null || { echo "compare: $t missing (apt-get install libbpf-tools wrk nginx)" >&2; exit 1; }; done
 bench_build qscope
 Q=$B/qscope
-work=$(mktemp -d /tmp/qscope-cmp-XXXXXX)
-int_pids=()
-trap bench_cleanup EXIT
+bench_begin cmp
 PORT=${COMPARE_PORT:-25180}
 bench_nginx "$work" "$PORT"
 sleep 0.5

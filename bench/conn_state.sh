@@ -15,12 +15,9 @@ cd "$root"
 . bench/lib.sh
 bench_args conn_state "$@"
 bench_build qs_floor
-work=$(mktemp -d /tmp/qscope-connstate-XXXXXX)
-pids=() int_pids=()
-trap bench_cleanup EXIT
-old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+bench_begin connstate
 sysctl -qw kernel.bpf_stats_enabled=1
-port=28490
+port=28492
 bench_nginx "$work" "$port"
 sleep 0.3
 

@@ -22,10 +22,7 @@ bench_args grpc_cost "$@"
 py=/usr/bin/python3
 "$py" -c 'import grpc' 2>/dev/null || { echo "grpc_cost: $py does not import grpc (Debian: python3-grpcio)" >&2; exit 1; }
 script=$root/tests/integration/grpc_slow.py
-work=$(mktemp -d /tmp/qscope-grpc-XXXXXX)
-pids=() int_pids=()
-trap bench_cleanup EXIT
-old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+bench_begin grpc
 sysctl -qw kernel.bpf_stats_enabled=1
 
 port=28491

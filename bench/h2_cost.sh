@@ -37,10 +37,7 @@ OUT=${OUT:-$out_env}   # bench_args clears OUT (its --out); OUT= in the environm
 BASELINE=${BASELINE:-1}
 CONNS=2 STREAMS=50
 command -v h2load >/dev/null || { echo "h2_cost: needs h2load (Debian: nghttp2-client)" >&2; exit 1; }
-work=$(mktemp -d /tmp/qscope-h2-XXXXXX)
-pids=() int_pids=()
-trap bench_cleanup EXIT
-old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+bench_begin h2
 sysctl -qw kernel.bpf_stats_enabled=1
 
 port=28490

@@ -80,6 +80,16 @@ for n in sorted(b):
 PY
 }
 
+# bench_begin NAME: what every bench starts with: $work (a scratch directory under /tmp),
+# pids[] and int_pids[] empty, bench_cleanup as the exit trap, and old_stats (the value of
+# kernel.bpf_stats_enabled to restore, whether or not the bench turns it on).
+bench_begin() {
+  work=$(mktemp -d "/tmp/qscope-$1-XXXXXX")
+  pids=() int_pids=()
+  trap bench_cleanup EXIT
+  old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+}
+
 # The one exit trap of every bench (trap 'bench_cleanup [PATH...]' EXIT), however it exits:
 # stops what the script started (pids[]: SIGTERM; int_pids[]: SIGINT, so qscope and the
 # libbpf tools detach and print), the nginx whose pid file is under $work, restores

@@ -25,10 +25,7 @@ cd "$root"
 bench_args bench "$@"
 bench_build qscope qs_server qs_load qs_syscall_bench qs_floor
 Q=$B/qscope T=$B/targets
-work=$(mktemp -d /tmp/qscope-bench-XXXXXX)
-pids=()
-trap bench_cleanup EXIT
-old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+bench_begin bench
 sysctl -qw kernel.bpf_stats_enabled=0
 results=$work/results.tsv
 : >"$results"

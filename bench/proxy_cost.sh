@@ -18,10 +18,7 @@ OLD=$(realpath "$1") NEW=$(realpath "$2"); shift 2
 . bench/lib.sh
 bench_args proxy_cost "$@"
 CLIENTS=${CLIENTS:-8}
-work=$(mktemp -d /tmp/qscope-proxy-XXXXXX)
-pids=() int_pids=()
-trap bench_cleanup EXIT
-old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+bench_begin proxy
 sysctl -qw kernel.bpf_stats_enabled=1
 
 front=28480 back=28481

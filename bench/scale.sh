@@ -20,9 +20,7 @@ B=${QSCOPE_BUILD_DIR:-build}
 # QSCOPE_BENCH_NO_BUILD=1: measure the binaries as built (a shared tree changes under you).
 [[ -n ${QSCOPE_BENCH_NO_BUILD:-} ]] || cmake --build "$B" -j2 --target qscope qs_server qs_load >/dev/null
 Q=$B/qscope T=$B/targets
-work=$(mktemp -d /tmp/qscope-scale-XXXXXX)
-pids=()
-trap bench_cleanup EXIT
+bench_begin scale
 ulimit -n "$(ulimit -Hn)"   # 10,000 connections per process; root may still lack CAP_SYS_RESOURCE
 ready_port() { for _ in $(seq 600); do grep -q 'READY port=' "$1" 2>/dev/null && { sed -n 's/.*READY port=\([0-9]*\).*/\1/p' "$1" | head -1; return; }; sleep 0.05; done; echo "not ready: $1" >&2; exit 1; }
 cpu_ns() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{s+=$1} END{print s+0}'; }  # all threads, ns

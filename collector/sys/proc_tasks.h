@@ -54,6 +54,14 @@ std::vector<TcpSocket> parse_proc_net_tcp(const std::string& text, bool v6);
 // "0100007F" → "127.0.0.1"; 32 hex digits → "[::1]"-style (bracketed) IPv6.
 std::string format_proc_net_addr(const std::string& hex, bool v6);
 
+// Every TCP socket an fd can hold (both families; not TIME_WAIT) in the network namespace of
+// pid, named as parse_proc_net_tcp names them. From sock_diag: with 20,000 sockets (10,000
+// loopback connections) it took 29 ms where /proc/PID/net/tcp{,6} took 54, on the way to the
+// first frame. Throws Error when sock_diag fails (no inet_diag, namespace not entered).
+std::vector<TcpSocket> tcp_sockets_diag(int pid);
+// The same from /proc/PID/net/tcp and tcp6, which need nothing but procfs; empty when unreadable.
+std::vector<TcpSocket> tcp_sockets_proc(int pid);
+
 // Names the resource behind an fd of the target, caching by fd and socket inode. The
 // TCP tables are re-read at most once per refresh() and only when an unknown socket
 // inode is asked for, so a tick with nothing new costs one readlink per fd looked up.

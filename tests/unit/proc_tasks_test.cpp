@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -56,6 +58,102 @@ TEST_CASE("format_proc_net_addr decodes the kernel's per-word hex", "[proc]") {
     CHECK(format_proc_net_addr("B80D0120000000000000000001000000", true) == "[2001:db8::1]");
     CHECK(format_proc_net_addr("xyz", false).empty());
     CHECK(format_proc_net_addr("0100007F", true).empty());
+}
+
+namespace {
+// A listener on loopback (IPv4, IPv6, or IPv6 dual-stack reached over IPv4), a client
+// connected to it and the accepted end: {listener, client, accepted}, or {-1, -1, -1} when
+// the family is not available here.
+std::array<int, 3> loopback_trio(int listen_family, bool connect_v4) {
+    const int l = socket(listen_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (l < 0) return {-1, -1, -1};
+    sockaddr_storage ss{};
+    socklen_t len;
+    if (listen_family == AF_INET) {
+        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        len = sizeof(*a);
+    } else {
+        const int off = 0;
+        setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = connect_v4 ? in6addr_any : in6addr_loopback;
+        len = sizeof(*a);
+    }
+    if (bind(l, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(l, 4) != 0 ||
+        getsockname(l, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+        close(l);
+        return {-1, -1, -1};
+    }
+    const uint16_t port = listen_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                                   : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port;
+    sockaddr_storage to{};
+    socklen_t to_len;
+    if (listen_family == AF_INET || connect_v4) {
+        auto* a = reinterpret_cast<sockaddr_in*>(&to);
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a->sin_port = port;
+        to_len = sizeof(*a);
+    } else {
+        auto* a = reinterpret_cast<sockaddr_in6*>(&to);
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_loopback;
+        a->sin6_port = port;
+        to_len = sizeof(*a);
+    }
+    const int c = socket(to.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c < 0 || connect(c, reinterpret_cast<sockaddr*>(&to), to_len) != 0) {
+        if (c >= 0) close(c);
+        close(l);
+        return {-1, -1, -1};
+    }
+    return {l, c, accept4(l, nullptr, nullptr, SOCK_CLOEXEC)};
+}
+
+uint64_t inode_of(int fd) {
+    struct stat st {};
+    return fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+}  // namespace
+
+// The two sources of the TCP tables the resolver names sockets from must agree, field for
+// field, on real sockets: sock_diag (the fast one) against /proc/PID/net/tcp{,6}.
+TEST_CASE("tcp_sockets_diag names every socket as /proc/PID/net/tcp does", "[proc]") {
+    std::vector<int> fds;
+    for (const auto& [family, v4] : std::vector<std::pair<int, bool>>{{AF_INET, true}, {AF_INET6, false}, {AF_INET6, true}}) {
+        const auto trio = loopback_trio(family, v4);
+        INFO("family " << family << (v4 ? " reached over IPv4" : ""));
+        if (trio[0] < 0) {
+            WARN("no loopback socket of this kind here");
+            continue;
+        }
+        fds.insert(fds.end(), trio.begin(), trio.end());
+    }
+    REQUIRE(fds.size() >= 3);
+    const auto diag = tcp_sockets_diag(getpid()), text = tcp_sockets_proc(getpid());
+    const auto find = [](const std::vector<TcpSocket>& v, uint64_t inode) -> const TcpSocket* {
+        for (const auto& s : v)
+            if (s.inode == inode) return &s;
+        return nullptr;
+    };
+    for (const int fd : fds) {
+        const uint64_t inode = inode_of(fd);
+        const TcpSocket *d = find(diag, inode), *t = find(text, inode);
+        INFO("fd " << fd << " inode " << inode);
+        REQUIRE(d != nullptr);
+        REQUIRE(t != nullptr);
+        CHECK(d->local == t->local);
+        CHECK(d->remote == t->remote);
+        CHECK(d->local_port == t->local_port);
+        CHECK(d->remote_port == t->remote_port);
+        CHECK(d->state == t->state);
+    }
+    // The dual-stack listener's IPv4 client is named as IPv4 on the accepted side, by both.
+    if (fds.size() == 9) CHECK(find(diag, inode_of(fds[8]))->remote.rfind("127.0.0.1:", 0) == 0);
+    for (const int fd : fds) close(fd);
 }
 
 TEST_CASE("parse_proc_net_tcp: listeners and connections, v4 and v6", "[proc]") {

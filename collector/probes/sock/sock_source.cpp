@@ -4,6 +4,7 @@
 #include "probes/sock/sock_source.h"
 
 #include <linux/inet_diag.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -138,6 +139,10 @@ public:
         refresh_listeners();
         scan_unix();  // Unix listeners before the hooks and the seeding walk need them
         attach_all();
+        // The links hold the copies' programs; the copies themselves (~4 MiB each of parsed
+        // ELF and BTF) would only weigh on a process that runs for weeks.
+        for (Skel& side : sides_) side.reset();
+        malloc_trim(0);
         last_rate_ns_ = monotonic_ns();  // completions count from here (rate_per_second)
         attached_ns_ = last_rate_ns_;
         seed_existing();
@@ -469,7 +474,8 @@ private:
         return side;
     }
 
-    // The program that was loaded for skel_'s `prog`: itself, or its namesake in a side copy.
+    // The program that was loaded for skel_'s `prog`: itself, or its namesake in a side copy
+    // (until attach_all is done).
     bpf_program* loaded(bpf_program* prog) const {
         if (bpf_program__autoload(prog)) return prog;
         for (const Skel& side : sides_)
@@ -1160,7 +1166,7 @@ private:
     }
 
     Skel skel_;
-    std::array<Skel, 2> sides_;  // the reads' and the writes' programs, on skel_'s maps (load_split)
+    std::array<Skel, 2> sides_;  // the reads' and the writes' programs, on skel_'s maps, until attached (load_split)
     std::vector<Link> links_;
     std::map<int, TlsProcess> tls_procs_;    // by pid, the tree's processes seen so far (links die before skel_)
     std::set<std::string> tls_libs_;         // probed libraries, as the target maps them

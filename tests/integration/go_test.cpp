@@ -27,8 +27,11 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -77,83 +80,88 @@ uint64_t goroutines_in(uint16_t admin, const std::string& frame) {
     return total;
 }
 
-// Every thread's schedstat every 20 ms, so each one's CPU and runqueue time can be read over
-// qscope's window (whose start the test cannot see directly).
-class TaskSampler {
+// Calls sample() every `period` seconds on a thread of its own, keeping each result with
+// the moment it was taken (now_s()), until finish() or the first result that is empty.
+template <typename Row>
+class Sampler {
 public:
-    explicit TaskSampler(pid_t pid) : th_([this, pid] {
+    Sampler(double period, std::function<std::optional<Row>()> sample) : th_([this, period, sample] {
           while (!stop_) {
-              std::map<int, std::pair<double, double>> row;
-              for (const auto& t : proc_tasks(pid)) row[t.tid] = thread_schedstat(pid, t.tid);
+              std::optional<Row> row = sample();
+              if (!row) break;
               {
                   std::lock_guard<std::mutex> g(mu_);
-                  samples_.emplace_back(now_s(), std::move(row));
+                  samples_.emplace_back(now_s(), std::move(*row));
               }
-              sleep_s(0.02);
+              sleep_s(period);
           }
       }) {}
-    ~TaskSampler() { finish(); }
+    ~Sampler() { finish(); }
     void finish() {
         stop_ = true;
         if (th_.joinable()) th_.join();
     }
+    // The samples, oldest first; stable once finish() returned.
+    const std::vector<std::pair<double, Row>>& taken() {
+        finish();
+        return samples_;
+    }
+
+private:
+    std::atomic<bool> stop_{false};
+    std::mutex mu_;
+    std::vector<std::pair<double, Row>> samples_;
+    std::thread th_;
+};
+
+// Every thread's schedstat every 20 ms, so each one's CPU and runqueue time can be read over
+// qscope's window (whose start the test cannot see directly).
+class TaskSampler : public Sampler<std::map<int, std::pair<double, double>>> {
+public:
+    explicit TaskSampler(pid_t pid)
+        : Sampler(0.02, [pid] {
+              std::map<int, std::pair<double, double>> row;
+              for (const auto& t : proc_tasks(pid)) row[t.tid] = thread_schedstat(pid, t.tid);
+              return std::optional(std::move(row));
+          }) {}
     // {run, wait} seconds of tid at time t, from the nearest sample at or before it.
     std::pair<double, double> at(int tid, double t) {
-        std::lock_guard<std::mutex> g(mu_);
         std::pair<double, double> v{-1, -1};
-        for (const auto& [ts, row] : samples_) {
+        for (const auto& [ts, row] : taken()) {
             if (ts > t) break;
             auto it = row.find(tid);
             if (it != row.end()) v = it->second;
         }
         return v;
     }
-
-private:
-    std::atomic<bool> stop_{false};
-    std::mutex mu_;
-    std::vector<std::pair<double, std::map<int, std::pair<double, double>>>> samples_;
-    std::thread th_;
 };
 
 // An 8-byte counter of the program's, read from /proc/PID/mem every 5 ms: unlike the admin
 // endpoint, this needs none of the program's busy Ps, so its samples are where the test
 // says they are in time.
-class CounterSampler {
+class CounterSampler : public Sampler<int64_t> {
 public:
-    CounterSampler(pid_t pid, uint64_t addr) : th_([this, pid, addr] {
-          const int fd = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
-          if (fd < 0) return;
-          while (!stop_) {
+    CounterSampler(pid_t pid, uint64_t addr)
+        : Sampler(0.005, [mem = std::make_shared<Fd>(("/proc/" + std::to_string(pid) + "/mem").c_str()), addr] {
               int64_t v = 0;
-              if (pread(fd, &v, sizeof v, static_cast<off_t>(addr)) != sizeof v) break;
-              {
-                  std::lock_guard<std::mutex> g(mu_);
-                  samples_.emplace_back(now_s(), v);
-              }
-              sleep_s(0.005);
-          }
-          close(fd);
-      }) {}
-    ~CounterSampler() { finish(); }
-    void finish() {
-        stop_ = true;
-        if (th_.joinable()) th_.join();
-    }
+              return pread(mem->fd, &v, sizeof v, static_cast<off_t>(addr)) == sizeof v ? std::optional(v) : std::nullopt;
+          }) {}
     // {min, max} of the samples taken in [t0, t1]; {1, 0} when there is none.
     std::pair<int64_t, int64_t> range(double t0, double t1) {
-        std::lock_guard<std::mutex> g(mu_);
         std::pair<int64_t, int64_t> r{INT64_MAX, INT64_MIN};
-        for (const auto& [ts, v] : samples_)
+        for (const auto& [ts, v] : taken())
             if (ts >= t0 && ts <= t1) r = {std::min(r.first, v), std::max(r.second, v)};
         return r.first > r.second ? std::pair<int64_t, int64_t>{1, 0} : r;
     }
 
 private:
-    std::atomic<bool> stop_{false};
-    std::mutex mu_;
-    std::vector<std::pair<double, int64_t>> samples_;
-    std::thread th_;
+    struct Fd {
+        explicit Fd(const char* path) : fd(open(path, O_RDONLY | O_CLOEXEC)) {}
+        ~Fd() {
+            if (fd >= 0) close(fd);
+        }
+        int fd;
+    };
 };
 
 // The address after "unanswered=" in the program's READY line.

@@ -235,10 +235,6 @@ std::vector<TcpSocket> tcp_sockets_proc(int pid) {
 }
 
 std::vector<TcpSocket> tcp_sockets_diag(int pid) {
-    // format_ip shows IPv4-mapped addresses as IPv4, as format_proc_net_addr does.
-    const auto endpoint = [](const std::string& ip, uint16_t port) {
-        return (ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
-    };
     // Not TIME_WAIT (6) nor NEW_SYN_RECV (12): no fd holds them (their inode reads 0), and a
     // busy server has tens of thousands in TIME_WAIT.
     constexpr uint32_t held = ~((1u << 6) | (1u << 12));
@@ -246,8 +242,9 @@ std::vector<TcpSocket> tcp_sockets_diag(int pid) {
     for (const int family : {AF_INET, AF_INET6}) {
         for (const DiagSocket& d : sock_diag_dump(family, held, false, pid)) {
             TcpSocket s;
-            s.local = endpoint(d.src, d.sport);
-            s.remote = endpoint(d.dst, d.dport);
+            // format_ip showed IPv4-mapped addresses as IPv4, as format_proc_net_addr does.
+            s.local = format_endpoint(d.src, d.sport);
+            s.remote = format_endpoint(d.dst, d.dport);
             s.local_port = d.sport;
             s.remote_port = d.dport;
             s.state = d.state;

@@ -34,10 +34,13 @@ std::string format_ip(int family, const uint8_t* addr) {
     return buf;
 }
 
-std::string format_endpoint(int family, const uint8_t* addr, uint16_t port) {
-    const std::string ip = format_ip(family, addr);
+std::string format_endpoint(const std::string& ip, uint16_t port) {
     if (ip.find(':') != std::string::npos) return "[" + ip + "]:" + std::to_string(port);
     return ip + ":" + std::to_string(port);
+}
+
+std::string format_endpoint(int family, const uint8_t* addr, uint16_t port) {
+    return format_endpoint(format_ip(family, addr), port);
 }
 
 DiagStatus parse_sock_diag(const void* buf, size_t len, std::vector<DiagSocket>& out) {

@@ -47,5 +47,7 @@ std::vector<DiagSocket> sock_diag_by_inode(uint32_t state_mask, const std::set<u
 std::string format_ip(int family, const uint8_t* addr);
 // "1.2.3.4:80", "[::1]:80"
 std::string format_endpoint(int family, const uint8_t* addr, uint16_t port);
+// The same for an address already in text (format_ip's).
+std::string format_endpoint(const std::string& ip, uint16_t port);
 
 }  // namespace qscope

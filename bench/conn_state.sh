@@ -33,15 +33,7 @@ for round in $(seq "$ROUNDS"); do
     wrk -t1 -c8 -d"${SECS}s" "http://127.0.0.1:$port/" >/dev/null 2>&1
     after=$(prog_stats "$floor")
     kill "$floor"; wait "$floor" 2>/dev/null || true
-    python3 - "$before" "$after" "$round" "$order" >>"$results" <<'PY'
-import sys
-def parse(t):
-    return {l.split()[0]: (int(l.split()[1]), int(l.split()[2])) for l in t.splitlines() if l.startswith("conn_")}
-a, b = parse(sys.argv[1]), parse(sys.argv[2])
-for n in sorted(b):
-    c = b[n][0] - a.get(n, (0, 0))[0]; ns = b[n][1] - a.get(n, (0, 0))[1]
-    if c > 0: print(sys.argv[3], sys.argv[4], n, "%.1f" % (ns / c), c)
-PY
+    prog_delta "$before" "$after" conn_ | sed "s/^/$round $order /" >>"$results"
   done
 done
 

@@ -62,9 +62,9 @@ for f in os.listdir(d):
 for p in json.load(sys.stdin):
     if p.get("id") in ids: print(p.get("name","?"), p.get("run_cnt", 0), p.get("run_time_ns", 0))' "$1"; }
 
-# The sock family's programs between two prog_stats outputs: "NAME NS_PER_RUN RUNS" for each
-# program that ran in between.
-sock_prog_delta() { python3 - "$1" "$2" <<'PY'
+# Programs between two prog_stats outputs: "NAME NS_PER_RUN RUNS" for each program whose name
+# starts with one of PREFIX... and that ran in between.
+prog_delta() { python3 - "$@" <<'PY'
 import sys
 def parse(t):
     d = {}
@@ -72,13 +72,16 @@ def parse(t):
         n, c, ns = l.split()
         a = d.setdefault(n, [0, 0]); a[0] += int(c); a[1] += int(ns)
     return d
-a, b = parse(sys.argv[1]), parse(sys.argv[2])
+a, b, prefixes = parse(sys.argv[1]), parse(sys.argv[2]), tuple(sys.argv[3:])
 for n in sorted(b):
-    if not n.startswith(("qs_recv", "qs_send", "qs_set_state", "qs_data_ready", "qs_close")): continue
+    if not n.startswith(prefixes): continue
     c = b[n][0] - a.get(n, [0, 0])[0]; ns = b[n][1] - a.get(n, [0, 0])[1]
     if c > 0: print(n, "%.1f" % (ns / c), c)
 PY
 }
+
+# The sock family's programs between two prog_stats outputs.
+sock_prog_delta() { prog_delta "$1" "$2" qs_recv qs_send qs_set_state qs_data_ready qs_close; }
 
 # bench_begin NAME: what every bench starts with: $work (a scratch directory under /tmp),
 # pids[] and int_pids[] empty, bench_cleanup as the exit trap, and old_stats (the value of

@@ -61,6 +61,11 @@ DiagStatus parse_sock_diag(const void* buf, size_t len, std::vector<DiagSocket>&
         s.uid = m.idiag_uid;
         netlink::walk_attrs(payload, NLMSG_ALIGN(sizeof(inet_diag_msg)), plen,
                             [&](unsigned type, const uint8_t* data, size_t dlen) {
+                                if (type == INET_DIAG_CGROUP_ID && dlen >= sizeof(uint64_t)) {
+                                    uint64_t id;
+                                    std::memcpy(&id, data, sizeof(id));
+                                    s.cgroup_id = id;
+                                }
                                 if (type != INET_DIAG_SKMEMINFO || dlen < (SK_MEMINFO_DROPS + 1) * sizeof(uint32_t))
                                     return;
                                 uint32_t drops;

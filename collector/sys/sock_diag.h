@@ -20,6 +20,7 @@ struct DiagSocket {
     uint64_t inode = 0;
     uint32_t uid = 0;
     std::optional<uint32_t> drops;  // sk_drops, when meminfo was asked for
+    std::optional<uint64_t> cgroup_id;  // the cgroup v2 the socket is charged to (Linux 5.7+)
 };
 
 enum class DiagStatus { more, done };

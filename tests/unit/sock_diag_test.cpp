@@ -6,6 +6,7 @@
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 #include <climits>
@@ -14,6 +15,7 @@
 
 #include "model/errors.h"
 #include "sys/proc_fds.h"
+#include "sys/proc_table.h"
 #include "sys/sock_diag.h"
 #include "probes/sock/sock_source.h"
 
@@ -144,6 +146,17 @@ TEST_CASE("sock_diag: a live dump finds our own listener with its backlog", "[so
             CHECK(s.wqueue == 17);
             CHECK(s.rqueue == 0);
             CHECK(s.drops);
+            // Charged to this process's cgroup v2: its id is the cgroup directory's inode
+            // (what --scope compares a listener with, probes/sock/scope.h).
+            const auto mount = cgroup2_mount();
+            const auto cg = proc_cgroup_v2(getpid());
+            struct stat st {};
+            if (mount && cg && stat((*mount + (*cg == "/" ? "" : *cg)).c_str(), &st) == 0) {
+                REQUIRE(s.cgroup_id);
+                CHECK(*s.cgroup_id == st.st_ino);
+            } else {
+                WARN("no cgroup v2 mount here: the listener's cgroup id is not compared");
+            }
         }
     CHECK(seen);
     close(fd);

@@ -26,6 +26,10 @@
 #define QS_TCP_CLOSE_WAIT 8
 #define QS_TCP_LISTEN 10
 
+/* include/uapi/linux/if_ether.h: skb->protocol, network order */
+#define QS_ETH_P_IP 0x0800
+#define QS_ETH_P_IPV6 0x86DD
+
 /* Hooks and where they came from (the collector feature-probes each before load):
  *  - tp_btf/sock_recv_length, sock_send_length: include/trace/events/sock.h, v6.3.
  *  - tp_btf/sk_data_ready: include/trace/events/sock.h, v6.6.

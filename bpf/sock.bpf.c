@@ -880,11 +880,31 @@ static __always_inline void unix_track(__u64 key, struct qs_conn *c)
 	unix_live_mark(key);
 }
 
+/* The target's socket `client` is connected to the Unix listener at `addr`: a new outbound
+ * connection to that peer, counted but not timed (no handshake). */
+static __always_inline void unix_connect_out(__u64 client, const struct unix_address *addr, __u64 now)
+{
+	struct qs_effects e = {};
+	struct qs_conn nc;
+	struct qs_peer_stats *p;
+	__u32 pidx = unix_peer_index(addr);
+
+	if (pidx >= QS_MAX_PEERS)
+		return;
+	qs_conn_init_outbound(&nc, now, (__u16)pidx);
+	qs_on_established(&nc, now, &e);
+	e.connect_ok = 0;
+	apply(&nc, &e, 0);
+	p = peer_at(pidx);
+	if (p)
+		__sync_fetch_and_add(&p->connects, 1);
+	unix_track(client, &nc);
+}
+
 /* sk_data_ready on a Unix listener: a connect() just queued its server-side socket. */
 static __always_inline void on_unix_connect(struct sock *lsk)
 {
 	struct unix_sock *ls = bpf_skc_to_unix_sock(lsk);
-	struct qs_effects e = {};
 	struct qs_conn nc;
 	struct sk_buff *skb;
 	struct sock *child;
@@ -916,21 +936,8 @@ static __always_inline void on_unix_connect(struct sock *lsk)
 	if (mine) {
 		/* child is a walked (untrusted) pointer: read, not cast by a helper */
 		__u64 client = (__u64)BPF_CORE_READ((struct unix_sock *)child, peer);
-		struct qs_peer_stats *p;
-		__u32 pidx;
-		if (!client)
-			return;
-		pidx = unix_peer_index(ls->addr);
-		if (pidx >= QS_MAX_PEERS)
-			return;
-		qs_conn_init_outbound(&nc, now, (__u16)pidx);
-		qs_on_established(&nc, now, &e);
-		e.connect_ok = 0;   /* no handshake to time: counted, not put in the histogram */
-		apply(&nc, &e, 0);
-		p = peer_at(pidx);
-		if (p)
-			__sync_fetch_and_add(&p->connects, 1);
-		unix_track(client, &nc);
+		if (client)
+			unix_connect_out(client, ls->addr, now);
 	}
 }
 
@@ -2183,6 +2190,76 @@ int BPF_KPROBE(qs_data_ready_kprobe, struct sock *sk)
 	return 0;
 }
 
+/* Arrivals scoped to the target's cgroup (docs/kernel.md "Scoped to the target's cgroup"):
+ * attached to that cgroup only, so other processes' packets run no qscope code. It sees a TCP
+ * segment as the kernel takes it in (tcp_filter), just before sk_data_ready would see it queued:
+ * the same facts, told from the segment. Unix sockets have no packets: user space keeps the
+ * tracepoint for a target that listens on one. Always lets the packet through (returns 1). */
+SEC("cgroup_skb/ingress")
+int qs_arrival_skb(struct __sk_buff *skb)
+{
+	struct bpf_sock *bsk = skb->sk;
+	struct tcp_sock *tp;
+	struct sock *sk;
+	struct qs_conn *c;
+	struct qs_effects e = {};
+	__u8 th[14], b0;
+	__u32 ihl = 40, doff, seq, len, rcv, idx;
+	__u64 key;
+
+	if (!bsk)
+		return 1;
+	bsk = bpf_sk_fullsock(bsk);
+	if (!bsk || bsk->protocol != IPPROTO_TCP || !port_maybe_target(bsk->src_port))
+		return 1;
+	tp = bpf_skc_to_tcp_sock(bsk);
+	if (!tp)
+		return 1;
+	sk = (struct sock *)tp;
+	/* skb->data is the network header here; IPv6 extension headers before TCP are not
+	 * followed (the segment is then not seen: an arrival the next one marks). */
+	if (skb->protocol == bpf_htons(QS_ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, 0, &b0, 1))
+			return 1;
+		ihl = (b0 & 15) * 4;
+	} else if (skb->protocol != bpf_htons(QS_ETH_P_IPV6) || bpf_skb_load_bytes(skb, 6, &b0, 1) ||
+		   b0 != IPPROTO_TCP) {
+		return 1;
+	}
+	if (bpf_skb_load_bytes(skb, ihl, th, sizeof(th)))
+		return 1;
+	if (sk->__sk_common.skc_state == QS_TCP_LISTEN) {
+		/* The handshake's last ACK (ACK, no SYN/RST) is about to put a child in the accept
+		 * queue, unless it is full (sk_acceptq_is_full): the depth it makes. */
+		struct qs_port_stats *p;
+		__u32 backlog = sk->sk_ack_backlog;
+		if ((th[13] & 0x16) != 0x10 || backlog > sk->sk_max_ack_backlog || !lookup_port(bsk->src_port, &idx))
+			return 1;
+		p = port_at(idx);
+		if (p)
+			atomic_max(&p->accept_queue_max, (__s64)backlog + 1);
+		return 1;
+	}
+	/* New bytes the app can read: the segment covers rcv_nxt (an out-of-order one waits for
+	 * the segment that fills the hole, as sk_data_ready does; a retransmission of bytes
+	 * already taken in is not an arrival). */
+	doff = (th[12] >> 4) * 4;
+	if (skb->len <= ihl + doff)
+		return 1;
+	len = skb->len - ihl - doff;
+	seq = ((__u32)th[4] << 24) | ((__u32)th[5] << 16) | ((__u32)th[6] << 8) | th[7];
+	rcv = tp->rcv_nxt;
+	if ((__s32)(seq - rcv) > 0 || (__s32)(seq + len - rcv) <= 0)
+		return 1;
+	key = (__u64)sk;
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (!c || c->dir != QS_DIR_IN)
+		return 1;
+	qs_on_arrival(c, bpf_ktime_get_ns(), seq + len - tp->copied_seq, &e);
+	apply(c, &e, 0);
+	return 1;
+}
+
 /* ---- accept ------------------------------------------------------------------------------- */
 
 /* fd of a task -> its file when that is a socket's, or 0. files->fdt->fd[fd] is read with
@@ -2558,6 +2635,37 @@ int qs_seed_busy(struct bpf_iter__task *ctx)
  * connection ends now rather than at the next sweep (which still catches exits, dup'd fds and
  * files another thread held at the close); an outbound call still waiting for its reply was
  * given up. */
+/* A connect() of the target's to a Unix listener, while arrivals are scoped to its cgroup and
+ * sk_data_ready is not attached (collector/probes/sock/scope.h): the outbound connection
+ * on_unix_connect would have started, from the connecting socket's side. Attached only then. */
+SEC("tracepoint/syscalls/sys_exit_connect")
+int qs_unix_connect_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	struct task_struct *t;
+	struct pt_regs *regs;
+	struct sock *sk, *peer;
+	__u16 type;
+
+	if (ctx->ret != 0 || !follow_unix || !is_target())
+		return 0;
+	t = bpf_get_current_task_btf();
+	regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	if (!regs)
+		return 0;
+	sk = sock_of_fd(t, (int)BPF_CORE_READ(regs, di));
+	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_UNIX)
+		return 0;
+	type = BPF_CORE_READ(sk, sk_type);
+	if (type != QS_SOCK_STREAM && type != QS_SOCK_SEQPACKET)
+		return 0;
+	/* The peer is the listener's server-side child, which shares the listener's address. */
+	peer = BPF_CORE_READ((struct unix_sock *)sk, peer);
+	if (!peer)
+		return 0;
+	unix_connect_out((__u64)sk, BPF_CORE_READ((struct unix_sock *)peer, addr), bpf_ktime_get_ns());
+	return 0;
+}
+
 SEC("tracepoint/syscalls/sys_enter_close")
 int qs_close_enter(struct trace_event_raw_sys_enter *ctx)
 {

@@ -17,6 +17,8 @@
 #include "model/errors.h"
 #include "probes/sched/loops.h"
 #include "probes/sock/attach_plan.h"
+#include "probes/sock/scope.h"
+#include "sys/proc_table.h"
 
 namespace qscope {
 
@@ -160,6 +162,15 @@ int run_check() {
     line(plan.of(SockHook::recv), "requests in flight and latency, downstream replies (the app's reads)", true);
     line(plan.of(SockHook::send), "responses and their status, downstream calls (the app's writes)", true);
     line(plan.of(SockHook::data_ready), "connector queue and exact accept-queue peak (arrivals)", false);
+    {
+        // --scope: the arrivals' hook on the target's cgroup alone (probes/sock/scope.h).
+        std::string why = !may_bpf ? "not probed without privileges" : scoped_arrivals_unsupported();
+        if (why.empty() && !cgroup2_mount()) why = "no cgroup v2 hierarchy is mounted";
+        sock.add(why.empty() ? Mark::ok : Mark::warn,
+                 why.empty() ? "arrivals scoped to a target's own cgroup (--scope auto|cgroup): via cgroup_skb/ingress"
+                             : "arrivals scoped to a target's own cgroup: unavailable (" + why +
+                                   "): every process runs the global hook");
+    }
     const bool acc = KernelTracepoints::has_tracefs("syscalls", "sys_exit_accept4");
     sock.add(acc ? Mark::ok : Mark::warn, acc ? "accept wait: via tracepoint syscalls/sys_exit_accept4"
                                               : "accept wait: unavailable (no syscalls/sys_exit_accept4 in tracefs, or tracefs not readable)");

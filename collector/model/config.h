@@ -5,6 +5,11 @@
 
 namespace qscope {
 
+// Which processes run the socket probes' arrival program (--scope): `cgroup` attaches it to
+// the target's cgroup alone, `global` to the sk_data_ready tracepoint every process runs,
+// `automatic` takes cgroup when the target's sockets are all charged to a cgroup of its own.
+enum class SockScope { automatic, cgroup, global };
+
 struct Config {
     int pid = 0;
     // Observe the PID's descendants too (forked before or after the attach): nginx, PostgreSQL,
@@ -24,6 +29,7 @@ struct Config {
     bool jvm_dump = false;              // one-off jcmd Thread.dump_to_file enrichment
     bool jvm_perfmap = false;           // run jcmd Compiler.perfmap for JIT symbols
     bool tls = false;                   // uprobes on the target's libssl: status classes inside TLS (--tls)
+    SockScope scope = SockScope::automatic;
     int verbose = 0;
 };
 

@@ -31,7 +31,9 @@ enum class ProbeFamily { sock, sched, jvm, tree };  // tree: the process-tree fi
 
 // How a probe reached its kernel hook: the tracepoint itself, or on an older kernel that
 // lacks it the kernel function behind it (docs/kernel.md "Older kernels"; model/attach.cpp).
-enum class AttachType { tp_btf, tracepoint, fentry, fexit, kprobe, kretprobe, iterator, none, uprobe, perf_event };
+// cgroup_skb: a program attached to the target's cgroup (docs/kernel.md "Scoped to the
+// target's cgroup"), which only that cgroup's sockets run.
+enum class AttachType { tp_btf, tracepoint, fentry, fexit, kprobe, kretprobe, iterator, none, uprobe, perf_event, cgroup_skb };
 // The last value of each enum: recordings (collector/record) refuse a byte beyond it as
 // corruption, so a value appended to an enum is appended here too, in the same commit.
 constexpr Stage kLastStage = Stage::none;
@@ -39,7 +41,7 @@ constexpr Severity kLastSeverity = Severity::critical;
 constexpr WaitKind kLastWaitKind = WaitKind::other;
 constexpr CarrierState kLastCarrierState = CarrierState::blocked;
 constexpr ProbeFamily kLastProbeFamily = ProbeFamily::tree;
-constexpr AttachType kLastAttachType = AttachType::perf_event;
+constexpr AttachType kLastAttachType = AttachType::cgroup_skb;
 const char* contract_name(AttachType v);
 
 // The contract's string for each value: "accept_queue", "critical", "futex", "stalled", "sock".
@@ -78,6 +80,20 @@ struct ProbeAttach {
     std::string via;                    // what it attached to: the tracepoint or a kernel function
     std::string off;                    // with attach none: why the hook is off
 };
+
+// Which processes run the sock family's arrival program, read back from probe_attach (its one
+// home): "cgroup" when it is attached to the target's cgroup (`cgroup` names it), "global"
+// when the sk_data_ready hook serves every process on the machine (`why`: why not scoped).
+// nullopt: the sock family is not attached.
+struct SockScopeView {
+    bool cgroup = false;
+    std::string path;                   // the cgroup, as /proc/PID/cgroup names it
+    std::string why;                    // global: the reason
+    const char* mode() const { return cgroup ? "cgroup" : "global"; }
+};
+// The probe_attach row that says why arrivals are not scoped (hook name kScopeHook, attach none).
+inline constexpr const char* kScopeHook = "cgroup_skb/ingress";
+std::optional<SockScopeView> sock_scope(const std::vector<ProbeAttach>& rows);
 
 // One process of the target's tree: nginx's master and workers, PostgreSQL's postmaster and
 // backends. The root (the PID given) comes first.

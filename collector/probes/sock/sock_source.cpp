@@ -4,6 +4,7 @@
 #include "probes/sock/sock_source.h"
 
 #include <linux/inet_diag.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -23,11 +24,13 @@
 #include "engine/bpf_util.h"
 #include "engine/kernel_features.h"
 #include "probes/sock/attach_plan.h"
+#include "probes/sock/scope.h"
 #include "model/errors.h"
 #include "model/syscall_table.h"
 #include "sys/proc_fds.h"
 #include "sys/proc_maps.h"
 #include "sys/proc_stat.h"
+#include "sys/proc_table.h"
 #include "sys/proc_tasks.h"
 #include "sys/tls_libs.h"
 #include "tree.h"  // struct qs_tree_range: the skeleton maps its .data.tree section
@@ -138,6 +141,7 @@ public:
         // handshake after attach.
         refresh_listeners();
         scan_unix();  // Unix listeners before the hooks and the seeding walk need them
+        choose_arrival_scope();
         attach_all();
         // The links hold the copies' programs; the copies themselves (~4 MiB each of parsed
         // ELF and BTF) would only weigh on a process that runs for weeks.
@@ -157,6 +161,7 @@ public:
         refresh_listeners();
         scan_unix();
         refresh_unix_listeners();
+        check_arrival_scope();
         refresh_tls();
         // Tick 0's window was opened by open_window(), moments ago.
         if (tick.window_reset && tick.index > 0) rebase();
@@ -366,7 +371,23 @@ private:
             }
             attach_.push_back(c.attach != AttachType::none ? ProbeAttach{ProbeFamily::sock, c.tracepoint, c.attach, c.via}
                                                            : hook_off(ProbeFamily::sock, c.tracepoint, c.caveat));
+            if (hook == SockHook::data_ready) {
+                arrivals_row_ = attach_.size() - 1;
+                for (bpf_program* prog : progs)
+                    if (prog && bpf_program__autoload(prog)) arrivals_prog_ = prog;
+            }
         }
+        // The arrivals' scoped way in (choose_arrival_scope) is loaded only when it may be used.
+        if (!arrivals_prog_)
+            scope_kernel_missing_ = "the kernel offers no way in for arrivals";
+        else if (cfg_.scope != SockScope::global)
+            scope_kernel_missing_ = scoped_arrivals_unsupported();
+        if (cfg_.scope == SockScope::global || !scope_kernel_missing_.empty())
+            bpf_program__set_autoload(p.qs_arrival_skb, false);
+        // Scoped, the target's Unix connects are seen at their syscall's exit instead.
+        unix_connect_hook_ = tps.has_tracefs("syscalls", "sys_exit_connect");
+        if (!bpf_program__autoload(p.qs_arrival_skb) || !unix_connect_hook_)
+            bpf_program__set_autoload(p.qs_unix_connect_exit, false);
         // Unix reads and writes reach only the tracepoints, never tcp_recvmsg/tcp_sendmsg.
         const bool unix_seen = plan.of(SockHook::recv).attach == AttachType::tp_btf &&
                                plan.of(SockHook::send).attach == AttachType::tp_btf &&
@@ -485,6 +506,105 @@ private:
         return prog;
     }
 
+    // Arrivals from the target's cgroup alone (probes/sock/scope.h), or from the global hook
+    // the plan chose, with the reason in probe_attach. Runs after the listeners are known.
+    void choose_arrival_scope() {
+        ScopeFacts f;
+        f.asked = cfg_.scope;
+        f.kernel_missing = scope_kernel_missing_;
+        if (f.asked != SockScope::global && f.kernel_missing.empty()) {
+            f.mount = cgroup2_mount();
+            for (const auto& p : target_->processes())
+                if (auto cg = proc_cgroup_v2(p.pid)) f.cgroups.insert(*cg);
+            f.unix_listener = has_unix_listener();
+            if (skel_->rodata->follow_unix && !unix_connect_hook_)
+                f.kernel_missing = "no syscalls/sys_exit_connect tracepoint to see the target's Unix connects";
+            if (f.mount && f.cgroups.size() == 1 && *f.cgroups.begin() != "/") {
+                scope_ids_ = cgroup_subtree_ids(*f.mount + *f.cgroups.begin());
+                if (auto why = listeners_outside_scope(); !why.empty()) f.listeners_outside.push_back(why);
+            }
+        }
+        ScopeChoice c = choose_scope(f);
+        if (c.cgroup) {
+            const std::string dir = *f.mount + *c.cgroup;
+            const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (fd >= 0) scope_link_.reset(bpf_program__attach_cgroup(skel_->progs.qs_arrival_skb, fd));
+            int err = errno;
+            if (fd >= 0) close(fd);
+            if (scope_link_ && skel_->rodata->follow_unix) {
+                unix_connect_link_.reset(bpf_program__attach(skel_->progs.qs_unix_connect_exit));
+                err = errno;
+                if (!unix_connect_link_) scope_link_.reset();
+            }
+            if (!scope_link_)
+                c = ScopeChoice{std::nullopt, "attaching " + std::string(fd < 0 ? "to cgroup " + dir : "the scoped hooks") +
+                                                  ": " + errno_text(err)};
+        }
+        if (!c.cgroup && cfg_.scope == SockScope::cgroup)
+            throw Error(Exit::usage, "--scope cgroup: " + c.why + " (--scope auto falls back to the global hook)");
+        arrivals_global_row_ = attach_[arrivals_row_];
+        if (c.cgroup) {
+            scope_ = c.cgroup;
+            attach_[arrivals_row_] = ProbeAttach{ProbeFamily::sock, "sk_data_ready", AttachType::cgroup_skb, *c.cgroup};
+            if (unix_connect_link_)
+                attach_.push_back(program_attach(ProbeFamily::sock, skel_->progs.qs_unix_connect_exit));
+        } else {
+            attach_.push_back(hook_off(ProbeFamily::sock, kScopeHook, c.why));
+        }
+    }
+
+    // A scope that stops holding (a new listener charged elsewhere, a Unix listener) hands the
+    // arrivals back to the global hook: the tracepoint first, so no arrival falls between.
+    void check_arrival_scope() {
+        if (!scope_) return;
+        std::string why = has_unix_listener() ? "the target now listens on a Unix-domain socket" : "";
+        if (why.empty()) why = listeners_outside_scope();
+        if (why.empty()) return;
+        Link l(bpf_program__attach(arrivals_prog_));
+        if (!l) {
+            warnings_.push_back("sock: arrivals stay scoped to cgroup " + *scope_ + " although " + why +
+                                "; attaching " + bpf_program__name(arrivals_prog_) + " failed: " + errno_text(errno));
+            scope_ids_.clear();
+            return;
+        }
+        links_.push_back(std::move(l));
+        scope_link_.reset();
+        unix_connect_link_.reset();
+        warnings_.push_back("sock: arrivals moved from cgroup " + *scope_ + " to the global hook: " + why +
+                            "; its connections' arrivals before this tick were not seen");
+        attach_[arrivals_row_] = arrivals_global_row_;
+        const ProbeAttach connects = program_attach(ProbeFamily::sock, skel_->progs.qs_unix_connect_exit);
+        attach_.erase(std::remove_if(attach_.begin(), attach_.end(),
+                                     [&](const ProbeAttach& a) { return a.family == connects.family && a.hook == connects.hook; }),
+                      attach_.end());
+        attach_.push_back(hook_off(ProbeFamily::sock, kScopeHook, why));
+        scope_.reset();
+    }
+
+    bool has_unix_listener() const {
+        const uint32_t n = std::min<uint64_t>(load(skel_->bss->next_port_idx), QS_MAX_PORTS);
+        for (uint32_t i = 0; i < n; ++i)
+            if (load(skel_->bss->port_stats[i].port) == QS_PORT_UNIX) return true;
+        return false;
+    }
+
+    // Why one of the target's TCP listeners is outside the scoped cgroup's subtree, or "".
+    // The subtree is read again when an unknown id shows up (a cgroup made below it since).
+    std::string listeners_outside_scope() {
+        for (int pass = 0; pass < 2; ++pass) {
+            std::string why;
+            for (const auto& d : listen_diag_) {
+                const std::string where = format_endpoint(d.src, d.sport);
+                if (!d.cgroup_id) return "the kernel does not report the cgroup of listener " + where;
+                if (why.empty()) why = listener_outside(where, *d.cgroup_id, scope_ids_);
+            }
+            if (why.empty() || pass == 1 || scope_ids_.empty()) return why;
+            if (auto mount = cgroup2_mount(); mount && scope_) scope_ids_ = cgroup_subtree_ids(*mount + *scope_);
+            else return why;
+        }
+        return "";
+    }
+
     void attach_all() {
         auto& p = skel_->progs;
         // Required: without them the requests section would be wrong, not just thinner.
@@ -500,6 +620,7 @@ private:
         for (bpf_program* ours : progs) {
             bpf_program* prog = loaded(ours);
             if (!bpf_program__autoload(prog)) continue;
+            if (ours == arrivals_prog_ && scope_) continue;  // attached to the cgroup instead (attach_scope)
             Link l(bpf_program__attach(prog));
             if (!l) {
                 const int err = errno;
@@ -1212,6 +1333,17 @@ private:
     std::map<uint32_t, LastAccept> last_accept_;  // per port slot
     std::vector<std::string> warnings_;
     std::vector<ProbeAttach> attach_;  // how each hook was reached, for the snapshot
+    // Arrivals (choose_arrival_scope): the plan's program for them, its probe_attach row and
+    // that row's global form; when scoped, the cgroup and the cgroup_skb link.
+    bpf_program* arrivals_prog_ = nullptr;
+    size_t arrivals_row_ = 0;
+    ProbeAttach arrivals_global_row_;
+    std::string scope_kernel_missing_;  // why the scoped way in is not loaded ("": it is)
+    std::optional<std::string> scope_;
+    std::set<uint64_t> scope_ids_;      // the scoped cgroup's subtree (cgroup ids)
+    Link scope_link_;
+    Link unix_connect_link_;            // qs_unix_connect_exit, while scoped and following Unix sockets
+    bool unix_connect_hook_ = false;    // tracefs has syscalls/sys_exit_connect
     std::vector<bpf_program*> sys_exit_progs_;  // the syscall exits in use (attach type tracepoint)
     std::string sweep_error_;                   // why iter/bpf_map_elem does not load here ("": it does)
     std::string listen_error_;

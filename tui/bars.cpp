@@ -66,6 +66,12 @@ void draw_header(Grid& g, const Snapshot& s, const UiState& ui) {
         left.push_back({d + "window " + fmt_elapsed(s.window_seconds), Role::normal});
     if (s.lost_events) left.push_back({d + "lost " + fmt_count(s.lost_events), Role::warn});
     if (!ui.replay.live()) left.push_back({d + ui.replay.of, Role::normal});
+    // Who pays for the socket arrivals: the target's cgroup, or every process (and why), last
+    // because it is the first thing to give way on a narrow terminal.
+    if (const auto scope = sock_scope(s.probe_attach))
+        left.push_back({d + "sockets: " + (scope->cgroup ? "cgroup " + scope->path
+                                                         : "global" + (scope->why.empty() ? "" : " (" + scope->why + ")")),
+                        Role::dim});
     Line right;
     if (s.target.exited) right.push_back({" EXITED ", Role::critical});
     if (!ui.replay.live()) {

@@ -120,6 +120,17 @@ void Collector::start(const StartProgress& progress) {
     if (cfg_.jvm_dump) request(OnDemand::jvm_dump);
 }
 
+// -v: which processes pay for the socket arrivals, at the first tick and whenever it changes.
+void Collector::say_scope(const Snapshot& s) {
+    const auto scope = sock_scope(s.probe_attach);
+    if (!scope) return;
+    const std::string said = scope->cgroup ? "socket arrivals scoped to cgroup " + scope->path
+                                           : "socket arrivals from the global hook, every process pays: " + scope->why;
+    if (said == scope_said_) return;
+    scope_said_ = said;
+    std::fprintf(stderr, "qscope: %s\n", said.c_str());
+}
+
 void Collector::request(OnDemand what) {
     std::lock_guard<std::mutex> g(requests_mu_);
     requests_.push_back(what);
@@ -188,6 +199,7 @@ std::shared_ptr<const Snapshot> Collector::tick() {
         if (cfg_.verbose && t.index == 0)
             std::fprintf(stderr, "qscope: tick 0 %s %.0f ms\n", s->name(), (monotonic_ns() - ts) / 1e6);
     }
+    if (cfg_.verbose) say_scope(*snap);
     compute_verdict(*snap, t.index == 0 ? Seen::first_look : Seen::window);
     std::shared_ptr<const Snapshot> out = snap;
     {

@@ -54,6 +54,8 @@ public:
     const Target& target() const { return target_; }
 
 private:
+    void say_scope(const Snapshot& s);
+
     Config cfg_;
     Target target_;
     std::vector<std::unique_ptr<Source>> sources_;
@@ -61,6 +63,7 @@ private:
     mutable std::mutex latest_mu_;
     uint64_t attach_ns_ = 0, window_start_ns_ = 0, last_tick_ns_ = 0, tick_index_ = 0;
     std::string lockdown_note_;  // kernel lockdown in force and what it leaves ("" for none)
+    std::string scope_said_;     // -v: the socket scope last said (say_scope)
     std::atomic<bool> reset_requested_{false};
     std::mutex requests_mu_;
     std::vector<OnDemand> requests_;  // made since the last tick

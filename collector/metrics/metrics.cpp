@@ -132,6 +132,15 @@ void target_families(const Snapshot& s, int64_t now_unix_ms, Families& out) {
     Fam age("qscope_snapshot_age_seconds", "Seconds since the snapshot served here was taken", kGauge, {});
     age.add({}, s.taken_at_unix_ms ? std::max<double>(0, (now_unix_ms - s.taken_at_unix_ms) / 1e3) : 0);
     out.push_back(std::move(age).finish());
+    // Who pays for the socket arrivals: the target's cgroup alone, or every process and why.
+    if (const auto scope = sock_scope(s.probe_attach)) {
+        Fam sc("qscope_sock_scope_info",
+               "Which processes run the socket arrival probe: mode=\"cgroup\" (the target's cgroup only) or "
+               "\"global\" (every process; reason says why not scoped)",
+               kGauge, {"mode", "cgroup", "reason"});
+        sc.add({scope->mode(), scope->path, scope->why}, 1);
+        out.push_back(std::move(sc).finish());
+    }
     Fam lost("qscope_lost_events_total", "Kernel events qscope could not record (ring buffer or map full) since attach",
              kCounter, {});
     lost.add({}, static_cast<double>(s.lost_events));

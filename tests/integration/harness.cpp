@@ -12,6 +12,8 @@
 
 #include <httplib.h>
 
+#include "sys/proc_table.h"
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -51,6 +53,60 @@ double now_s() {
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
 namespace {
+// QSCOPE_TEST_CGROUP=1 (ctest's integration.<name>.cgroup): the test binary, and so every
+// server it starts, runs in a cgroup of its own, where `--scope auto` scopes arrivals to the
+// target's cgroup (docs/kernel.md "Scoped to the target's cgroup"); run() then holds every
+// snapshot to that mode. The cgroup goes when the binary exits.
+class TestCgroup {
+public:
+    TestCgroup() {
+        if (!std::getenv("QSCOPE_TEST_CGROUP")) return;
+        const auto mount = qscope::cgroup2_mount();
+        const auto home = qscope::proc_cgroup_v2(getpid());
+        if (!mount || !home) {
+            std::fprintf(stderr, "QSCOPE_TEST_CGROUP: no cgroup v2 here (%s)\n", mount ? "/proc/self/cgroup" : "/proc/mounts");
+            std::exit(1);
+        }
+        home_ = *mount + (*home == "/" ? "" : *home);
+        dir_ = *mount + "/qscope-it-" + std::to_string(getpid());
+        if (mkdir(dir_.c_str(), 0755) != 0 || !join(dir_)) {
+            std::fprintf(stderr, "QSCOPE_TEST_CGROUP: cannot make and join %s: %s\n", dir_.c_str(), std::strerror(errno));
+            std::exit(1);
+        }
+        std::printf("QSCOPE_TEST_CGROUP: this test and its servers run in cgroup %s\n", dir_.c_str());
+    }
+    ~TestCgroup() {
+        if (dir_.empty()) return;
+        join(home_);
+        // Servers a test killed may take a moment to leave.
+        for (int i = 0; i < 40 && rmdir(dir_.c_str()) != 0 && errno == EBUSY; ++i) sleep_s(0.05);
+    }
+    bool active() const { return !dir_.empty(); }
+
+private:
+    static bool join(const std::string& dir) {
+        std::ofstream f(dir + "/cgroup.procs");
+        f << getpid() << std::flush;
+        return static_cast<bool>(f);
+    }
+    std::string dir_, home_;
+};
+const TestCgroup test_cgroup;
+
+// In a QSCOPE_TEST_CGROUP run, a snapshot whose arrivals are not scoped to the cgroup did
+// not test what the run is for.
+void check_scope(const nlohmann::json& j) {
+    if (!test_cgroup.active() || !j.is_object() || !j.contains("probe_attach")) return;
+    std::string attach, why;
+    for (const auto& a : j["probe_attach"]) {
+        if (a.value("family", "") != "sock") continue;
+        if (a.value("hook", "") == "sk_data_ready") attach = a.value("attach", "");
+        if (a.value("hook", "") == "cgroup_skb/ingress") why = a.value("off", "");
+    }
+    if (!attach.empty() && attach != "cgroup_skb")
+        FAIL_CHECK("QSCOPE_TEST_CGROUP: arrivals via " << attach << ", not the target's cgroup: " << why);
+}
+
 // Every scratch directory of this test binary, removed when it exits: servers write there
 // (a PostgreSQL cluster is ~40 MB), and a test that fails half-way leaves no cleanup behind.
 std::vector<std::string>& temp_dirs() {
@@ -203,6 +259,7 @@ RunResult run(const std::vector<std::string>& argv, double timeout, const std::m
             r.json = nlohmann::json::parse(r.out);
         } catch (...) {
         }
+        check_scope(r.json);
     }
     return r;
 }

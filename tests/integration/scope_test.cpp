@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "harness.h"
 #include "sys/proc_table.h"
@@ -254,4 +255,38 @@ TEST_CASE("arrivals go back to the global hook when the target opens a Unix list
     REQUIRE(!target.wait_for_output("UNIX", 5).empty());
     const std::string after = wait_scope_series("mode=\"global\"", 10);
     CHECK(after.find("reason=\"the target now listens on a Unix-domain socket\"") != std::string::npos);
+}
+
+TEST_CASE("a target moved out of its cgroup, and the cgroup removed, stays scoped and counted",
+          "[scope][integration]") {
+    if (!require_root()) return;
+    auto first = std::make_unique<Cgroup>("qs-scope-a");
+    Cgroup second("qs-scope-b");
+    if (!first->ok() || !second.ok()) return skip("no cgroup v2 mount to make a cgroup in");
+    const std::string scoped = first->path;
+    Server target = server_in(*first, {"--workers", "4", "--service-ms", "30"});
+
+    Proc exporter = spawn({qscope_bin(), "export", "--pid", std::to_string(target.proc.pid()), "--listen",
+                           "127.0.0.1:" + std::to_string(kExportPort)});
+    REQUIRE(wait_attached(exporter.pid(), 30));
+    INFO("exporter stderr: " << exporter.err());
+    REQUIRE(wait_scope_series("mode=\"cgroup\"", 10).find(scoped) != std::string::npos);
+
+    // Moved, then its first cgroup removed: the listener, and every connection accepted from it,
+    // stay charged to the cgroup they were made in, whose programs the kernel keeps while they live.
+    second.move(target.proc.pid());
+    REQUIRE(qscope::proc_cgroup_v2(target.proc.pid()) == second.path);
+    first.reset();
+    struct stat st {};
+    REQUIRE(stat((qscope::cgroup2_mount().value_or("") + scoped).c_str(), &st) != 0);
+
+    Proc load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", std::to_string(target.port),
+                       "--connections", "24", "--duration", "6", "--new-conn-per-request"});
+    double unread_max = 0;
+    for (const double end = now_s() + 5; now_s() < end; sleep_s(0.25))
+        for (const auto& [k, v] : parse_metrics(http_get("127.0.0.1", kExportPort, "/metrics")))
+            if (k.rfind("qscope_requests_waiting_unread{", 0) == 0) unread_max = std::max(unread_max, v);
+    // Still scoped (no listener was made elsewhere), and arrivals still seen: ~20 requests wait.
+    CHECK(scope_series().find("mode=\"cgroup\"") != std::string::npos);
+    CHECK(unread_max >= 8);
 }

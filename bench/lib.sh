@@ -88,7 +88,7 @@ sock_prog_delta() { prog_delta "$1" "$2" qs_recv qs_send qs_set_state qs_data_re
 # kernel.bpf_stats_enabled to restore, whether or not the bench turns it on).
 bench_begin() {
   work=$(mktemp -d "/tmp/qscope-$1-XXXXXX")
-  pids=() int_pids=()
+  pids=() int_pids=() cgroups=()
   trap bench_cleanup EXIT
   old_stats=$(sysctl -n kernel.bpf_stats_enabled)
 }
@@ -102,8 +102,25 @@ bench_cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${int_pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-  [[ -n ${work:-} && -f $work/nginx.pid ]] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  local f c
+  for f in "${work:-/nonexistent}"/nginx.pid "${work:-/nonexistent}"/*/nginx.pid; do
+    [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null || true
+  done
   [[ -n ${old_stats:-} ]] && sysctl -qw kernel.bpf_stats_enabled="$old_stats" || true
   wait 2>/dev/null || true
+  # A cgroup goes once its processes have (nginx's workers exit after their master's signal).
+  for c in "${cgroups[@]}"; do for _ in $(seq 100); do rmdir "$c" 2>/dev/null && break; sleep 0.05; done; done
   rm -rf "${work:-}" "$@"
+}
+
+# bench_cgroup NAME: a cgroup v2 directory of the bench's own (removed by bench_cleanup),
+# echoed; exits when no cgroup2 hierarchy is mounted.
+bench_cgroup() {
+  local mount dir
+  mount=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
+  [[ -n $mount ]] || { echo "bench: no cgroup2 mount: the cgroup condition needs one" >&2; exit 1; }
+  dir=$mount/qscope-bench-$1-$$
+  mkdir "$dir"
+  cgroups+=("$dir")
+  echo "$dir"
 }

@@ -17,7 +17,11 @@
 # ns per invocation and invocations/s for the floor, qscope filtered out and qscope targeted,
 # and the collector's CPU % and RSS. bpf_stats is ON only in that separate window: its two
 # clock reads per program run would otherwise be part of every throughput ratio.
-#   --parts abc picks parts (a), (b), (c); the report covers what ran.
+# (d) the target in a cgroup of its own (created and removed here), a second nginx outside it:
+#     wrk → the unobserved nginx, then wrk → the target; each with no qscope, qscope
+#     --scope global and qscope --scope cgroup attached to the target (docs/kernel.md "Scoped
+#     to the target's cgroup"). Not part of the default run: --parts abcd.
+#   --parts abc picks parts (a), (b), (c), (d); the report covers what ran.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -131,6 +135,42 @@ done
 sysctl -qw kernel.bpf_stats_enabled=0
 fi
 
+# --- (d) the target in a cgroup of its own ----------------------------------------------------
+if [[ $PARTS == *d* ]]; then
+echo "bench: (d) target nginx in its own cgroup, $ROUNDS rounds x 6 conditions x ${SECS}s" >&2
+cg=$(bench_cgroup overhead)
+mkdir -p "$work/cg"
+( echo $BASHPID >"$cg/cgroup.procs"; bench_nginx "$work/cg" 25081 )
+sleep 0.5
+cg_worker=$(pgrep -P "$(cat "$work/cg/nginx.pid")" | head -1)
+wrk_to() { wrk -t1 -c32 -d"${SECS}s" "http://127.0.0.1:$1/" 2>/dev/null | awk '/Requests\/sec/{print $2}'; }
+for r in $(seq "$ROUNDS"); do
+  for cond in $(printf 'base\nglobal\ncgroup\n' | shuf); do
+    for load in other target; do
+      qp=""; [[ $cond != base ]] && qp=$(attach "$cg_worker" --scope "$cond")
+      port=25081; [[ $load == other ]] && port=25080
+      record "cg_$load" "$cond" "$r" "$(wrk_to $port)"
+      [[ -n $qp ]] && detach "$qp"
+    done
+  done
+done
+# What each mode's programs cost per event and per second, from the kernel's own accounting
+# (bpf_stats on only here): the arrivals' program on the other nginx's traffic is the point.
+echo "bench: (d) per-program cost (bpf_stats on), 4 x ${SECS}s" >&2
+sysctl -qw kernel.bpf_stats_enabled=1
+for cond in global cgroup; do
+  for load in other target; do
+    h=$(attach "$cg_worker" --scope "$cond")
+    port=25081; [[ $load == other ]] && port=25080
+    s0=$(prog_stats "$h"); wrk_to $port >/dev/null; s1=$(prog_stats "$h")
+    prog_delta "$s0" "$s1" qs_recv qs_send qs_set_state qs_data_ready qs_arrival_skb |
+      while read -r n ns runs; do record "progd:${n#qs_}" "${cond}_$load" 1 "$ns|$(( runs / SECS ))"; done
+    detach "$h"
+  done
+done
+sysctl -qw kernel.bpf_stats_enabled=0
+fi
+
 # --- (b) realistic service time --------------------------------------------------------------
 if [[ $PARTS == *b* ]]; then
 echo "bench: (b) qs_server 2 ms service time under qs_load" >&2
@@ -201,6 +241,12 @@ for cond,label,base in (("floor","empty programs on the same hooks (floor)","bas
                         ("threads","qscope --no-requests attached to nginx (scheduler probes only)","base"),
                         ("other","qscope attached to another process, vs. the floor","floor")):
     if by["nginx"]: print(f"| (a) wrk → nginx static, req/s | {label} | {fmt(ratios('nginx',cond,base))} |")
+for load,label in (("other","(d) wrk → an unobserved nginx beside a target in its own cgroup, req/s"),
+                   ("target","(d) wrk → the target nginx in its own cgroup, req/s")):
+    if by[f"cg_{load}"]:
+        for cond,what in (("global","qscope --scope global on the target"),("cgroup","qscope --scope cgroup on the target")):
+            print(f"| {label} | {what} | {fmt(ratios('cg_'+load,cond))} |")
+        print(f"| {label} | --scope cgroup vs. --scope global | {fmt(ratios('cg_'+load,'cgroup','global'))} |")
 if by["realistic"]: print(f"| (b) qs_server 2 ms service, req/s | qscope attached | {fmt(ratios('realistic','target'))} |")
 for m in ("getppid","futex","pingpong"):
     b=f"micro_{m}"
@@ -225,6 +271,18 @@ print()
 progs=collections.defaultdict(dict)
 for bench,cond,rnd,val in rows:
     if bench.startswith("prog:"): progs[bench[5:]][cond]=tuple(float(x) for x in val.split("|"))
+progd=collections.defaultdict(dict)
+for bench,cond,rnd,val in rows:
+    if bench.startswith("progd:"): progd[bench[6:]][cond]=tuple(float(x) for x in val.split("|"))
+if progd:
+    conds=("global_other","cgroup_other","global_target","cgroup_target")
+    print("| BPF program, during (d) with bpf_stats on, ns/run (runs/s) | --scope global, wrk → the other nginx | --scope cgroup, wrk → the other nginx | --scope global, wrk → the target | --scope cgroup, wrk → the target |")
+    print("|---|---|---|---|---|")
+    for n,d in sorted(progd.items()):
+        print(f"| {n} | " + " | ".join("–" if c not in d else f"{d[c][0]:.0f} ({d[c][1]:.0f}/s)" for c in conds) + " |")
+    tot=lambda c: sum(v[c][0]*v[c][1] for v in progd.values() if c in v)/1e7
+    print("| all of qscope's socket programs, % of a CPU | " + " | ".join(f"{tot(c):.2f}%" for c in conds) + " |")
+    print()
 if progs:
     print("| BPF program, during (a) with bpf_stats on | floor: empty program, ns/run | qscope filtered out, ns/run (runs/s) | qscope on nginx, ns/run (runs/s) |")
     print("|---|---|---|---|")

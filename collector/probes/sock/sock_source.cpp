@@ -556,7 +556,7 @@ private:
     // A scope that stops holding (a new listener charged elsewhere, a Unix listener) hands the
     // arrivals back to the global hook: the tracepoint first, so no arrival falls between.
     void check_arrival_scope() {
-        if (!scope_) return;
+        if (!scope_ || scope_stuck_) return;
         std::string why = has_unix_listener() ? "the target now listens on a Unix-domain socket" : "";
         if (why.empty()) why = listeners_outside_scope();
         if (why.empty()) return;
@@ -564,7 +564,7 @@ private:
         if (!l) {
             warnings_.push_back("sock: arrivals stay scoped to cgroup " + *scope_ + " although " + why +
                                 "; attaching " + bpf_program__name(arrivals_prog_) + " failed: " + errno_text(errno));
-            scope_ids_.clear();
+            scope_stuck_ = true;  // said once; the next ticks would only fail the same way
             return;
         }
         links_.push_back(std::move(l));
@@ -1341,6 +1341,7 @@ private:
     std::string scope_kernel_missing_;  // why the scoped way in is not loaded ("": it is)
     std::optional<std::string> scope_;
     std::set<uint64_t> scope_ids_;      // the scoped cgroup's subtree (cgroup ids)
+    bool scope_stuck_ = false;          // it stopped holding and the global hook would not attach
     Link scope_link_;
     Link unix_connect_link_;            // qs_unix_connect_exit, while scoped and following Unix sockets
     bool unix_connect_hook_ = false;    // tracefs has syscalls/sys_exit_connect

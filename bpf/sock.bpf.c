@@ -2198,13 +2198,16 @@ int BPF_KPROBE(qs_data_ready_kprobe, struct sock *sk)
 SEC("cgroup_skb/ingress")
 int qs_arrival_skb(struct __sk_buff *skb)
 {
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 	struct bpf_sock *bsk = skb->sk;
+	const struct tcphdr *th;
+	struct tcphdr copy;
 	struct tcp_sock *tp;
 	struct sock *sk;
 	struct qs_conn *c;
 	struct qs_effects e = {};
-	__u8 th[14], b0;
-	__u32 ihl = 40, doff, seq, len, rcv, idx;
+	__u32 ihl = sizeof(struct ipv6hdr), doff, seq, len, rcv, idx;
+	__u8 flags;
 	__u64 key;
 
 	if (!bsk)
@@ -2212,28 +2215,39 @@ int qs_arrival_skb(struct __sk_buff *skb)
 	bsk = bpf_sk_fullsock(bsk);
 	if (!bsk || bsk->protocol != IPPROTO_TCP || !port_maybe_target(bsk->src_port))
 		return 1;
-	tp = bpf_skc_to_tcp_sock(bsk);
-	if (!tp)
-		return 1;
-	sk = (struct sock *)tp;
-	/* skb->data is the network header here; IPv6 extension headers before TCP are not
-	 * followed (the segment is then not seen: an arrival the next one marks). */
+	/* skb->data is the network header here, and TCP has pulled its own header into the
+	 * linear area before this hook: read in place, copied only if it ever is not. IPv6
+	 * extension headers before TCP are not followed (that segment is not seen: an arrival the
+	 * next one marks). */
 	if (skb->protocol == bpf_htons(QS_ETH_P_IP)) {
-		if (bpf_skb_load_bytes(skb, 0, &b0, 1))
+		const struct iphdr *ip = data;
+		if ((void *)(ip + 1) > end)
 			return 1;
-		ihl = (b0 & 15) * 4;
-	} else if (skb->protocol != bpf_htons(QS_ETH_P_IPV6) || bpf_skb_load_bytes(skb, 6, &b0, 1) ||
-		   b0 != IPPROTO_TCP) {
+		ihl = ip->ihl * 4;
+	} else if (skb->protocol == bpf_htons(QS_ETH_P_IPV6)) {
+		const struct ipv6hdr *ip6 = data;
+		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_TCP)
+			return 1;
+	} else {
 		return 1;
 	}
-	if (bpf_skb_load_bytes(skb, ihl, th, sizeof(th)))
-		return 1;
-	if (sk->__sk_common.skc_state == QS_TCP_LISTEN) {
+	th = data + ihl;
+	if ((void *)(th + 1) > end) {
+		if (bpf_skb_load_bytes(skb, ihl, &copy, sizeof(copy)))
+			return 1;
+		th = &copy;
+	}
+	flags = ((const __u8 *)th)[13];
+	if (bsk->state == QS_TCP_LISTEN) {
 		/* The handshake's last ACK (ACK, no SYN/RST) is about to put a child in the accept
 		 * queue, unless it is full (sk_acceptq_is_full): the depth it makes. */
 		struct qs_port_stats *p;
-		__u32 backlog = sk->sk_ack_backlog;
-		if ((th[13] & 0x16) != 0x10 || backlog > sk->sk_max_ack_backlog || !lookup_port(bsk->src_port, &idx))
+		__u32 backlog;
+		if ((flags & 0x16) != 0x10 || !(tp = bpf_skc_to_tcp_sock(bsk)))
+			return 1;
+		sk = (struct sock *)tp;
+		backlog = sk->sk_ack_backlog;
+		if (backlog > sk->sk_max_ack_backlog || !lookup_port(bsk->src_port, &idx))
 			return 1;
 		p = port_at(idx);
 		if (p)
@@ -2242,16 +2256,19 @@ int qs_arrival_skb(struct __sk_buff *skb)
 	}
 	/* New bytes the app can read: the segment covers rcv_nxt (an out-of-order one waits for
 	 * the segment that fills the hole, as sk_data_ready does; a retransmission of bytes
-	 * already taken in is not an arrival). */
-	doff = (th[12] >> 4) * 4;
+	 * already taken in is not an arrival). A bare ACK ends here, before any lookup. */
+	doff = th->doff * 4;
 	if (skb->len <= ihl + doff)
 		return 1;
 	len = skb->len - ihl - doff;
-	seq = ((__u32)th[4] << 24) | ((__u32)th[5] << 16) | ((__u32)th[6] << 8) | th[7];
+	tp = bpf_skc_to_tcp_sock(bsk);
+	if (!tp)
+		return 1;
+	seq = bpf_ntohl(th->seq);
 	rcv = tp->rcv_nxt;
 	if ((__s32)(seq - rcv) > 0 || (__s32)(seq + len - rcv) <= 0)
 		return 1;
-	key = (__u64)sk;
+	key = (__u64)tp;
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c || c->dir != QS_DIR_IN)
 		return 1;

@@ -281,14 +281,29 @@ TEST_CASE("PostgreSQL postmaster PID: queries of every backend", "[tree][integra
         Proc bench = spawn({"/usr/bin/pgbench", "-h", "127.0.0.1", "-p", "18430", "-U", "postgres", "-n", "-f", lock,
                             "-c", "12", "-j", "2", "-T", "10", "postgres"});
         sleep_s(2);
-        auto r = run_qscope({"snapshot", "--pid", std::to_string(pg.postmaster), "--duration", "3", "--json"}, 40);
-        const int waiting = pg.count("wait_event_type = 'Lock'");
-        REQUIRE(r.rc == 0);
-        const json& v = r.json["verdict"];
-        INFO(v.dump() << " pg_stat_activity Lock waiters " << waiting);
+        // The verdict counts the backends waiting at the window's last tick; the oracle is
+        // pg_stat_activity sampled through the window's second half (the lock's queue swings
+        // by several backends within a second on a loaded machine, and qscope takes most of a
+        // second to exit after that tick).
+        Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(pg.postmaster), "--duration", "3", "--json"});
+        const double t0 = now_s();
+        std::vector<int> samples;
+        while (q.running() && now_s() - t0 < 40) {
+            const int n = pg.count("wait_event_type = 'Lock'");
+            if (now_s() - t0 >= 1.5) samples.push_back(n);
+        }
+        REQUIRE(q.wait(10) == 0);
+        REQUIRE(!samples.empty());
+        const json r = json::parse(q.out(), nullptr, false);
+        const json& v = r["verdict"];
+        // The middle 80% of the samples: a backend caught between two statements is noise.
+        std::sort(samples.begin(), samples.end());
+        const int lo = samples[samples.size() / 10], hi = samples[samples.size() - 1 - samples.size() / 10];
+        INFO(v.dump() << " pg_stat_activity Lock waiters " << json(samples).dump());
         CHECK(v["stage"] == "gate");
         CHECK(v["summary"].get<std::string>().find("lock") != std::string::npos);
-        CHECK(std::abs(v["waiting"].get<double>() - waiting) <= 0.30 * waiting);
+        CHECK(v["waiting"].get<double>() >= 0.7 * lo);
+        CHECK(v["waiting"].get<double>() <= 1.3 * hi);
         bench.wait(30);
     }
 }

@@ -113,14 +113,14 @@ bench_cleanup() {
   rm -rf "${work:-}" "$@"
 }
 
-# bench_cgroup NAME: a cgroup v2 directory of the bench's own (removed by bench_cleanup),
-# echoed; exits when no cgroup2 hierarchy is mounted.
+# bench_cgroup NAME: a cgroup v2 directory of the bench's own in $bench_cg, removed by
+# bench_cleanup (so not called in a $(...) subshell, which would lose it from cgroups[]);
+# exits when no cgroup2 hierarchy is mounted.
 bench_cgroup() {
-  local mount dir
+  local mount
   mount=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
   [[ -n $mount ]] || { echo "bench: no cgroup2 mount: the cgroup condition needs one" >&2; exit 1; }
-  dir=$mount/qscope-bench-$1-$$
-  mkdir "$dir"
-  cgroups+=("$dir")
-  echo "$dir"
+  bench_cg=$mount/qscope-bench-$1-$$
+  mkdir "$bench_cg"
+  cgroups+=("$bench_cg")
 }

@@ -138,7 +138,8 @@ fi
 # --- (d) the target in a cgroup of its own ----------------------------------------------------
 if [[ $PARTS == *d* ]]; then
 echo "bench: (d) target nginx in its own cgroup, $ROUNDS rounds x 6 conditions x ${SECS}s" >&2
-cg=$(bench_cgroup overhead)
+bench_cgroup overhead
+cg=$bench_cg
 mkdir -p "$work/cg"
 ( echo $BASHPID >"$cg/cgroup.procs"; bench_nginx "$work/cg" 25081 )
 sleep 0.5

@@ -81,7 +81,7 @@ PY
 }
 
 # The sock family's programs between two prog_stats outputs.
-sock_prog_delta() { prog_delta "$1" "$2" qs_recv qs_send qs_set_state qs_data_ready qs_close; }
+sock_prog_delta() { prog_delta "$1" "$2" qs_recv qs_send qs_set_state qs_data_ready qs_arrival_skb qs_close; }
 
 # bench_begin NAME: what every bench starts with: $work (a scratch directory under /tmp),
 # pids[] and int_pids[] empty, bench_cleanup as the exit trap, and old_stats (the value of

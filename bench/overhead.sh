@@ -144,13 +144,16 @@ mkdir -p "$work/cg"
 ( echo $BASHPID >"$cg/cgroup.procs"; bench_nginx "$work/cg" 25081 )
 sleep 0.5
 cg_worker=$(pgrep -P "$(cat "$work/cg/nginx.pid")" | head -1)
-wrk_to() { wrk -t1 -c32 -d"${SECS}s" "http://127.0.0.1:$1/" 2>/dev/null | awk '/Requests\/sec/{print $2}'; }
+# wrk_to other|target: the load on the unobserved nginx or on the target; its req/s.
+wrk_to() {
+  local port=25081; [[ $1 == other ]] && port=25080
+  wrk -t1 -c32 -d"${SECS}s" "http://127.0.0.1:$port/" 2>/dev/null | awk '/Requests\/sec/{print $2}'
+}
 for r in $(seq "$ROUNDS"); do
   for cond in $(printf 'base\nglobal\ncgroup\n' | shuf); do
     for load in other target; do
       qp=""; [[ $cond != base ]] && qp=$(attach "$cg_worker" --scope "$cond")
-      port=25081; [[ $load == other ]] && port=25080
-      record "cg_$load" "$cond" "$r" "$(wrk_to $port)"
+      record "cg_$load" "$cond" "$r" "$(wrk_to $load)"
       [[ -n $qp ]] && detach "$qp"
     done
   done
@@ -162,9 +165,8 @@ sysctl -qw kernel.bpf_stats_enabled=1
 for cond in global cgroup; do
   for load in other target; do
     h=$(attach "$cg_worker" --scope "$cond")
-    port=25081; [[ $load == other ]] && port=25080
-    s0=$(prog_stats "$h"); wrk_to $port >/dev/null; s1=$(prog_stats "$h")
-    prog_delta "$s0" "$s1" qs_recv qs_send qs_set_state qs_data_ready qs_arrival_skb |
+    s0=$(prog_stats "$h"); wrk_to "$load" >/dev/null; s1=$(prog_stats "$h")
+    sock_prog_delta "$s0" "$s1" |
       while read -r n ns runs; do record "progd:${n#qs_}" "${cond}_$load" 1 "$ns|$(( runs / SECS ))"; done
     detach "$h"
   done

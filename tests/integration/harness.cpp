@@ -96,15 +96,13 @@ const TestCgroup test_cgroup;
 // In a QSCOPE_TEST_CGROUP run, a snapshot whose arrivals are not scoped to the cgroup did
 // not test what the run is for.
 void check_scope(const nlohmann::json& j) {
-    if (!test_cgroup.active() || !j.is_object() || !j.contains("probe_attach")) return;
-    std::string attach, why;
-    for (const auto& a : j["probe_attach"]) {
-        if (a.value("family", "") != "sock") continue;
-        if (a.value("hook", "") == "sk_data_ready") attach = a.value("attach", "");
-        if (a.value("hook", "") == "cgroup_skb/ingress") why = a.value("off", "");
-    }
-    if (!attach.empty() && attach != "cgroup_skb")
-        FAIL_CHECK("QSCOPE_TEST_CGROUP: arrivals via " << attach << ", not the target's cgroup: " << why);
+    if (!test_cgroup.active()) return;
+    const nlohmann::json* arrivals = sock_attach_row(j, "sk_data_ready");
+    const nlohmann::json* unscoped = sock_attach_row(j, "cgroup_skb/ingress");
+    if (arrivals && arrivals->value("attach", "") != "cgroup_skb")
+        FAIL_CHECK("QSCOPE_TEST_CGROUP: arrivals via " << arrivals->value("attach", "")
+                                                        << ", not the target's cgroup: "
+                                                        << (unscoped ? unscoped->value("off", "") : ""));
 }
 
 // Every scratch directory of this test binary, removed when it exits: servers write there
@@ -245,6 +243,13 @@ Proc spawn(const std::vector<std::string>& argv, const std::map<std::string, std
     close(efd);
     p.pid_ = pid;
     return p;
+}
+
+const nlohmann::json* sock_attach_row(const nlohmann::json& snapshot, const std::string& hook) {
+    if (!snapshot.is_object() || !snapshot.contains("probe_attach")) return nullptr;
+    for (const auto& a : snapshot["probe_attach"])
+        if (a.value("family", "") == "sock" && a.value("hook", "") == hook) return &a;
+    return nullptr;
 }
 
 RunResult run(const std::vector<std::string>& argv, double timeout, const std::map<std::string, std::string>& env) {

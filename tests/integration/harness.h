@@ -64,6 +64,8 @@ struct RunResult {
     std::string out, err;
     nlohmann::json json;         // parsed stdout when it is JSON (else null)
 };
+// The sock family's probe_attach row of a snapshot for `hook` ("sk_data_ready"), or null.
+const nlohmann::json* sock_attach_row(const nlohmann::json& snapshot, const std::string& hook);
 // Runs a command to completion with a timeout.
 RunResult run(const std::vector<std::string>& argv, double timeout_seconds,
               const std::map<std::string, std::string>& env = {});

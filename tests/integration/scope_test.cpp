@@ -96,12 +96,6 @@ struct BpfStats {
     ~BpfStats() { std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << (was.empty() ? "0" : was.substr(0, 1)); }
 };
 
-const json* row(const json& snap, const std::string& hook) {
-    for (const auto& a : snap["probe_attach"])
-        if (a.value("family", "") == "sock" && a.value("hook", "") == hook) return &a;
-    return nullptr;
-}
-
 }  // namespace
 
 TEST_CASE("a server in a cgroup of its own: only its sockets run the arrival program", "[scope][integration]") {
@@ -168,11 +162,11 @@ TEST_CASE("the scoped and the global arrivals agree on the same load", "[scope][
                            "--connections", "24", "--duration", "10", "--new-conn-per-request"});
         sleep_s(1);
         const auto [s, g] = both_modes(target.proc.pid(), 4);
-        REQUIRE(row(s, "sk_data_ready"));
-        CHECK((*row(s, "sk_data_ready"))["attach"] == "cgroup_skb");
-        CHECK((*row(s, "sk_data_ready"))["via"] == cg.path);
-        REQUIRE(row(g, "cgroup_skb/ingress"));
-        CHECK((*row(g, "cgroup_skb/ingress"))["off"] == "--scope global");
+        REQUIRE(sock_attach_row(s, "sk_data_ready"));
+        CHECK((*sock_attach_row(s, "sk_data_ready"))["attach"] == "cgroup_skb");
+        CHECK((*sock_attach_row(s, "sk_data_ready"))["via"] == cg.path);
+        REQUIRE(sock_attach_row(g, "cgroup_skb/ingress"));
+        CHECK((*sock_attach_row(g, "cgroup_skb/ingress"))["off"] == "--scope global");
         const json& sr = s["requests"];
         const json& gr = g["requests"];
         INFO("scoped " << sr.dump() << "\nglobal " << gr.dump());
@@ -214,10 +208,10 @@ TEST_CASE("a listener made in another cgroup keeps arrivals global; --scope cgro
 
     const RunResult a = run_qscope({"snapshot", "--pid", std::to_string(target.proc.pid()), "-d", "1", "--json"}, 30);
     REQUIRE(a.rc == 0);
-    REQUIRE(row(a.json, "sk_data_ready"));
-    CHECK((*row(a.json, "sk_data_ready"))["attach"] == "tp_btf");
-    REQUIRE(row(a.json, "cgroup_skb/ingress"));
-    const std::string why = (*row(a.json, "cgroup_skb/ingress"))["off"];
+    REQUIRE(sock_attach_row(a.json, "sk_data_ready"));
+    CHECK((*sock_attach_row(a.json, "sk_data_ready"))["attach"] == "tp_btf");
+    REQUIRE(sock_attach_row(a.json, "cgroup_skb/ingress"));
+    const std::string why = (*sock_attach_row(a.json, "cgroup_skb/ingress"))["off"];
     CHECK(why.find("listener 127.0.0.1:" + std::to_string(target.port) + " is charged to another cgroup") !=
           std::string::npos);
 

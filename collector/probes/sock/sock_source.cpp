@@ -377,23 +377,25 @@ private:
                     if (prog && bpf_program__autoload(prog)) arrivals_prog_ = prog;
             }
         }
-        // The arrivals' scoped way in (choose_arrival_scope) is loaded only when it may be used.
-        if (!arrivals_prog_)
-            scope_kernel_missing_ = "the kernel offers no way in for arrivals";
-        else if (cfg_.scope != SockScope::global)
-            scope_kernel_missing_ = scoped_arrivals_unsupported();
-        if (cfg_.scope == SockScope::global || !scope_kernel_missing_.empty())
-            bpf_program__set_autoload(p.qs_arrival_skb, false);
-        // Scoped, the target's Unix connects are seen at their syscall's exit instead.
-        unix_connect_hook_ = tps.has_tracefs("syscalls", "sys_exit_connect");
-        if (!bpf_program__autoload(p.qs_arrival_skb) || !unix_connect_hook_)
-            bpf_program__set_autoload(p.qs_unix_connect_exit, false);
         // Unix reads and writes reach only the tracepoints, never tcp_recvmsg/tcp_sendmsg.
         const bool unix_seen = plan.of(SockHook::recv).attach == AttachType::tp_btf &&
                                plan.of(SockHook::send).attach == AttachType::tp_btf &&
                                (plan.of(SockHook::data_ready).attach == AttachType::tp_btf ||
                                 plan.of(SockHook::data_ready).attach == AttachType::fentry);
         skel_->rodata->follow_unix = unix_seen;
+        // The arrivals' scoped way in (choose_arrival_scope) is loaded only when it may be used.
+        // Scoped, the target's Unix connects are seen at their syscall's exit instead of at the
+        // listener's sk_data_ready.
+        if (!arrivals_prog_)
+            scope_kernel_missing_ = "the kernel offers no way in for arrivals";
+        else if (unix_seen && !tps.has_tracefs("syscalls", "sys_exit_connect"))
+            scope_kernel_missing_ = "no syscalls/sys_exit_connect tracepoint to see the target's Unix connects";
+        else if (cfg_.scope != SockScope::global)
+            scope_kernel_missing_ = scoped_arrivals_unsupported();
+        if (cfg_.scope == SockScope::global || !scope_kernel_missing_.empty())
+            bpf_program__set_autoload(p.qs_arrival_skb, false);
+        if (!bpf_program__autoload(p.qs_arrival_skb) || !unix_seen)
+            bpf_program__set_autoload(p.qs_unix_connect_exit, false);
         if (!unix_seen)
             warnings_.push_back("sock: Unix-domain sockets are not followed: their reads and writes are seen only "
                                 "through the sock_recv_length/sock_send_length tracepoints (Linux 6.3+)");
@@ -517,8 +519,6 @@ private:
             for (const auto& p : target_->processes())
                 if (auto cg = proc_cgroup_v2(p.pid)) f.cgroups.insert(*cg);
             f.unix_listener = has_unix_listener();
-            if (skel_->rodata->follow_unix && !unix_connect_hook_)
-                f.kernel_missing = "no syscalls/sys_exit_connect tracepoint to see the target's Unix connects";
             if (f.mount && f.cgroups.size() == 1 && *f.cgroups.begin() != "/") {
                 scope_ids_ = cgroup_subtree_ids(*f.mount + *f.cgroups.begin());
                 if (auto why = listeners_outside_scope(); !why.empty()) f.listeners_outside.push_back(why);
@@ -531,7 +531,7 @@ private:
             if (fd >= 0) scope_link_.reset(bpf_program__attach_cgroup(skel_->progs.qs_arrival_skb, fd));
             int err = errno;
             if (fd >= 0) close(fd);
-            if (scope_link_ && skel_->rodata->follow_unix) {
+            if (scope_link_ && bpf_program__autoload(skel_->progs.qs_unix_connect_exit)) {
                 unix_connect_link_.reset(bpf_program__attach(skel_->progs.qs_unix_connect_exit));
                 err = errno;
                 if (!unix_connect_link_) scope_link_.reset();
@@ -581,6 +581,7 @@ private:
         scope_.reset();
     }
 
+    // Registered by qs_unix_scan, and kept once seen (a port slot is never given back).
     bool has_unix_listener() const {
         const uint32_t n = std::min<uint64_t>(load(skel_->bss->next_port_idx), QS_MAX_PORTS);
         for (uint32_t i = 0; i < n; ++i)
@@ -591,18 +592,19 @@ private:
     // Why one of the target's TCP listeners is outside the scoped cgroup's subtree, or "".
     // The subtree is read again when an unknown id shows up (a cgroup made below it since).
     std::string listeners_outside_scope() {
-        for (int pass = 0; pass < 2; ++pass) {
-            std::string why;
+        const auto outside = [&]() -> std::string {
             for (const auto& d : listen_diag_) {
                 const std::string where = format_endpoint(d.src, d.sport);
                 if (!d.cgroup_id) return "the kernel does not report the cgroup of listener " + where;
-                if (why.empty()) why = listener_outside(where, *d.cgroup_id, scope_ids_);
+                if (std::string why = listener_outside(where, *d.cgroup_id, scope_ids_); !why.empty()) return why;
             }
-            if (why.empty() || pass == 1 || scope_ids_.empty()) return why;
-            if (auto mount = cgroup2_mount(); mount && scope_) scope_ids_ = cgroup_subtree_ids(*mount + *scope_);
-            else return why;
-        }
-        return "";
+            return "";
+        };
+        std::string why = outside();
+        const auto mount = scope_ && !why.empty() ? cgroup2_mount() : std::nullopt;
+        if (!mount) return why;
+        scope_ids_ = cgroup_subtree_ids(*mount + *scope_);
+        return outside();
     }
 
     void attach_all() {
@@ -620,7 +622,7 @@ private:
         for (bpf_program* ours : progs) {
             bpf_program* prog = loaded(ours);
             if (!bpf_program__autoload(prog)) continue;
-            if (ours == arrivals_prog_ && scope_) continue;  // attached to the cgroup instead (attach_scope)
+            if (ours == arrivals_prog_ && scope_) continue;  // the cgroup's instead (choose_arrival_scope)
             Link l(bpf_program__attach(prog));
             if (!l) {
                 const int err = errno;
@@ -682,10 +684,7 @@ private:
     void refresh_unix_listeners() {
         unix_error_.clear();
         unix_listen_diag_.clear();
-        bool any = false;
-        const uint32_t n = std::min<uint64_t>(load(skel_->bss->next_port_idx), QS_MAX_PORTS);
-        for (uint32_t i = 0; i < n; ++i) any = any || load(skel_->bss->port_stats[i].port) == QS_PORT_UNIX;
-        if (!any) return;
+        if (!has_unix_listener()) return;
         try {
             for (auto& d : unix_diag_dump(kListenMask, pid_)) unix_listen_diag_[d.inode] = std::move(d);
         } catch (const Error& e) {
@@ -1344,7 +1343,6 @@ private:
     bool scope_stuck_ = false;          // it stopped holding and the global hook would not attach
     Link scope_link_;
     Link unix_connect_link_;            // qs_unix_connect_exit, while scoped and following Unix sockets
-    bool unix_connect_hook_ = false;    // tracefs has syscalls/sys_exit_connect
     std::vector<bpf_program*> sys_exit_progs_;  // the syscall exits in use (attach type tracepoint)
     std::string sweep_error_;                   // why iter/bpf_map_elem does not load here ("": it does)
     std::string listen_error_;

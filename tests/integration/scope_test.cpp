@@ -284,3 +284,38 @@ TEST_CASE("a target moved out of its cgroup, and the cgroup removed, stays scope
     CHECK(scope_series().find("mode=\"cgroup\"") != std::string::npos);
     CHECK(unread_max >= 8);
 }
+
+TEST_CASE("a host with no cgroup2 mount (cgroup v1 only): arrivals stay global and counted; --scope cgroup says why",
+          "[scope][integration]") {
+    if (!require_root()) return;
+    Cgroup cg("qs-scope");
+    if (!cg.ok()) return skip("no cgroup v2 mount to make a cgroup in");
+    // The target in a cgroup of its own, where auto would scope; qscope in a mount namespace of
+    // its own with the cgroup2 mount taken away: what a v1-only host shows it (/proc/mounts
+    // without cgroup2; hybrid hosts mount it beside v1, as this one does).
+    Server target = server_in(cg, {"--workers", "4", "--service-ms", "30"});
+    const std::string mount = qscope::cgroup2_mount().value_or("");
+    const auto in_v1_host = [&](const std::vector<std::string>& args) {
+        std::vector<std::string> argv = {"unshare", "-m", "--propagation", "private", "sh", "-c",
+                                         "umount -l \"$0\" && exec \"$@\"", mount, qscope_bin()};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return run(argv, 40);
+    };
+    const std::string why = "no cgroup v2 hierarchy is mounted (a cgroup v1-only host)";
+    Proc load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", std::to_string(target.port),
+                       "--connections", "24", "--duration", "6", "--new-conn-per-request"});
+    sleep_s(1);
+    const RunResult a = in_v1_host({"snapshot", "--pid", std::to_string(target.proc.pid()), "-d", "2", "--json"});
+    INFO("stderr: " << a.err);
+    REQUIRE(a.rc == 0);
+    REQUIRE(sock_attach_row(a.json, "sk_data_ready"));
+    CHECK((*sock_attach_row(a.json, "sk_data_ready"))["attach"] == "tp_btf");
+    REQUIRE(sock_attach_row(a.json, "cgroup_skb/ingress"));
+    CHECK((*sock_attach_row(a.json, "cgroup_skb/ingress"))["off"] == why);
+    // The fallback sees the arrivals: 24 clients on 4 workers keep ~20 requests waiting unread.
+    CHECK(a.json["requests"]["waiting_unread_max"].get<int>() >= 12);
+
+    const RunResult c = in_v1_host({"snapshot", "--pid", std::to_string(target.proc.pid()), "-d", "1", "--scope", "cgroup"});
+    CHECK(c.rc == 2);
+    CHECK(c.err.find(why) != std::string::npos);
+}

@@ -2,8 +2,11 @@
 # Soak: qscope attached to a loaded server for a long time must stay flat — memory (RSS)
 # and BPF map occupancy — and keep answering. Needs root. Loopback only; bounded.
 #
-#   sudo bench/soak.sh [--minutes M | --seconds S] [--out FILE.tsv] [--port P]
-#     default 60 minutes; CI runs --minutes 2.
+#   sudo bench/soak.sh [--minutes M | --seconds S] [--out FILE.tsv] [--port P] [--cgroup]
+#     default 60 minutes; CI runs --minutes 2, once per mode.
+#   --cgroup: the server runs in a cgroup of its own (made and removed here) and qscope with
+#     --scope cgroup, so arrivals come from the cgroup program (docs/kernel.md "Scoped to the
+#     target's cgroup"); every sample must still say mode="cgroup".
 #
 # Setup: qs_downstream (1 ms) ← qs_server (16 workers, 2 ms service, pool of 4) ← two
 # qs_load runs: 16 keep-alive connections plus 4 clients opening a new connection per
@@ -20,14 +23,15 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-SECS=3600 OUT="" PORT=24900
+SECS=3600 OUT="" PORT=24900 SCOPE=global
 while [[ $# -gt 0 ]]; do
   case $1 in
     --minutes) SECS=$(( $2 * 60 )); shift 2;;
     --seconds) SECS=$2; shift 2;;
     --out) OUT=$2; shift 2;;
     --port) PORT=$2; shift 2;;
-    *) echo "usage: $0 [--minutes M | --seconds S] [--out FILE] [--port P]" >&2; exit 2;;
+    --cgroup) SCOPE=cgroup; shift;;
+    *) echo "usage: $0 [--minutes M | --seconds S] [--out FILE] [--port P] [--cgroup]" >&2; exit 2;;
   esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "soak: needs root (BPF)" >&2; exit 1; }
@@ -38,8 +42,15 @@ Q=$B/qscope T=$B/targets
 work=$(mktemp -d /tmp/qscope-soak-XXXXXX)
 # tmpfs: the server rewrites it every 10 ms; on disk that would be I/O in the target.
 counters=/dev/shm/qscope-soak-$$.json
-pids=()
+pids=() cgroups=()
 trap 'bench_cleanup "$counters"' EXIT
+# in_scope CMD...: CMD run in the server's cgroup from its first instruction (with --cgroup), so
+# every socket it makes is charged there.
+in_scope() { exec "$@"; }
+if [[ $SCOPE == cgroup ]]; then
+  bench_cgroup soak
+  in_scope() { echo $BASHPID >"$bench_cg/cgroup.procs" && exec "$@"; }
+fi
 
 ready_port() { for _ in $(seq 200); do grep -q 'READY port=' "$1" 2>/dev/null && { sed -n 's/.*READY port=\([0-9]*\).*/\1/p' "$1" | head -1; return; }; sleep 0.05; done; echo "soak: not ready: $1" >&2; cat "$1" >&2; exit 1; }
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -56,8 +67,8 @@ map_entries() { bpftool -j map dump id "$1" 2>/dev/null | jq 'length' 2>/dev/nul
 
 "$T/qs_downstream" --port 0 --delay-ms 1 >"$work/ds.log" 2>&1 & pids+=($!)
 ds_port=$(ready_port "$work/ds.log")
-"$T/qs_server" --port 0 --workers 16 --service-ms 2 --downstream "127.0.0.1:$ds_port" --pool 4 \
-  --counters-file "$counters" >"$work/srv.log" 2>&1 & pids+=($!)
+( in_scope "$T/qs_server" --port 0 --workers 16 --service-ms 2 --downstream "127.0.0.1:$ds_port" --pool 4 \
+  --counters-file "$counters" ) >"$work/srv.log" 2>&1 & pids+=($!)
 srv_pid=$!
 srv_port=$(ready_port "$work/srv.log")
 "$T/qs_load" --host 127.0.0.1 --port "$srv_port" --connections 16 --duration "$((SECS + 30))" \
@@ -69,7 +80,7 @@ srv_port=$(ready_port "$work/srv.log")
 # would climb for minutes with no leak at all. A 1 MiB quarantine keeps the RSS bound as
 # tight as in a release build (which ignores the variable).
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=1" \
-  "$Q" export --pid "$srv_pid" --listen "127.0.0.1:$PORT" >"$work/qscope.out" 2>"$work/qscope.err" & pids+=($!)
+  "$Q" export --pid "$srv_pid" --scope "$SCOPE" --listen "127.0.0.1:$PORT" >"$work/qscope.out" 2>"$work/qscope.err" & pids+=($!)
 q_pid=$!
 for _ in $(seq 300); do
   curl -fsS -m 2 "http://127.0.0.1:$PORT/metrics" >/dev/null 2>&1 && break
@@ -84,7 +95,7 @@ done
 sleep 2
 maps=$(held_hash_maps "$q_pid")
 [[ -n $maps ]] || { echo "soak: qscope holds no hash maps: did it attach?" >&2; cat "$work/qscope.err" >&2; exit 1; }
-echo "soak: ${SECS}s; server pid $srv_pid port $srv_port; qscope pid $q_pid; hash maps: ${maps:-none}" >&2
+echo "soak: ${SECS}s, --scope $SCOPE; server pid $srv_pid port $srv_port; qscope pid $q_pid; hash maps: ${maps:-none}" >&2
 
 tsv=${OUT:-$work/soak.tsv}
 printf 't_s\trss_kib\tcpu_s\tmap_entries\tlost_events\tserver_completed\tqscope_completed\t%s\n' "$(echo $maps | tr ' ' '\t')" >"$tsv"
@@ -96,6 +107,9 @@ while (( SECONDS - start < SECS )); do
   t=$((SECONDS - start))
   if ! kill -0 "$q_pid" 2>/dev/null; then failures+="qscope exited at ${t}s; "; break; fi
   metrics=$(curl -fsS -m 5 "http://127.0.0.1:$PORT/metrics" 2>/dev/null) || { failures+="/metrics failed at ${t}s; "; metrics=""; }
+  if [[ -n $metrics ]] && ! grep -q "^qscope_sock_scope_info{mode=\"$SCOPE\"" <<<"$metrics"; then
+    failures+="arrivals not in mode $SCOPE at ${t}s ($(grep '^qscope_sock_scope_info' <<<"$metrics")); "
+  fi
   lost=$(awk '/^qscope_lost_events_total/{s+=$2} END{printf "%d", s}' <<<"$metrics")
   rss=$(rss_kib "$q_pid")
   total=0 per=""

@@ -135,7 +135,7 @@ json finish_qscope(Proc& q) {
     const int rc = q.wait(30);
     INFO("qscope stderr: " << q.err());
     REQUIRE(rc == 0);
-    json j = json::parse(q.out(), nullptr, false);
+    json j = qscope_json(q.out(), false);
     REQUIRE_FALSE(j.is_discarded());
     return j;
 }

@@ -171,7 +171,7 @@ TEST_CASE("no BPF object survives qscope, however it ends", "[detach]") {
                 CHECK(rc == 0);
                 if (std::string(w.subcommand) == "snapshot") {
                     nlohmann::json j;
-                    CHECK_NOTHROW(j = nlohmann::json::parse(q.out()));
+                    CHECK_NOTHROW(j = qscope_json(q.out()));
                     if (j.is_object()) CHECK(j["target"]["pid"] == srv.proc.pid());
                 }
             }
@@ -211,8 +211,8 @@ TEST_CASE("two qscope instances on one target both produce sane output at once",
     REQUIRE(ra == 0);
     REQUIRE(rb == 0);
     nlohmann::json ja, jb;
-    REQUIRE_NOTHROW(ja = nlohmann::json::parse(a.out()));
-    REQUIRE_NOTHROW(jb = nlohmann::json::parse(b.out()));
+    REQUIRE_NOTHROW(ja = qscope_json(a.out()));
+    REQUIRE_NOTHROW(jb = qscope_json(b.out()));
     for (const auto* j : {&ja, &jb}) {
         CHECK((*j)["target"]["pid"] == srv.proc.pid());
         CHECK((*j)["target"]["exited"] == false);

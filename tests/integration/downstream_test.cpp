@@ -23,7 +23,7 @@ json finish(Proc& p, double timeout) {
     const int rc = p.wait(timeout);
     INFO("qscope stderr: " << p.err());
     REQUIRE(rc == 0);
-    return json::parse(p.out());
+    return qscope_json(p.out());
 }
 
 json peer_of(const json& snap, const std::string& label) {

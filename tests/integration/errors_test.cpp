@@ -310,7 +310,7 @@ TEST_CASE("target exits mid-run: exit 6, JSON still printed and marked exited", 
     INFO("rc " << rc << " after " << noticed << " s; stderr: " << q.err() << "\nstdout: " << q.out().substr(0, 500));
     CHECK(rc == kTargetExited);
     nlohmann::json j;
-    REQUIRE_NOTHROW(j = nlohmann::json::parse(q.out()));
+    REQUIRE_NOTHROW(j = qscope_json(q.out()));
     CHECK(j["target"]["pid"] == pid);
     CHECK(j["target"]["exited"] == true);
     CHECK(contains(q.err(), "exited"));

@@ -198,7 +198,7 @@ Run observe(pid_t pid, uint16_t port, uint16_t admin, int clients, double durati
     sleep_s(0.05);
     if (sampler) sampler->finish();
     load.kill_and_wait();
-    r.snap = json::parse(snap.out());
+    r.snap = qscope_json(snap.out());
     r.end_s = exited - static_cast<double>(wall_ms - r.snap["taken_at_unix_ms"].get<int64_t>()) / 1e3;
     r.start_s = r.end_s - r.snap["window_seconds"].get<double>();
     return r;

@@ -130,7 +130,7 @@ Sampled snapshot_sampling(const GrpcServer& srv, const std::string& duration, pi
     sleep_s(0.05);
     take();
     o.err = q.err();
-    o.snap = json::parse(q.out(), nullptr, false);
+    o.snap = qscope_json(q.out(), false);
     if (o.snap.is_discarded()) o.snap = nullptr;
     return o;
 }
@@ -330,7 +330,7 @@ TEST_CASE("gRPC (python3-grpcio, h2c) attached before the load: every call count
     const int rc = snap.wait(30);
     INFO("qscope stderr: " << snap.err());
     REQUIRE(rc == 0);
-    const json s = json::parse(snap.out(), nullptr, false);
+    const json s = qscope_json(snap.out(), false);
     REQUIRE(s.is_object());
     const json& r = s["requests"];
     const json server = srv->read();
@@ -404,7 +404,7 @@ TEST_CASE("gRPC client (python3-grpcio) as the target: its streams on one channe
     const int rc = snap.wait(30);
     INFO("qscope stderr: " << snap.err());
     REQUIRE(rc == 6);
-    const json s = json::parse(snap.out(), nullptr, false);
+    const json s = qscope_json(snap.out(), false);
     REQUIRE(s.is_object());
     const std::string label = "127.0.0.1:" + std::to_string(kClientPort);
     const json d = peer_named(s, label);

@@ -291,7 +291,7 @@ TEST_CASE("nginx h2c attached before the load: every stream counted once, with i
     const int rc = snap.wait(30);
     INFO("qscope stderr: " << snap.err() << "\nh2load: " << load.out);
     REQUIRE(rc == 0);
-    const json s = json::parse(snap.out());
+    const json s = qscope_json(snap.out());
     const json& r = s["requests"];
     INFO("requests " << r.dump() << "\npartial " << s["partial"].dump() << "\nwarnings " << s["warnings"].dump());
     REQUIRE(want[0] + want[1] + want[2] + want[3] == 3000);

@@ -104,6 +104,13 @@ void check_scope(const nlohmann::json& j) {
                                                         << ", not the target's cgroup: "
                                                         << (unscoped ? unscoped->value("off", "") : ""));
 }
+// The same for an exporter's /metrics (qscope_sock_scope_info).
+void check_scope(const std::map<std::string, double>& metrics) {
+    if (!test_cgroup.active()) return;
+    for (const auto& [k, v] : metrics)
+        if (k.rfind("qscope_sock_scope_info{", 0) == 0 && v == 1 && k.find("mode=\"cgroup\"") == std::string::npos)
+            FAIL_CHECK("QSCOPE_TEST_CGROUP: arrivals not scoped to the target's cgroup: " << k);
+}
 
 // Every scratch directory of this test binary, removed when it exits: servers write there
 // (a PostgreSQL cluster is ~40 MB), and a test that fails half-way leaves no cleanup behind.
@@ -260,13 +267,18 @@ RunResult run(const std::vector<std::string>& argv, double timeout, const std::m
     r.out = p.out();
     r.err = p.err();
     if (!r.out.empty() && (r.out[0] == '{' || r.out[0] == '[')) {
-        try {
-            r.json = nlohmann::json::parse(r.out);
-        } catch (...) {
-        }
-        check_scope(r.json);
+        r.json = qscope_json(r.out, false);
+        if (r.json.is_discarded()) r.json = nullptr;
     }
     return r;
+}
+
+bool in_test_cgroup() { return test_cgroup.active(); }
+
+nlohmann::json qscope_json(const std::string& text, bool throw_on_error) {
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, throw_on_error);
+    check_scope(j);
+    return j;
 }
 
 RunResult run_qscope(const std::vector<std::string>& args, double timeout) {
@@ -560,6 +572,7 @@ std::map<std::string, double> parse_metrics(const std::string& text) {
         if (sp == std::string::npos) continue;
         out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
     }
+    check_scope(out);
     return out;
 }
 

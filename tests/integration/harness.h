@@ -69,6 +69,13 @@ const nlohmann::json* sock_attach_row(const nlohmann::json& snapshot, const std:
 // Runs a command to completion with a timeout.
 RunResult run(const std::vector<std::string>& argv, double timeout_seconds,
               const std::map<std::string, std::string>& env = {});
+// A QSCOPE_TEST_CGROUP run: the test binary and its servers in a fresh cgroup v2 of their own,
+// where qscope scopes arrivals to it.
+bool in_test_cgroup();
+// qscope's JSON output, parsed (discarded when not JSON and !throw_on_error). In a
+// QSCOPE_TEST_CGROUP run, a snapshot whose arrivals were not scoped to the cgroup fails the test
+// (as do run() and parse_metrics()).
+nlohmann::json qscope_json(const std::string& text, bool throw_on_error = true);
 // Runs `qscope args...`; json parsed when stdout is JSON.
 RunResult run_qscope(const std::vector<std::string>& args, double timeout_seconds);
 // `sh -c cmd`, stdout returned; rc optional.

@@ -127,7 +127,7 @@ TEST_CASE("qscope notices PID reuse mid-run: exit 6, not a report about the newc
     INFO("attached " << attached << " rc " << rc << " stderr: " << q.err() << "\nstdout: " << q.out().substr(0, 400));
     CHECK(rc == 6);
     nlohmann::json j;
-    REQUIRE_NOTHROW(j = nlohmann::json::parse(q.out()));
+    REQUIRE_NOTHROW(j = qscope_json(q.out()));
     CHECK(j["target"]["pid"] == pid);
     CHECK(j["target"]["exited"] == true);
     CHECK(j["target"]["comm"] == "qs_server");  // never relabelled as the newcomer
@@ -193,7 +193,7 @@ TEST_CASE("thread churn: qscope's memory stays flat and its output sane", "[life
     CHECK(peak <= base + allowed);
 
     nlohmann::json j;
-    REQUIRE_NOTHROW(j = nlohmann::json::parse(q.out()));
+    REQUIRE_NOTHROW(j = qscope_json(q.out()));
     CHECK(j["target"]["pid"] == pid);
     CHECK(j["target"]["exited"] == false);
     // Live threads: leader + 4 spawners + at most 4 jobs. Dead threads must not linger.
@@ -247,7 +247,7 @@ TEST_CASE("exec of the target: same PID, new program, still observed", "[lifecyc
                      << "\nserver: " << server.dump() << "\nstdout: " << q.out().substr(0, 800));
     REQUIRE(rc == 0);
     nlohmann::json j;
-    REQUIRE_NOTHROW(j = nlohmann::json::parse(q.out()));
+    REQUIRE_NOTHROW(j = qscope_json(q.out()));
     CHECK(j["target"]["pid"] == pid);
     CHECK(j["target"]["exited"] == false);
     CHECK(j["target"]["comm"] == "qs_server");  // describes what the PID runs now

@@ -124,7 +124,7 @@ Observed observe(pid_t pid, pid_t loop_pid, pid_t loop_tid, double duration, Sta
                              .count();
     sleep_s(0.05);
     sampler.finish();
-    o.snap = json::parse(snap.out());
+    o.snap = qscope_json(snap.out());
     // The window ends at the snapshot's taken_at (wall clock): map it onto steady_clock.
     o.end_s = exited - static_cast<double>(wall_ms - o.snap["taken_at_unix_ms"].get<int64_t>()) / 1e3;
     const double start_s = o.end_s - o.snap["window_seconds"].get<double>();

@@ -39,7 +39,7 @@ TEST_CASE("a target in its own network namespace: listener, requests and backlog
                     30);
     REQUIRE(load.rc == 0);
     REQUIRE(q.wait(30) == 0);
-    const json s = json::parse(q.out(), nullptr, false);
+    const json s = qscope_json(q.out(), false);
     const json c = read_counters(counters);
     REQUIRE(s.is_object());
     REQUIRE(c.is_object());

@@ -55,7 +55,7 @@ TEST_CASE("nginx worker: in flight agrees with stub_status Writing", "[sock][int
     REQUIRE(wait_attached(snap.pid(), 20));
     Proc wrk = spawn({"/usr/bin/wrk", "-t2", "-c32", "-d12s", "http://127.0.0.1:18310/"});
     REQUIRE(snap.wait(30) == 0);
-    const json s = json::parse(snap.out());
+    const json s = qscope_json(snap.out());
     const json& r = s["requests"];
     INFO(r.dump());
     CHECK(r["completed"].get<uint64_t>() > 0);

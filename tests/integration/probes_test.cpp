@@ -59,7 +59,7 @@ Run observe(pid_t target, const std::vector<std::string>& flags) {
     }
     q.signal(SIGINT);
     REQUIRE(q.wait(20) == 0);
-    r.snapshot = json::parse(q.out(), nullptr, false);
+    r.snapshot = qscope_json(q.out(), false);
     return r;
 }
 

@@ -217,7 +217,7 @@ bool observe(const std::string& profile, Observed& o) {
     wrk.kill_and_wait();
     REQUIRE(samples.size() >= 10);
 
-    o.qs = json::parse(snap.out(), nullptr, false);
+    o.qs = qscope_json(snap.out(), false);
     REQUIRE(o.qs.is_object());
     const double end = o.qs["taken_at_unix_ms"].get<double>();
     const double start = end - 1000 * o.qs["window_seconds"].get<double>();

@@ -109,7 +109,7 @@ json finish_snapshot(Proc& p, double timeout) {
     const int rc = p.wait(timeout);
     INFO("qscope stderr: " << p.err());
     REQUIRE(rc == 0);
-    return json::parse(p.out());
+    return qscope_json(p.out());
 }
 
 std::string scrape(uint16_t port) { return http_get("127.0.0.1", port, "/metrics", 5); }

@@ -144,7 +144,7 @@ std::pair<json, json> both_modes(pid_t target, int seconds) {
     Proc scoped = snap("cgroup"), global = snap("global");
     REQUIRE(scoped.wait(40) == 0);
     REQUIRE(global.wait(40) == 0);
-    std::pair<json, json> out{json::parse(scoped.out(), nullptr, false), json::parse(global.out(), nullptr, false)};
+    std::pair<json, json> out{qscope_json(scoped.out(), false), qscope_json(global.out(), false)};
     REQUIRE(out.first.is_object());
     REQUIRE(out.second.is_object());
     return out;

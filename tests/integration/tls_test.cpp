@@ -92,7 +92,7 @@ json observe(pid_t master, const std::vector<std::string>& flags) {
     sleep_s(1.5);  // a tick after the last response
     q.signal(SIGINT);
     REQUIRE(q.wait(20) == 0);
-    const json s = json::parse(q.out(), nullptr, false);
+    const json s = qscope_json(q.out(), false);
     REQUIRE(s.is_object());
     return s;
 }

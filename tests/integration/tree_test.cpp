@@ -98,7 +98,7 @@ TEST_CASE("nginx master PID: requests of every worker, against stub_status", "[t
         sampling = false;
         sampler.join();
         REQUIRE(qrc == 0);
-        const json s = json::parse(q.out());
+        const json s = qscope_json(q.out());
         INFO(s["target"].dump());
         // Master and both workers, each with its role.
         const std::set<int> seen = json_pids(s);
@@ -182,7 +182,7 @@ TEST_CASE("nginx master PID: requests of every worker, against stub_status", "[t
         REQUIRE(load.wait(20) == 0);
         const long after = stub_status(18410).requests;
         REQUIRE(q.wait(30) == 0);
-        const json s = json::parse(q.out());
+        const json s = qscope_json(q.out());
         const std::set<int> seen = json_pids(s);
         for (int w : fresh) CHECK(seen.count(w) == 1);
         for (int w : workers) CHECK(seen.count(w) == 0);   // retired, gone
@@ -294,7 +294,7 @@ TEST_CASE("PostgreSQL postmaster PID: queries of every backend", "[tree][integra
         }
         REQUIRE(q.wait(10) == 0);
         REQUIRE(!samples.empty());
-        const json r = json::parse(q.out(), nullptr, false);
+        const json r = qscope_json(q.out(), false);
         const json& v = r["verdict"];
         // The middle 80% of the samples: a backend caught between two statements is noise.
         std::sort(samples.begin(), samples.end());
@@ -359,7 +359,7 @@ TEST_CASE("gunicorn sync workers: in flight is the busy workers, then the accept
     const std::set<int> before = children(master.pid());
     master.signal(SIGTTIN);
     REQUIRE(q.wait(30) == 0);
-    const json s2 = json::parse(q.out());
+    const json s2 = qscope_json(q.out());
     std::set<int> fresh;
     for (int c : children(master.pid()))
         if (!before.count(c)) fresh.insert(c);
@@ -394,7 +394,7 @@ TEST_CASE("a parent that exits leaves its children observed, and says so", "[tre
                        "--duration", "1.5"});
     REQUIRE(load.wait(20) == 0);
     REQUIRE(q.wait(30) == 0);   // not "target exited": the service is still there
-    const json s = json::parse(q.out());
+    const json s = qscope_json(q.out());
     INFO(s["target"].dump() << "\n" << s["warnings"].dump());
     CHECK(json_pids(s) == std::set<int>{child});
     CHECK(s["target"]["exited"] == false);
@@ -441,7 +441,7 @@ TEST_CASE("a process per connection: 300 processes followed, counted as /proc co
     const size_t conns = ss("state established sport = :" + port).size();
     std::printf("tree_test: %d processes forked in %.1f s; the snapshot ended %.1f s after the load started\n",
                 kClients, forked, now_s() - t0);
-    const json s = json::parse(q.out());
+    const json s = qscope_json(q.out());
     INFO("qscope processes " << s["target"]["processes"]["count"] << ", /proc " << procs << "; ss " << conns
                              << "; RSS max " << rss_max << " KiB\n"
                              << s["requests"].dump() << "\n" << s["partial"].dump());

@@ -457,7 +457,7 @@ TEST_CASE("a seqpacket server on an abstract name: its listener and completed re
     const long c1 = count();
     const double oracle = (c1 - c0) / (now_s() - t0);
     REQUIRE(q.wait(30) == 0);
-    const json s = json::parse(q.out());
+    const json s = qscope_json(q.out());
     INFO(s["listeners"].dump() << "\n" << s["requests"].dump());
     const json* l = find_unix_listener(s, "@" + name);
     REQUIRE(l);

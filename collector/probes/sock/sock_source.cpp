@@ -383,12 +383,11 @@ private:
                                (plan.of(SockHook::data_ready).attach == AttachType::tp_btf ||
                                 plan.of(SockHook::data_ready).attach == AttachType::fentry);
         skel_->rodata->follow_unix = unix_seen;
-        // The arrivals' scoped way in (choose_arrival_scope) is loaded only when it may be used.
+        // The arrivals' scoped way in (choose_arrival_scope) is loaded only when it may be used;
+        // it needs no global one (where the kernel offers none, it is the only way in).
         // Scoped, the target's Unix connects are seen at their syscall's exit instead of at the
         // listener's sk_data_ready.
-        if (!arrivals_prog_)
-            scope_kernel_missing_ = "the kernel offers no way in for arrivals";
-        else if (unix_seen && !tps.has_tracefs("syscalls", "sys_exit_connect"))
+        if (unix_seen && !tps.has_tracefs("syscalls", "sys_exit_connect"))
             scope_kernel_missing_ = "no syscalls/sys_exit_connect tracepoint to see the target's Unix connects";
         else if (cfg_.scope != SockScope::global)
             scope_kernel_missing_ = scoped_arrivals_unsupported();
@@ -545,6 +544,12 @@ private:
         arrivals_global_row_ = attach_[arrivals_row_];
         if (c.cgroup) {
             scope_ = c.cgroup;
+            // The plan's warning that arrivals have no way in (its first words name the hook) is
+            // not true of a scoped target.
+            if (!arrivals_prog_)
+                std::erase_if(warnings_, [](const std::string& w) {
+                    return w.rfind("sock: hook unavailable: tracepoint sk_data_ready ", 0) == 0;
+                });
             attach_[arrivals_row_] = ProbeAttach{ProbeFamily::sock, "sk_data_ready", AttachType::cgroup_skb, *c.cgroup};
             if (unix_connect_link_)
                 attach_.push_back(program_attach(ProbeFamily::sock, skel_->progs.qs_unix_connect_exit));
@@ -560,10 +565,13 @@ private:
         std::string why = has_unix_listener() ? "the target now listens on a Unix-domain socket" : "";
         if (why.empty()) why = listeners_outside_scope();
         if (why.empty()) return;
-        Link l(bpf_program__attach(arrivals_prog_));
+        Link l(arrivals_prog_ ? bpf_program__attach(arrivals_prog_) : nullptr);
         if (!l) {
-            warnings_.push_back("sock: arrivals stay scoped to cgroup " + *scope_ + " although " + why +
-                                "; attaching " + bpf_program__name(arrivals_prog_) + " failed: " + errno_text(errno));
+            warnings_.push_back("sock: arrivals stay scoped to cgroup " + *scope_ + " although " + why + "; " +
+                                (arrivals_prog_ ? std::string("attaching ") + bpf_program__name(arrivals_prog_) +
+                                                      " failed: " + errno_text(errno)
+                                                : std::string("the kernel offers no global way in for them")) +
+                                ": the arrivals of the connections outside it are not seen");
             scope_stuck_ = true;  // said once; the next ticks would only fail the same way
             return;
         }

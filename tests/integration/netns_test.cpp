@@ -35,7 +35,7 @@ TEST_CASE("a target in its own network namespace: listener, requests and backlog
     Proc q = spawn({qscope_bin(), "snapshot", "--pid", ns, "--duration", "6", "--json", "--no-threads"});
     REQUIRE(wait_attached(q.pid(), 20));
     auto load = run({"nsenter", "-t", ns, "-n", target_bin("qs_load"), "--host", "127.0.0.1", "--port",
-                     std::to_string(port), "--connections", "4", "--duration", "2"},
+                     std::to_string(port), "--connections", "8", "--duration", "2"},
                     30);
     REQUIRE(load.rc == 0);
     REQUIRE(q.wait(30) == 0);
@@ -53,4 +53,7 @@ TEST_CASE("a target in its own network namespace: listener, requests and backlog
     CHECK(l["accepted"].get<uint64_t>() == c["accepted"].get<uint64_t>());
     CHECK(s["requests"]["completed"].get<uint64_t>() == c["completed"].get<uint64_t>());
     CHECK(c["completed"].get<uint64_t>() > 100);
+    // 8 keep-alive clients on 4 workers: ~4 requests wait unread, each an arrival seen (in a
+    // QSCOPE_TEST_CGROUP run, by the cgroup program: a container's shape, netns and cgroup).
+    CHECK(s["requests"]["waiting_unread_max"].get<int>() >= 3);
 }

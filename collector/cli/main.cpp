@@ -85,15 +85,18 @@ static void add_common(CLI::App* app, Config& cfg) {
                   "SSL_write of the target then traps into the kernel, and with HTTP/2 three more calls per "
                   "request (docs/benchmarks.md, \"TLS\")");
     // docs/kernel.md "Scoped to the target's cgroup": which processes pay for arrivals.
-    app->add_option("--scope", cfg.scope,
-                    "which processes run the socket arrival probe: `cgroup` only the target's cgroup (its "
-                    "sockets must be charged to it: not the root cgroup, no listener inherited from elsewhere, "
-                    "no Unix-domain listener), `global` every process (the sk_data_ready tracepoint), `auto` "
-                    "cgroup when it holds and global otherwise, saying why (-v, JSON probe_attach, /metrics "
-                    "qscope_sock_scope_info)")
-        ->transform(CLI::CheckedTransformer(std::map<std::string, SockScope>{{"auto", SockScope::automatic},
-                                                                            {"cgroup", SockScope::cgroup},
-                                                                            {"global", SockScope::global}}))
+    app->add_option_function<std::string>(
+           "--scope",
+           [&cfg](const std::string& v) {
+               cfg.scope = v == "cgroup" ? SockScope::cgroup : v == "global" ? SockScope::global : SockScope::automatic;
+           },
+           "which processes run the socket arrival probe: `cgroup` only the target's cgroup (its "
+           "sockets must be charged to it: not the root cgroup, no listener inherited from elsewhere, "
+           "no Unix-domain listener), `global` every process (the sk_data_ready tracepoint), `auto` "
+           "cgroup when it holds and global otherwise, saying why (-v, JSON probe_attach, /metrics "
+           "qscope_sock_scope_info)")
+        ->check(CLI::IsMember({"auto", "cgroup", "global"}))
+        ->type_name("SCOPE")
         ->default_str("auto");
     app->add_flag("--jvm-dump", cfg.jvm_dump,
                   "JVM targets: once, run `jcmd PID Thread.dump_to_file` and show what parked virtual threads wait in");

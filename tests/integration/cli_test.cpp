@@ -31,3 +31,11 @@ TEST_CASE("--no-requests with --no-threads is refused: nothing would be observed
     CHECK(r.rc == 2);
     CHECK(r.err.find("nothing to observe") != std::string::npos);
 }
+
+TEST_CASE("a value outside an option's choices is named with the choices, exit 2", "[cli]") {
+    auto r = run_qscope({"snapshot", "--pid", "1", "--scope", "container"}, 10);
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("--scope: container not in {auto,cgroup,global}") != std::string::npos);
+    auto h = run_qscope({"snapshot", "--help"}, 10);
+    CHECK(h.out.find("--scope SCOPE:{auto,cgroup,global}=auto") != std::string::npos);
+}

@@ -2279,27 +2279,23 @@ int qs_arrival_skb(struct __sk_buff *skb)
 
 /* ---- accept ------------------------------------------------------------------------------- */
 
-/* fd of a task -> its file when that is a socket's, or 0. files->fdt->fd[fd] is read with
- * bpf_probe_read_kernel (a direct load of the slot is rejected), and the file must be a
- * socket's: socket->file points back at it. */
-static __always_inline struct file *sock_file_of_fd(struct task_struct *t, int fd)
+/* fd of a task -> its file when that is a socket's (and the socket in *so), or 0. The task is
+ * a BTF pointer, so its files, fd table and bound load directly (no helper call each); the
+ * slot is read with bpf_probe_read_kernel (the table is a pointer to pointers, which BTF
+ * access does not follow), and the file must be a socket's: socket->file points back at it. */
+static __always_inline struct file *sock_file_of_fd(struct task_struct *t, int fd, struct socket **so)
 {
-	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+	struct fdtable *fdt = t->files->fdt;
 	struct file **fds;
 	struct file *f = 0;
-	struct socket *so;
-	unsigned int max;
 
-	if (!fdt || fd < 0)
+	if (fd < 0 || (unsigned int)fd >= fdt->max_fds)
 		return 0;
-	max = BPF_CORE_READ(fdt, max_fds);
-	if ((unsigned int)fd >= max)
-		return 0;
-	fds = BPF_CORE_READ(fdt, fd);
+	fds = fdt->fd;
 	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
 		return 0;
-	so = BPF_CORE_READ(f, private_data);
-	if (!so || BPF_CORE_READ(so, file) != f)
+	*so = BPF_CORE_READ(f, private_data);
+	if (!*so || BPF_CORE_READ(*so, file) != f)
 		return 0;
 	return f;
 }
@@ -2307,12 +2303,10 @@ static __always_inline struct file *sock_file_of_fd(struct task_struct *t, int f
 /* fd of a task -> struct sock *, or 0. */
 static __always_inline struct sock *sock_of_fd(struct task_struct *t, int fd)
 {
-	struct file *f = sock_file_of_fd(t, fd);
 	struct socket *so;
 
-	if (!f)
+	if (!sock_file_of_fd(t, fd, &so))
 		return 0;
-	so = BPF_CORE_READ(f, private_data);
 	return BPF_CORE_READ(so, sk);
 }
 
@@ -2694,10 +2688,9 @@ int qs_close_enter(struct trace_event_raw_sys_enter *ctx)
 
 	if (!is_target())
 		return 0;
-	f = sock_file_of_fd(bpf_get_current_task_btf(), (int)ctx->args[0]);
+	f = sock_file_of_fd(bpf_get_current_task_btf(), (int)ctx->args[0], &so);
 	if (!f)
 		return 0;
-	so = BPF_CORE_READ(f, private_data);
 	sk = BPF_CORE_READ(so, sk);
 	key = (__u64)sk;
 	c = sk ? bpf_map_lookup_elem(&conns, &key) : 0;

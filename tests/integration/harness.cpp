@@ -55,8 +55,9 @@ void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<doubl
 namespace {
 // QSCOPE_TEST_CGROUP=1 (ctest's integration.<name>.cgroup): the test binary, and so every
 // server it starts, runs in a cgroup of its own, where `--scope auto` scopes arrivals to the
-// target's cgroup (docs/kernel.md "Scoped to the target's cgroup"); run() then holds every
-// snapshot to that mode. The cgroup goes when the binary exits.
+// target's cgroup (docs/kernel.md "Scoped to the target's cgroup"); run(), qscope_json() and
+// parse_metrics() then hold every snapshot and /metrics read to that mode. The cgroup goes
+// when the binary exits.
 class TestCgroup {
 public:
     TestCgroup() {

@@ -211,8 +211,13 @@ TEST_CASE("attached mid-spike: connections, in flight and the connector queue vs
     CHECK(std::abs(static_cast<double>(r["waiting_unread"].get<size_t>()) - static_cast<double>(unread)) <=
           0.10 * static_cast<double>(unread));
     CHECK(unread >= 8);
-    // Requests read before the attach and still being served are in flight.
-    CHECK(r["in_flight"].get<int64_t>() == c["in_flight"].get<int64_t>());
+    // Requests read before the attach and still being served are in flight: all 4 workers at
+    // the window's peak. At its last tick a worker may sit between two requests (it wrote one
+    // response and has not yet read the next: microseconds, more on a loaded machine, where CI
+    // saw 3 against the server's 4 read later), so the moment's count may be one short.
+    CHECK(r["in_flight_max"].get<int64_t>() == c["in_flight_max"].get<int64_t>());
+    CHECK(r["in_flight"].get<int64_t>() <= c["in_flight"].get<int64_t>());
+    CHECK(r["in_flight"].get<int64_t>() >= c["in_flight"].get<int64_t>() - 1);
     CHECK(r["oldest_unread_seconds"].get<double>() > 0);
     load.kill_and_wait();
 }

@@ -68,8 +68,8 @@ SockAttachPlan plan_sock_attach(const KernelOffer& offer) {
             // A fallback that sees every event the tracepoint would (for TCP, all the family
             // follows) is named in probe_attach only; one that misses some is a warning too.
             if (!c.caveat.empty())
-                plan.warnings.push_back(std::string("sock: ") + s.tracepoint + " via " + contract_name(c.attach) + " " +
-                                        c.via + " (no " + tp + "): " + c.caveat);
+                c.warning = std::string("sock: ") + s.tracepoint + " via " + contract_name(c.attach) + " " + c.via +
+                            " (no " + tp + "): " + c.caveat;
         } else {
             // Here the function exists only if neither fentry nor kprobes work.
             std::string why = fn ? "fentry/fexit do not load here and there are no kprobes"
@@ -80,8 +80,9 @@ SockAttachPlan plan_sock_attach(const KernelOffer& offer) {
                 plan.error = std::string("sock: the kernel offers no way to see ") + s.missing + ": no " + tp +
                              ", and " + why + "; follow the threads alone with --no-requests";
             else if (!s.required)
-                plan.warnings.push_back(std::string("sock: hook unavailable: ") + tp + " (" + why + "): " + s.missing);
+                c.warning = std::string("sock: hook unavailable: ") + tp + " (" + why + "): " + s.missing;
         }
+        if (!c.warning.empty()) plan.warnings.push_back(c.warning);
         plan.hooks.push_back(std::move(c));
     }
     return plan;

@@ -41,6 +41,7 @@ struct HookChoice {
     AttachType attach = AttachType::none;
     std::string via;                    // tracepoint or kernel function; "" with none
     std::string caveat;                 // what this way in misses, or what is lost without one
+    std::string warning;                // its line in SockAttachPlan::warnings ("": none)
 };
 
 struct SockAttachPlan {

@@ -330,6 +330,7 @@ private:
         const SockAttachPlan plan = plan_sock_attach(offer);
         if (!plan.error.empty()) throw Error(Exit::kernel, plan.error);
         warnings_.insert(warnings_.end(), plan.warnings.begin(), plan.warnings.end());
+        arrivals_warning_ = plan.of(SockHook::data_ready).warning;
         // Entry points per hook: tp_btf, fentry/fexit, kprobe, kretprobe (nullptr: none).
         const std::map<SockHook, std::array<bpf_program*, 4>> entries = {
             {SockHook::recv, {p.qs_recv, p.qs_recv_fexit, p.qs_recv_kprobe, p.qs_recv_kretprobe}},
@@ -544,12 +545,8 @@ private:
         arrivals_global_row_ = attach_[arrivals_row_];
         if (c.cgroup) {
             scope_ = c.cgroup;
-            // The plan's warning that arrivals have no way in (its first words name the hook) is
-            // not true of a scoped target.
-            if (!arrivals_prog_)
-                std::erase_if(warnings_, [](const std::string& w) {
-                    return w.rfind("sock: hook unavailable: tracepoint sk_data_ready ", 0) == 0;
-                });
+            // The plan's warning that arrivals have no way in is not true of a scoped target.
+            if (!arrivals_prog_ && !arrivals_warning_.empty()) std::erase(warnings_, arrivals_warning_);
             attach_[arrivals_row_] = ProbeAttach{ProbeFamily::sock, "sk_data_ready", AttachType::cgroup_skb, *c.cgroup};
             if (unix_connect_link_)
                 attach_.push_back(program_attach(ProbeFamily::sock, skel_->progs.qs_unix_connect_exit));
@@ -1346,6 +1343,7 @@ private:
     size_t arrivals_row_ = 0;
     ProbeAttach arrivals_global_row_;
     std::string scope_kernel_missing_;  // why the scoped way in is not loaded ("": it is)
+    std::string arrivals_warning_;      // the plan's warning about the arrivals' hook ("": none)
     std::optional<std::string> scope_;
     std::set<uint64_t> scope_ids_;      // the scoped cgroup's subtree (cgroup ids)
     bool scope_stuck_ = false;          // it stopped holding and the global hook would not attach

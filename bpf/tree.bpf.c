@@ -99,3 +99,30 @@ int BPF_PROG(qs_tree_exit, struct task_struct *p)
 	emit(QS_TREE_EXIT, tgid, 0);
 	return 0;
 }
+
+/* The socket fds of one process, for user space to read in one pass instead of a readlink()
+ * per fd of /proc/PID/fd (10,000 connections: 10,000 system calls, ~50 ms of CPU on the way
+ * to the first frame). User space attaches it with a pid filter (Linux 6.1+), so only that
+ * process's table is walked; the kernel visits a table shared by threads once. */
+#define QS_S_IFMT   00170000
+#define QS_S_IFSOCK 0140000
+
+SEC("iter/task_file")
+int qs_fd_sockets(struct bpf_iter__task_file *ctx)
+{
+	struct file *f = ctx->file;
+	struct task_struct *task = ctx->task;
+	struct qs_fd_sock rec;
+	struct inode *ino;
+
+	if (!f || !task)
+		return 0;
+	ino = f->f_inode;
+	if (!ino || (ino->i_mode & QS_S_IFMT) != QS_S_IFSOCK)
+		return 0;
+	rec.tgid = task->tgid;
+	rec.fd = ctx->fd;
+	rec.ino = ino->i_ino;
+	bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
+	return 0;
+}

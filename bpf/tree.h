@@ -31,6 +31,14 @@ struct qs_tree_event {
 	__u32 pad;
 };
 
+/* A socket one process holds open, from the fd-table iterator (tree.bpf.c, qs_fd_sockets):
+ * its fd and its inode, the number /proc/PID/fd/N names as "socket:[INODE]". */
+struct qs_fd_sock {
+	__u32 tgid;      /* the process whose table was walked (user space checks it) */
+	__u32 fd;
+	__u64 ino;
+};
+
 #ifdef __BPF__
 /* Defined in every object that filters on the tree; sized and shared by user space. */
 struct {

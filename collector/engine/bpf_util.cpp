@@ -178,6 +178,26 @@ RingBuffer open_ring_buffer(bpf_map* map, ring_buffer_sample_fn on_record, void*
     return rb;
 }
 
+std::vector<char> read_iter(bpf_link* link, const std::string& what) {
+    const int fd = bpf_iter_create(bpf_link__fd(link));
+    if (fd < 0) throw_bpf_error(what, errno);
+    std::vector<char> out;
+    char chunk[1 << 16];
+    for (;;) {
+        const ssize_t n = ::read(fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            const int e = errno;
+            ::close(fd);
+            throw_bpf_error(what, e);
+        }
+        if (n == 0) break;
+        out.insert(out.end(), chunk, chunk + n);
+    }
+    ::close(fd);
+    return out;
+}
+
 void throw_bpf_error(const std::string& what, int err) {
     const int e = err < 0 ? -err : err;
     if (e == EPERM || e == EACCES)

@@ -69,6 +69,10 @@ using RingBuffer = Owned<ring_buffer, ring_buffer__free>;
 // Throws naming `what` when the consumer cannot be set up.
 RingBuffer open_ring_buffer(bpf_map* map, ring_buffer_sample_fn on_record, void* ctx, const std::string& what);
 
+// Runs an attached iterator once and returns everything it wrote. Throws naming `what` when
+// the run cannot be created or read.
+std::vector<char> read_iter(bpf_link* link, const std::string& what);
+
 // ---- which tracepoints the kernel has ---------------------------------------------------
 
 // The one place a source asks whether a tracepoint exists, for both kinds it attaches to.

@@ -4,8 +4,10 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -140,6 +142,8 @@ struct ProcessTree::Bpf {
     uint32_t words = 0;
     size_t mapped = 0;
     qs_tree_range* range = nullptr;  // the skeleton's mmapped .data.tree section
+    // The fd-table iterator (qs_fd_sockets) was refused: callers read /proc from then on.
+    mutable std::atomic<bool> fd_iter_off{false};
     ~Bpf() {
         if (bits) munmap(bits, mapped);
     }
@@ -164,7 +168,16 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
     }
     const uint32_t words = static_cast<uint32_t>(std::max<long>((pid_max + 63) / 64, root / 64 + 1));
     bpf_check(bpf_map__set_max_entries(b.skel->maps.qs_tree, words), "tree: sizing map qs_tree");
-    if (int err = tree_bpf::load(b.skel.get())) throw_load_error(ProbeFamily::tree, "tree: loading BPF programs (tree.bpf.c)", err);
+    if (int err = tree_bpf::load(b.skel.get())) {
+        // The fd-table iterator is a speed-up, never a reason not to run: a kernel or policy
+        // that refuses iter/task_file gets the object without it (and /proc/PID/fd walks).
+        b.skel.reset(tree_bpf::open());
+        if (!b.skel) throw_bpf_error("tree: opening BPF object", errno ? errno : EINVAL);
+        bpf_check(bpf_map__set_max_entries(b.skel->maps.qs_tree, words), "tree: sizing map qs_tree");
+        bpf_program__set_autoload(b.skel->progs.qs_fd_sockets, false);
+        b.fd_iter_off = true;
+        if (tree_bpf::load(b.skel.get())) throw_load_error(ProbeFamily::tree, "tree: loading BPF programs (tree.bpf.c)", err);
+    }
     b.words = words;
     b.mapped = (words * sizeof(uint64_t) + 4095) / 4096 * 4096;
     void* m = mmap(nullptr, b.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_tree), 0);
@@ -192,6 +205,39 @@ std::vector<ProbeAttach> ProcessTree::attach() const {
         out.push_back(children_ ? program_attach(ProbeFamily::tree, p)
                                 : hook_off(ProbeFamily::tree, program_attach(ProbeFamily::tree, p).hook,
                                            "--no-children: only the PID given is observed"));
+    return out;
+}
+
+static_assert(sizeof(qs_fd_sock) == 16, "bpf/tree.h: struct qs_fd_sock");
+
+std::optional<std::vector<SocketFd>> ProcessTree::socket_fds(int pid) const {
+    if (bpf_->fd_iter_off) return std::nullopt;
+    union bpf_iter_link_info linfo;
+    std::memset(&linfo, 0, sizeof(linfo));
+    linfo.task.pid = static_cast<__u32>(pid);
+    DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, opts);
+    opts.link_info = &linfo;
+    opts.link_info_len = sizeof(linfo);
+    Link link(bpf_program__attach_iter(bpf_->skel->progs.qs_fd_sockets, &opts));
+    if (!link) {
+        // Before 6.1 the kernel has no pid filter (E2BIG: a link_info it does not know); an
+        // unfiltered walk of every process's fds per call is not the speed-up this is for.
+        if (errno != ESRCH && errno != ENOENT) bpf_->fd_iter_off = true;
+        return std::nullopt;
+    }
+    std::vector<char> buf;
+    try {
+        buf = read_iter(link.get(), "tree: fd-table iterator");
+    } catch (const Error&) {
+        return std::nullopt;  // the process went away mid-walk, say: /proc answers for it
+    }
+    std::vector<SocketFd> out;
+    out.reserve(buf.size() / sizeof(qs_fd_sock));
+    for (size_t at = 0; at + sizeof(qs_fd_sock) <= buf.size(); at += sizeof(qs_fd_sock)) {
+        qs_fd_sock r;
+        std::memcpy(&r, buf.data() + at, sizeof(r));
+        if (r.tgid == static_cast<uint32_t>(pid)) out.push_back({static_cast<int>(r.fd), r.ino});
+    }
     return out;
 }
 

@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/snapshot.h"
+#include "sys/proc_fds.h"
 
 namespace qscope {
 
@@ -57,6 +59,10 @@ public:
     bool follows_children() const { return children_; }
     // Fork/exit records the ring buffer could not hold (each one triggered a rescan).
     uint64_t lost_events() const;
+    // The sockets a member holds, read from its fd table in one pass (iter/task_file); nullopt
+    // where that cannot run (no pid filter for iterators before Linux 6.1, or the iterator
+    // refused), and the caller reads /proc/PID/fd instead. Safe from any thread.
+    std::optional<std::vector<SocketFd>> socket_fds(int pid) const;
 
 private:
     ProcessTree() = default;

@@ -118,6 +118,15 @@ void Target::refresh() {
     if (tree_) tree_->refresh();
 }
 
+std::optional<std::vector<SocketFd>> Target::socket_fds_one_pass(int pid) const {
+    return tree_ ? tree_->socket_fds(pid) : std::nullopt;
+}
+
+std::vector<SocketFd> Target::socket_fds(int pid) const {
+    if (auto fds = socket_fds_one_pass(pid)) return std::move(*fds);
+    return socket_fds_proc(pid);
+}
+
 std::vector<ProcessMember> Target::processes() const {
     if (tree_) return tree_->members();
     ProcessMember root;

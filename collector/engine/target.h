@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ public:
     void refresh();
     // The processes observed now, root first (the root alone before follow()).
     std::vector<ProcessMember> processes() const;
+    // The sockets process `pid` holds (fd and inode): its fd table in one pass where the
+    // kernel allows (ProcessTree::socket_fds), else a readlink per fd of /proc/PID/fd.
+    std::vector<SocketFd> socket_fds(int pid) const;
+    // The one-pass read alone: nullopt where only /proc could answer.
+    std::optional<std::vector<SocketFd>> socket_fds_one_pass(int pid) const;
 
 private:
     std::shared_ptr<ProcessTree> tree_;

@@ -20,8 +20,8 @@ std::optional<uint64_t> parse_socket_link(const std::string& link) {
     return v;
 }
 
-std::set<uint64_t> socket_inodes(int pid) {
-    std::set<uint64_t> out;
+std::vector<SocketFd> socket_fds_proc(int pid) {
+    std::vector<SocketFd> out;
     const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
     DIR* d = opendir(dir.c_str());
     if (!d) return out;
@@ -32,9 +32,16 @@ std::set<uint64_t> socket_inodes(int pid) {
         // on a large server).
         const ssize_t n = readlinkat(dirfd(d), e->d_name, buf, sizeof(buf) - 1);
         if (n <= 0) continue;  // closed between readdir and readlink
-        if (auto ino = parse_socket_link(std::string(buf, static_cast<size_t>(n)))) out.insert(*ino);
+        if (auto ino = parse_socket_link(std::string(buf, static_cast<size_t>(n))))
+            out.push_back({std::atoi(e->d_name), *ino});
     }
     closedir(d);
+    return out;
+}
+
+std::set<uint64_t> socket_inodes(int pid) {
+    std::set<uint64_t> out;
+    for (const SocketFd& s : socket_fds_proc(pid)) out.insert(s.inode);
     return out;
 }
 

@@ -192,6 +192,9 @@ void FdResolver::refresh() {
     tcp_loaded_this_tick_ = false;
     unix_loaded_this_tick_ = false;
     fd_cache_.clear();
+    links_this_tick_ = 0;
+    one_pass_read_ = false;
+    socket_fds_.clear();
 }
 
 void FdResolver::set_tcp_tables(const std::vector<TcpSocket>& socks) {
@@ -341,10 +344,23 @@ std::string FdResolver::read_link(int fd) {
     return std::string(buf, static_cast<size_t>(n));
 }
 
+// A socket fd's link from the one-pass table once the tick has asked for enough fds; any
+// other fd (a file, a pipe, an fd opened since the pass) from its readlink.
+std::string FdResolver::link_of(int fd) {
+    if (!one_pass_read_ && one_pass_ && ++links_this_tick_ > kOnePassAfter) {
+        one_pass_read_ = true;
+        if (auto fds = one_pass_())
+            for (const SocketFd& s : *fds) socket_fds_[s.fd] = s.inode;
+    }
+    auto it = socket_fds_.find(fd);
+    if (it != socket_fds_.end()) return "socket:[" + std::to_string(it->second) + "]";
+    return read_link(fd);
+}
+
 FdResolver::Resource FdResolver::resolve(int fd) {
     auto it = fd_cache_.find(fd);
     if (it != fd_cache_.end()) return it->second;
-    Resource r = name_link(read_link(fd));
+    Resource r = name_link(link_of(fd));
     fd_cache_[fd] = r;
     return r;
 }

@@ -4,12 +4,14 @@
 // thin wrappers that tolerate a thread or fd vanishing mid-read.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "sys/proc_fds.h"
 #include "sys/unix_diag.h"
 
 namespace qscope {
@@ -64,10 +66,13 @@ std::vector<TcpSocket> tcp_sockets_proc(int pid);
 
 // Names the resource behind an fd of the target, caching by fd and socket inode. The
 // TCP tables are re-read at most once per refresh() and only when an unknown socket
-// inode is asked for, so a tick with nothing new costs one readlink per fd looked up.
+// inode is asked for, so a tick with nothing new costs one readlink per fd looked up. A tick
+// that names many fds (one thread per connection: 10,000 socket waits) reads the process's
+// socket fds in one pass instead, when the caller can (`one_pass`), and readlinks the rest.
 class FdResolver {
 public:
-    explicit FdResolver(int pid) : pid_(pid) {}
+    using OnePass = std::function<std::optional<std::vector<SocketFd>>()>;
+    explicit FdResolver(int pid, OnePass one_pass = {}) : pid_(pid), one_pass_(std::move(one_pass)) {}
     ~FdResolver();
     FdResolver(const FdResolver&) = delete;
     FdResolver& operator=(const FdResolver&) = delete;
@@ -87,7 +92,15 @@ private:
     void load_tcp();
     std::optional<Resource> name_unix(uint64_t inode);
     std::string read_link(int fd);
+    std::string link_of(int fd);
+    // Past this many readlinks in one tick, the one-pass read is cheaper (it costs about as
+    // much as 30 readlinks on a 10,000-fd table; ~1 µs against ~5 µs per fd).
+    static constexpr int kOnePassAfter = 64;
     int pid_;
+    OnePass one_pass_;
+    int links_this_tick_ = 0;
+    bool one_pass_read_ = false;               // this tick
+    std::unordered_map<int, uint64_t> socket_fds_;  // from the one-pass read, this tick
     int fd_dir_ = -1;  // /proc/PID/fd, opened on first use: links are read relative to it
     bool tcp_loaded_this_tick_ = false;
     std::unordered_map<int, Resource> fd_cache_;

@@ -402,7 +402,7 @@ std::string SchedSource::tree_group(uint32_t tgid, const char group[QS_COMM_LEN]
 
 FdResolver& SchedSource::fds_of(int tgid) {
     auto& f = fds_[tgid];
-    if (!f) f = std::make_unique<FdResolver>(tgid);
+    if (!f) f = std::make_unique<FdResolver>(tgid, [this, tgid] { return target_->socket_fds_one_pass(tgid); });
     return *f;
 }
 
@@ -503,25 +503,9 @@ std::map<std::string, Histogram> SchedSource::read_runqueue() {
 }
 
 std::vector<qs_thread_rec> SchedSource::run_iter() {
-    std::vector<qs_thread_rec> recs;
     skel_->bss->iter_captures = 0;
-    const int fd = bpf_iter_create(bpf_link__fd(iter_link().get()));
-    if (fd < 0) throw_bpf_error("sched: run task iterator", errno);
-    std::vector<char> buf;
-    char chunk[1 << 16];
-    for (;;) {
-        const ssize_t n = ::read(fd, chunk, sizeof(chunk));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            const int e = errno;
-            ::close(fd);
-            throw_bpf_error("sched: read task iterator", e);
-        }
-        if (n == 0) break;
-        buf.insert(buf.end(), chunk, chunk + n);
-    }
-    ::close(fd);
-    recs.resize(buf.size() / sizeof(qs_thread_rec));
+    const std::vector<char> buf = read_iter(iter_link().get(), "sched: run task iterator");
+    std::vector<qs_thread_rec> recs(buf.size() / sizeof(qs_thread_rec));
     if (!recs.empty()) std::memcpy(recs.data(), buf.data(), recs.size() * sizeof(qs_thread_rec));
     return recs;
 }

@@ -756,7 +756,8 @@ private:
     // LISTEN sockets. A listener several workers share is one inode, counted once.
     // The machine's listeners come from one small sock_diag dump per tick; which of them are
     // the target's needs its fd table, which for a server with 10,000 connections is 10,000
-    // readlinks: so it is read only when a listener appears that was never classified.
+    // readlinks where the kernel cannot read it in one pass (Target::socket_fds): so it is read
+    // only when a listener appears that was never classified.
     void refresh_listeners() {
         listen_error_.clear();
         std::vector<DiagSocket> all;
@@ -778,9 +779,9 @@ private:
             std::set<uint64_t> inodes;
             holders_.clear();
             for (const auto& p : procs)
-                for (uint64_t ino : socket_inodes(p.pid)) {
-                    inodes.insert(ino);
-                    if (listening.count(ino)) holders_[ino].insert(p.pid);
+                for (const SocketFd& s : target_->socket_fds(p.pid)) {
+                    inodes.insert(s.inode);
+                    if (listening.count(s.inode)) holders_[s.inode].insert(p.pid);
                 }
             for (const auto& d : all)
                 if (!inodes.count(d.inode)) not_ours_.insert(d.inode);

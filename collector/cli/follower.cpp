@@ -165,7 +165,16 @@ void Follower::loop(OnTick on_tick) {
 
 void Follower::run_in_background(OnTick on_tick) {
     stop_ = false;
-    thread_ = std::thread([this, on_tick = std::move(on_tick)] { loop(on_tick); });
+    thread_ = std::thread([this, on_tick = std::move(on_tick)] {
+        // start()'s attach took the first snapshot: it is handed on like a re-attach's, and
+        // the next tick is an interval later (ticking again at once cost top's first frame a
+        // whole tick, ~170 ms at 10,000 threads, and gave that frame a window of ~0.1 s).
+        if (col_) {
+            if (on_tick) on_tick(latest());
+            if (wait_for(cfg_.interval_seconds)) return;
+        }
+        loop(on_tick);
+    });
 }
 
 void Follower::stop() {

@@ -10,6 +10,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
 
 #include "tree.h"
 
@@ -107,6 +108,43 @@ int BPF_PROG(qs_tree_exit, struct task_struct *p)
 #define QS_S_IFMT   00170000
 #define QS_S_IFSOCK 0140000
 
+#define QS_AF_INET     2
+#define QS_AF_INET6    10
+#define QS_IPPROTO_TCP 6
+
+/* As sock.bpf.c's qs_seed reads a socket. A connection changing state as it is read is named
+ * by its old or its new ends, as a sock_diag dump a moment apart would name it. */
+static __always_inline void tcp_ends(struct file *f, struct qs_fd_sock *rec)
+{
+	struct socket *so = bpf_sock_from_file(f);
+	struct sock *sk;
+	__u16 family;
+
+	if (!so)
+		return;
+	sk = BPF_CORE_READ(so, sk);
+	if (!sk || BPF_CORE_READ(sk, sk_protocol) != QS_IPPROTO_TCP ||
+	    BPF_CORE_READ(sk, sk_type) != 1 /* SOCK_STREAM */)
+		return;
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	/* bpf_core_read with the address's own size: BPF_CORE_READ_INTO would read one byte
+	 * (the size of the array's element). */
+	if (family == QS_AF_INET) {
+		bpf_core_read(rec->laddr, 4, &sk->__sk_common.skc_rcv_saddr);
+		bpf_core_read(rec->raddr, 4, &sk->__sk_common.skc_daddr);
+	} else if (family == QS_AF_INET6) {
+		bpf_core_read(rec->laddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(rec->raddr, 16, &sk->__sk_common.skc_v6_daddr);
+	} else {
+		return;
+	}
+	rec->family = family;
+	rec->tcp = 1;
+	rec->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	rec->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	rec->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+}
+
 SEC("iter/task_file")
 int qs_fd_sockets(struct bpf_iter__task_file *ctx)
 {
@@ -120,9 +158,11 @@ int qs_fd_sockets(struct bpf_iter__task_file *ctx)
 	ino = f->f_inode;
 	if (!ino || (ino->i_mode & QS_S_IFMT) != QS_S_IFSOCK)
 		return 0;
+	__builtin_memset(&rec, 0, sizeof(rec));
 	rec.tgid = task->tgid;
 	rec.fd = ctx->fd;
 	rec.ino = ino->i_ino;
+	tcp_ends(f, &rec);
 	bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
 	return 0;
 }

@@ -32,11 +32,20 @@ struct qs_tree_event {
 };
 
 /* A socket one process holds open, from the fd-table iterator (tree.bpf.c, qs_fd_sockets):
- * its fd and its inode, the number /proc/PID/fd/N names as "socket:[INODE]". */
+ * its fd and its inode, the number /proc/PID/fd/N names as "socket:[INODE]"; for a TCP
+ * socket also its ends, so naming a process's connections needs no dump of every TCP
+ * socket in the namespace. */
 struct qs_fd_sock {
 	__u32 tgid;      /* the process whose table was walked (user space checks it) */
 	__u32 fd;
 	__u64 ino;
+	__u16 family;    /* AF_INET / AF_INET6 when tcp, else 0 */
+	__u8 tcp;        /* 1: an IPPROTO_TCP socket of those families; the fields below are set */
+	__u8 state;      /* TCP_* (10 = LISTEN) */
+	__u16 lport;     /* host order */
+	__u16 rport;     /* host order */
+	__u8 laddr[16];  /* 4 bytes for AF_INET */
+	__u8 raddr[16];
 };
 
 #ifdef __BPF__

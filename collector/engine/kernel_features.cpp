@@ -123,10 +123,14 @@ const std::vector<BpfNeed>& bpf_needs() {
     return needs;
 }
 
-const std::vector<const char*>& bpf_switched_helpers() {
+const std::vector<SwitchedHelper>& bpf_switched_helpers() {
     // bpf_loop: the HTTP/2 frame walk (sock.bpf.c h2_streams); bpf_copy_from_user_task: the
-    // sleepable task iterator's stacks (sched.bpf.c, its program left unloaded without it).
-    static const std::vector<const char*> helpers = {"BPF_FUNC_loop", "BPF_FUNC_copy_from_user_task"};
+    // sleepable task iterator's stacks (sched.bpf.c, its program left unloaded without it);
+    // bpf_sock_from_file in the tree: the fd-table iterator (tree.bpf.c qs_fd_sockets), which the
+    // tree loads without where it is refused.
+    static const std::vector<SwitchedHelper> helpers = {{"BPF_FUNC_loop", ProbeFamily::sock},
+                                                        {"BPF_FUNC_copy_from_user_task", ProbeFamily::sched},
+                                                        {"BPF_FUNC_sock_from_file", ProbeFamily::tree}};
     return helpers;
 }
 

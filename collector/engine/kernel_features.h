@@ -53,9 +53,14 @@ struct BpfNeed {
     std::vector<ProbeFamily> families;
 };
 const std::vector<BpfNeed>& bpf_needs();
-// Helpers the programs call only behind a switch user space clears where the kernel lacks
-// them (the verifier drops the call as dead code): features, not needs.
-const std::vector<const char*>& bpf_switched_helpers();
+// Helpers a family's programs call only behind a switch user space clears where the kernel
+// lacks them (the verifier drops the call as dead code), or in a program the family loads
+// without when refused: features, not needs.
+struct SwitchedHelper {
+    const char* helper;  // the BPF_FUNC_* enumerator
+    ProbeFamily family;
+};
+const std::vector<SwitchedHelper>& bpf_switched_helpers();
 
 // The needs this kernel lacks, each asked once: a helper of its BTF; the atomics by loading a
 // five-instruction program (when privileges allow; else BTF's bpf_check_mtu, from the same

@@ -205,10 +205,16 @@ std::vector<ProbeAttach> ProcessTree::attach() const {
         out.push_back(children_ ? program_attach(ProbeFamily::tree, p)
                                 : hook_off(ProbeFamily::tree, program_attach(ProbeFamily::tree, p).hook,
                                            "--no-children: only the PID given is observed"));
+    // Refused on a kernel before 6.1 (no pid filter), or its program by the verifier.
+    const ProbeAttach fds = program_attach(ProbeFamily::tree, bpf_->skel->progs.qs_fd_sockets);
+    out.push_back(bpf_->fd_iter_off ? hook_off(ProbeFamily::tree, fds.hook,
+                                               "no fd-table iterator with a pid filter (Linux 6.1+): a target's socket "
+                                               "fds are read from /proc/PID/fd, a readlink each")
+                                    : fds);
     return out;
 }
 
-static_assert(sizeof(qs_fd_sock) == 16, "bpf/tree.h: struct qs_fd_sock");
+static_assert(sizeof(qs_fd_sock) == 56, "bpf/tree.h: struct qs_fd_sock");
 
 std::optional<std::vector<SocketFd>> ProcessTree::socket_fds(int pid) const {
     if (bpf_->fd_iter_off) return std::nullopt;
@@ -236,7 +242,18 @@ std::optional<std::vector<SocketFd>> ProcessTree::socket_fds(int pid) const {
     for (size_t at = 0; at + sizeof(qs_fd_sock) <= buf.size(); at += sizeof(qs_fd_sock)) {
         qs_fd_sock r;
         std::memcpy(&r, buf.data() + at, sizeof(r));
-        if (r.tgid == static_cast<uint32_t>(pid)) out.push_back({static_cast<int>(r.fd), r.ino});
+        if (r.tgid != static_cast<uint32_t>(pid)) continue;
+        SocketFd s{static_cast<int>(r.fd), r.ino, std::nullopt};
+        if (r.tcp) {
+            TcpEnds& e = s.tcp.emplace();
+            e.family = r.family;
+            e.state = r.state;
+            e.local_port = r.lport;
+            e.remote_port = r.rport;
+            std::memcpy(e.local.data(), r.laddr, e.local.size());
+            std::memcpy(e.remote.data(), r.raddr, e.remote.size());
+        }
+        out.push_back(std::move(s));
     }
     return out;
 }

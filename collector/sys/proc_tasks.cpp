@@ -194,7 +194,9 @@ void FdResolver::refresh() {
     fd_cache_.clear();
     links_this_tick_ = 0;
     one_pass_read_ = false;
+    one_pass_answered_ = false;
     socket_fds_.clear();
+    own_tcp_.clear();
 }
 
 void FdResolver::set_tcp_tables(const std::vector<TcpSocket>& socks) {
@@ -237,13 +239,21 @@ std::vector<TcpSocket> tcp_sockets_proc(int pid) {
     return all;
 }
 
-std::vector<TcpSocket> tcp_sockets_diag(int pid) {
-    // Not TIME_WAIT (6) nor NEW_SYN_RECV (12): no fd holds them (their inode reads 0), and a
-    // busy server has tens of thousands in TIME_WAIT.
-    constexpr uint32_t held = ~((1u << 6) | (1u << 12));
+TcpSocket tcp_socket_of(const TcpEnds& e, uint64_t inode) {
+    TcpSocket s;
+    s.local = format_endpoint(e.family, e.local.data(), e.local_port);
+    s.remote = format_endpoint(e.family, e.remote.data(), e.remote_port);
+    s.local_port = e.local_port;
+    s.remote_port = e.remote_port;
+    s.state = e.state;
+    s.inode = inode;
+    return s;
+}
+
+std::vector<TcpSocket> tcp_sockets_diag(int pid, uint32_t states) {
     std::vector<TcpSocket> all;
     for (const int family : {AF_INET, AF_INET6}) {
-        for (const DiagSocket& d : sock_diag_dump(family, held, false, pid)) {
+        for (const DiagSocket& d : sock_diag_dump(family, states, false, pid)) {
             TcpSocket s;
             // format_ip showed IPv4-mapped addresses as IPv4, as format_proc_net_addr does.
             s.local = format_endpoint(d.src, d.sport);
@@ -259,6 +269,19 @@ std::vector<TcpSocket> tcp_sockets_diag(int pid) {
 }
 
 void FdResolver::load_tcp() {
+    // The process's own TCP sockets from the one-pass read, and the namespace's listeners
+    // (an accepted connection is "inbound" when its local port is one): with 20,000 sockets
+    // in the namespace, ~1 ms where the dump of every one of them took ~40 ms.
+    if (read_one_pass()) {
+        try {
+            std::vector<TcpSocket> socks = tcp_sockets_diag(pid_, kTcpListenState);
+            socks.insert(socks.end(), own_tcp_.begin(), own_tcp_.end());
+            set_tcp_tables(socks);
+            return;
+        } catch (const Error&) {
+            // No inet_diag: the whole table from /proc below, as without the iterator.
+        }
+    }
     try {
         set_tcp_tables(tcp_sockets_diag(pid_));
     } catch (const Error&) {
@@ -344,14 +367,28 @@ std::string FdResolver::read_link(int fd) {
     return std::string(buf, static_cast<size_t>(n));
 }
 
-// A socket fd's link from the one-pass table once the tick has asked for enough fds; any
-// other fd (a file, a pipe, an fd opened since the pass) from its readlink.
-std::string FdResolver::link_of(int fd) {
-    if (!one_pass_read_ && one_pass_ && ++links_this_tick_ > kOnePassAfter) {
-        one_pass_read_ = true;
-        if (auto fds = one_pass_())
-            for (const SocketFd& s : *fds) socket_fds_[s.fd] = s.inode;
+// The process's socket fds in one pass, at most once a tick; false when only /proc could
+// have answered (no iterator here), which the caller reads a readlink at a time.
+bool FdResolver::read_one_pass() {
+    if (one_pass_read_) return one_pass_answered_;
+    one_pass_read_ = true;
+    auto fds = one_pass_ ? one_pass_() : std::nullopt;
+    if (!fds) return false;
+    one_pass_answered_ = true;
+    for (const SocketFd& s : *fds) {
+        socket_fds_[s.fd] = s.inode;
+        // A socket never connected, or closed by its peer and reset, is in no TCP table
+        // (the kernel unhashes it): left unnamed, as the dump would leave it.
+        if (s.tcp && s.tcp->state != kTcpClose) own_tcp_.push_back(tcp_socket_of(*s.tcp, s.inode));
     }
+    return true;
+}
+
+// A socket fd's link from the one-pass table once the tick has asked for enough fds (or
+// named a TCP socket, which reads it); any other fd (a file, a pipe, an fd opened since the
+// pass) from its readlink.
+std::string FdResolver::link_of(int fd) {
+    if (++links_this_tick_ > kOnePassAfter) read_one_pass();
     auto it = socket_fds_.find(fd);
     if (it != socket_fds_.end()) return "socket:[" + std::to_string(it->second) + "]";
     return read_link(fd);

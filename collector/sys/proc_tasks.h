@@ -56,11 +56,18 @@ std::vector<TcpSocket> parse_proc_net_tcp(const std::string& text, bool v6);
 // "0100007F" → "127.0.0.1"; 32 hex digits → "[::1]"-style (bracketed) IPv6.
 std::string format_proc_net_addr(const std::string& hex, bool v6);
 
+// Not TIME_WAIT (6) nor NEW_SYN_RECV (12): no fd holds them (their inode reads 0), and a busy
+// server has tens of thousands in TIME_WAIT.
+inline constexpr uint32_t kTcpHeldStates = ~((1u << 6) | (1u << 12));
+inline constexpr uint32_t kTcpListenState = 1u << 10;
+inline constexpr uint8_t kTcpClose = 7;  // TCP_CLOSE: unhashed, in no dump
+// A socket's ends named as parse_proc_net_tcp names them.
+TcpSocket tcp_socket_of(const TcpEnds& e, uint64_t inode);
 // Every TCP socket an fd can hold (both families; not TIME_WAIT) in the network namespace of
 // pid, named as parse_proc_net_tcp names them. From sock_diag: with 20,000 sockets (10,000
 // loopback connections) it took 29 ms where /proc/PID/net/tcp{,6} took 54, on the way to the
 // first frame. Throws Error when sock_diag fails (no inet_diag, namespace not entered).
-std::vector<TcpSocket> tcp_sockets_diag(int pid);
+std::vector<TcpSocket> tcp_sockets_diag(int pid, uint32_t states = kTcpHeldStates);
 // The same from /proc/PID/net/tcp and tcp6, which need nothing but procfs; empty when unreadable.
 std::vector<TcpSocket> tcp_sockets_proc(int pid);
 
@@ -89,6 +96,7 @@ public:
 
 private:
     Resource name_link(const std::string& link);
+    bool read_one_pass();
     void load_tcp();
     std::optional<Resource> name_unix(uint64_t inode);
     std::string read_link(int fd);
@@ -100,7 +108,9 @@ private:
     OnePass one_pass_;
     int links_this_tick_ = 0;
     bool one_pass_read_ = false;               // this tick
+    bool one_pass_answered_ = false;           // the iterator (not /proc) read it, this tick
     std::unordered_map<int, uint64_t> socket_fds_;  // from the one-pass read, this tick
+    std::vector<TcpSocket> own_tcp_;                // the same read's TCP sockets, this tick
     int fd_dir_ = -1;  // /proc/PID/fd, opened on first use: links are read relative to it
     bool tcp_loaded_this_tick_ = false;
     std::unordered_map<int, Resource> fd_cache_;

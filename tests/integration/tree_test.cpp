@@ -3,6 +3,9 @@
 // Oracles: nginx stub_status (requests, Writing), pg_stat_activity and pgbench's own tps,
 // gunicorn's worker count and /proc, ss.
 // Ports 18400-18499.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,13 +14,18 @@
 #include <chrono>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <csignal>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <thread>
 
+#include "engine/target.h"
 #include "harness.h"
+#include "sys/proc_fds.h"
+#include "sys/proc_tasks.h"
 
 using namespace qs_test;
 using nlohmann::json;
@@ -481,4 +489,119 @@ TEST_CASE("a process per connection: 300 processes followed, counted as /proc co
     CHECK(rss_max < 80 * 1024);  // 60 MiB measured; 103 MiB before symbolizers were shared
 #endif
     load.kill_and_wait();
+}
+
+// The fd-table iterator (bpf/tree.bpf.c, qs_fd_sockets) names a process's sockets without a
+// readlink per fd or a dump of every TCP socket: its fds and inodes must be /proc/PID/fd's,
+// and each TCP socket's ends and state sock_diag's. Sockets of every shape in this process:
+// IPv4 and IPv6 listeners, connections on both ends, an IPv4 client accepted by a dual-stack
+// listener (IPv4-mapped, named as IPv4 by both), a socket never connected (in no dump), UDP
+// and a Unix pair (no TCP ends).
+TEST_CASE("the one-pass fd table: fds and inodes as /proc, TCP ends as sock_diag", "[tree][integration]") {
+    std::vector<int> fds;
+    const auto tcp_pair = [&](int family, const char* listen_at, const char* connect_to) {
+        const int l = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(l >= 0);
+        fds.push_back(l);
+        sockaddr_storage ss{};
+        socklen_t len;
+        if (family == AF_INET) {
+            auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+            a->sin_family = AF_INET;
+            REQUIRE(inet_pton(AF_INET, listen_at, &a->sin_addr) == 1);
+            len = sizeof(*a);
+        } else {
+            const int off = 0;
+            ::setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+            auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+            a->sin6_family = AF_INET6;
+            REQUIRE(inet_pton(AF_INET6, listen_at, &a->sin6_addr) == 1);
+            len = sizeof(*a);
+        }
+        if (::bind(l, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+            WARN("cannot bind " << listen_at << ": " << std::strerror(errno) << " (this shape is left out)");
+            return;
+        }
+        REQUIRE(::listen(l, 8) == 0);
+        REQUIRE(::getsockname(l, reinterpret_cast<sockaddr*>(&ss), &len) == 0);
+        const uint16_t port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                                      : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+        const bool v4 = std::strchr(connect_to, ':') == nullptr;
+        const int c = ::socket(v4 ? AF_INET : AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(c >= 0);
+        fds.push_back(c);
+        sockaddr_storage to{};
+        if (v4) {
+            auto* a = reinterpret_cast<sockaddr_in*>(&to);
+            a->sin_family = AF_INET;
+            a->sin_port = htons(port);
+            REQUIRE(inet_pton(AF_INET, connect_to, &a->sin_addr) == 1);
+            REQUIRE(::connect(c, reinterpret_cast<sockaddr*>(a), sizeof(*a)) == 0);
+        } else {
+            auto* a = reinterpret_cast<sockaddr_in6*>(&to);
+            a->sin6_family = AF_INET6;
+            a->sin6_port = htons(port);
+            REQUIRE(inet_pton(AF_INET6, connect_to, &a->sin6_addr) == 1);
+            REQUIRE(::connect(c, reinterpret_cast<sockaddr*>(a), sizeof(*a)) == 0);
+        }
+        const int a = ::accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
+        REQUIRE(a >= 0);
+        fds.push_back(a);
+    };
+    tcp_pair(AF_INET, "127.0.0.1", "127.0.0.1");
+    tcp_pair(AF_INET6, "::1", "::1");
+    tcp_pair(AF_INET6, "::", "127.0.0.1");  // dual-stack: the accepted socket is IPv4-mapped
+    fds.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));  // never connected
+    fds.push_back(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    int pair[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+    fds.insert(fds.end(), {pair[0], pair[1]});
+    const auto close_all = [&] {
+        for (int fd : fds) ::close(fd);
+    };
+
+    auto target = qscope::Target::open(getpid());
+    target.follow(false);
+    const auto one = target.socket_fds_one_pass(getpid());
+    if (!one) {
+        close_all();
+        WARN("SKIP: this kernel refuses a pid-filtered fd-table iterator (before Linux 6.1): /proc answers");
+        return;
+    }
+    std::map<int, uint64_t> from_iter, from_proc;
+    for (const auto& s : *one) from_iter[s.fd] = s.inode;
+    for (const auto& s : qscope::socket_fds_proc(getpid())) from_proc[s.fd] = s.inode;
+    CHECK(from_iter == from_proc);
+
+    std::map<uint64_t, qscope::TcpSocket> diag;
+    for (auto& s : qscope::tcp_sockets_diag(getpid())) diag[s.inode] = s;
+    int tcp_named = 0, mapped = 0;
+    for (const auto& s : *one) {
+        const auto d = diag.find(s.inode);
+        const bool ours = std::find(fds.begin(), fds.end(), s.fd) != fds.end();
+        if (d == diag.end()) {
+            // In no TCP table: UDP, Unix, or a TCP socket the kernel has not hashed.
+            if (s.tcp) CHECK(s.tcp->state == qscope::kTcpClose);
+            continue;
+        }
+        INFO("fd " << s.fd << ": sock_diag " << d->second.local << " -> " << d->second.remote << " state "
+                   << d->second.state);
+        REQUIRE(s.tcp);
+        const qscope::TcpSocket it = qscope::tcp_socket_of(*s.tcp, s.inode);
+        CHECK(it.local == d->second.local);
+        CHECK(it.remote == d->second.remote);
+        CHECK(it.state == d->second.state);
+        CHECK(it.local_port == d->second.local_port);
+        tcp_named += ours;
+        mapped += ours && s.tcp->family == AF_INET6 && it.local.rfind("127.", 0) == 0;
+    }
+    // Every TCP socket made above but the one never connected, and the mapped one is there.
+    const int expected = static_cast<int>(std::count_if(fds.begin(), fds.end(), [&](int fd) {
+        const auto f = from_proc.find(fd);
+        return f != from_proc.end() && diag.count(f->second);
+    }));
+    CHECK(tcp_named == expected);
+    CHECK(tcp_named >= 6);
+    CHECK(mapped >= 1);
+    close_all();
 }

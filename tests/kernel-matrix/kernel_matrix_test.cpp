@@ -217,6 +217,8 @@ TEST_CASE("kernel matrix: in flight max, completions, latency vs qs_server (each
         for (const char* hook : {"sock_recv_length", "sock_send_length", "sk_data_ready"})
             CHECK(attach_of(s, hook) == expected_attach(mode, hook));
         CHECK(attach_of(s, "inet_sock_set_state") == "tp_btf inet_sock_set_state");
+        // 6.1 and later filter the fd-table iterator by pid: socket fds in one pass.
+        CHECK(attach_of(s, "task_file", "tree") == "iterator iter/task_file");
         const json& r = s["requests"];
         CHECK(r["in_flight_max"].get<uint64_t>() == k["in_flight_max"].get<uint64_t>());
         CHECK(r["completed"].get<uint64_t>() == k["completed"].get<uint64_t>());

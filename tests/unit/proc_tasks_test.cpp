@@ -12,6 +12,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "sys/proc_tasks.h"
@@ -254,6 +255,46 @@ TEST_CASE("FdResolver names pipes, files, listeners, outbound and inbound socket
     CHECK(r.resolve(s).name == "inbound :" + std::to_string(port));
     CHECK(r.resolve(9999).name == "closed fd");
 
+    // Where the fd-table iterator answers, each TCP socket's ends come from it (here from
+    // getsockname/getpeername, what the iterator reads from the socket) and only the
+    // namespace's listeners from sock_diag: every name must stay the same.
+    const int bare = socket(AF_INET, SOCK_STREAM, 0);  // never connected: in no TCP table
+    const auto ends = [](int fd, uint8_t state) {
+        TcpEnds e;
+        e.family = AF_INET;
+        e.state = state;
+        sockaddr_in me{}, peer{};
+        socklen_t n = sizeof(me);
+        getsockname(fd, reinterpret_cast<sockaddr*>(&me), &n);
+        n = sizeof(peer);
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &n);
+        e.local_port = ntohs(me.sin_port);
+        e.remote_port = ntohs(peer.sin_port);
+        std::memcpy(e.local.data(), &me.sin_addr, 4);
+        std::memcpy(e.remote.data(), &peer.sin_addr, 4);
+        return e;
+    };
+    const auto inode_of = [](int fd) {
+        struct stat st {};
+        fstat(fd, &st);
+        return static_cast<uint64_t>(st.st_ino);
+    };
+    int passes = 0;
+    FdResolver one(pid, [&]() -> std::optional<std::vector<SocketFd>> {
+        ++passes;
+        return std::vector<SocketFd>{{l, inode_of(l), ends(l, 10)},
+                                     {c, inode_of(c), ends(c, 1)},
+                                     {s, inode_of(s), ends(s, 1)},
+                                     {bare, inode_of(bare), ends(bare, kTcpClose)}};
+    });
+    for (int fd : {l, c, s, bare, p[0], f}) CHECK(one.resolve(fd).name == r.resolve(fd).name);
+    CHECK(one.resolve(bare).name == "socket");
+    CHECK(passes == 1);  // once a tick, however many sockets it names
+    one.refresh();  // a new tick: a socket not named yet reads the table again
+    CHECK(one.resolve(bare).name == "socket");
+    CHECK(passes == 2);
+
+    close(bare);
     close(s);
     close(c);
     close(l);

@@ -689,19 +689,13 @@ static __always_inline int uring_waits(__u64 min_complete, __u64 flags)
 	return (flags & QS_IORING_ENTER_GETEVENTS) && (__u32)min_complete > 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_io_uring_enter")
-int qs_loop_enter_io_uring_enter(struct trace_event_raw_sys_enter *ctx)
-{
-	if (qs_current_in_tree() && uring_waits(ctx->args[2], ctx->args[3]))
-		loop_poll_enter((__u32)ctx->args[0], QS_NR_io_uring_enter);
-	return 0;
-}
-
-/* Every other poll's entry, in one program user space attaches to each sys_enter_<poll> (the
- * section names the first): the syscall's number tells them apart, and the verifier checks the
- * turn's end twice instead of eight times (~30 ms each, on the way to the first frame). It reads
- * no argument past the third: the kernel refuses to attach a program that reads beyond a
- * tracepoint's record, and poll has three. The conditions are the exits' (above). */
+/* Every poll's entry, in one program user space attaches to each sys_enter_<poll> (the section
+ * names the first): the syscall's number tells them apart, and the verifier checks the turn's
+ * end once instead of eight times (~30-60 ms each, on the way to the first frame). It reads no
+ * argument past the second from the record: the kernel refuses to attach a program that reads
+ * beyond a tracepoint's record, and poll has three. io_uring_enter's 3rd and 4th come from the
+ * user registers saved at syscall entry, as its exit reads them. The conditions are the exits'
+ * (above). */
 SEC("tracepoint/syscalls/sys_enter_epoll_wait")
 int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
 {
@@ -732,6 +726,14 @@ int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
 	case QS_NR_select:
 	case QS_NR_pselect6:
 		break;
+	case QS_NR_io_uring_enter: {
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+
+		if (!uring_waits(regs->dx, regs->r10))
+			return 0;
+		fd = (__u32)a0;
+		break;
+	}
 	default:
 		return 0;
 	}

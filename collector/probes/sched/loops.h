@@ -21,7 +21,7 @@ extern "C" {
 namespace qscope {
 
 // The poll hooks of bpf/sched.bpf.c, one pair of syscall tracepoints each (qs_loop_enter for
-// every entry but io_uring_enter's, qs_loop_exit_<name>); `qscope check` lists the same.
+// every entry, qs_loop_exit_<name>); `qscope check` lists the same.
 inline constexpr const char* kLoopPolls[] = {"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll",
                                              "ppoll",      "select",      "pselect6",     "io_uring_enter"};
 

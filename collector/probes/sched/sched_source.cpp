@@ -785,11 +785,10 @@ std::pair<std::string, std::string> SchedSource::labels_of(const qs_wait_key& k)
 }
 
 void SchedSource::attach_loop_hooks() {
-    // One entry program for every poll but io_uring_enter (qs_loop_enter: the syscall's number
-    // tells them apart), one exit program each.
+    // One entry program for every poll (qs_loop_enter: the syscall's number tells them apart),
+    // one exit program each.
     for (const char* name : kLoopPolls) {
-        bpf_program* enter = bpf_object__find_program_by_name(skel_->obj, (std::string("qs_loop_enter_") + name).c_str());
-        if (!enter) enter = skel_->progs.qs_loop_enter;
+        bpf_program* enter = skel_->progs.qs_loop_enter;
         bpf_program* exit = bpf_object__find_program_by_name(skel_->obj, (std::string("qs_loop_exit_") + name).c_str());
         if (!exit) continue;
         const bool here = bpf_program__autoload(exit);  // off where the kernel lacks the syscall

@@ -157,8 +157,6 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
     t->children_ = children;
     t->bpf_ = std::make_unique<Bpf>();
     auto& b = *t->bpf_;
-    b.skel.reset(tree_bpf::open());
-    if (!b.skel) throw_bpf_error("tree: opening BPF object", errno ? errno : EINVAL);
     // One bit per possible tgid. pid_max rarely changes after boot; a fork beyond the
     // bitmap is counted as lost (tree.bpf.c) and shows in lost_events.
     long pid_max = 4194304;
@@ -167,13 +165,16 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
         if (read_file("/proc/sys/kernel/pid_max", s)) pid_max = std::max(1L, std::atol(s.c_str()));
     }
     const uint32_t words = static_cast<uint32_t>(std::max<long>((pid_max + 63) / 64, root / 64 + 1));
-    bpf_check(bpf_map__set_max_entries(b.skel->maps.qs_tree, words), "tree: sizing map qs_tree");
-    if (int err = tree_bpf::load(b.skel.get())) {
-        // The fd-table iterator is a speed-up, never a reason not to run: a kernel or policy
-        // that refuses iter/task_file gets the object without it (and /proc/PID/fd walks).
+    const auto open_sized = [&] {
         b.skel.reset(tree_bpf::open());
         if (!b.skel) throw_bpf_error("tree: opening BPF object", errno ? errno : EINVAL);
         bpf_check(bpf_map__set_max_entries(b.skel->maps.qs_tree, words), "tree: sizing map qs_tree");
+    };
+    open_sized();
+    if (int err = tree_bpf::load(b.skel.get())) {
+        // The fd-table iterator is a speed-up, never a reason not to run: a kernel or policy
+        // that refuses iter/task_file gets the object without it (and /proc/PID/fd walks).
+        open_sized();
         bpf_program__set_autoload(b.skel->progs.qs_fd_sockets, false);
         b.fd_iter_off = true;
         if (tree_bpf::load(b.skel.get())) throw_load_error(ProbeFamily::tree, "tree: loading BPF programs (tree.bpf.c)", err);

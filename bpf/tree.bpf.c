@@ -12,6 +12,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 
+#include "core_fixes.bpf.h"
 #include "tree.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -108,10 +109,6 @@ int BPF_PROG(qs_tree_exit, struct task_struct *p)
 #define QS_S_IFMT   00170000
 #define QS_S_IFSOCK 0140000
 
-#define QS_AF_INET     2
-#define QS_AF_INET6    10
-#define QS_IPPROTO_TCP 6
-
 /* As sock.bpf.c's qs_seed reads a socket. A connection changing state as it is read is named
  * by its old or its new ends, as a sock_diag dump a moment apart would name it. */
 static __always_inline void tcp_ends(struct file *f, struct qs_fd_sock *rec)
@@ -123,16 +120,16 @@ static __always_inline void tcp_ends(struct file *f, struct qs_fd_sock *rec)
 	if (!so)
 		return;
 	sk = BPF_CORE_READ(so, sk);
-	if (!sk || BPF_CORE_READ(sk, sk_protocol) != QS_IPPROTO_TCP ||
+	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP ||
 	    BPF_CORE_READ(sk, sk_type) != 1 /* SOCK_STREAM */)
 		return;
 	family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	/* bpf_core_read with the address's own size: BPF_CORE_READ_INTO would read one byte
 	 * (the size of the array's element). */
-	if (family == QS_AF_INET) {
+	if (family == AF_INET) {
 		bpf_core_read(rec->laddr, 4, &sk->__sk_common.skc_rcv_saddr);
 		bpf_core_read(rec->raddr, 4, &sk->__sk_common.skc_daddr);
-	} else if (family == QS_AF_INET6) {
+	} else if (family == AF_INET6) {
 		bpf_core_read(rec->laddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
 		bpf_core_read(rec->raddr, 16, &sk->__sk_common.skc_v6_daddr);
 	} else {

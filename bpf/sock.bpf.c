@@ -746,7 +746,8 @@ static __always_inline int tls_response(struct qs_conn *c, const struct qs_tls_p
  * No state-change tracepoint covers them, so:
  *  - a connection is born at sk_data_ready on the listener (unix_stream_connect queues the
  *    server's new socket as an skb on the listener and wakes it, in the connecting thread):
- *    the queue's tail skb->sk is the server side, its unix peer the client side;
+ *    the connecting socket is the syscall's fd, its unix peer the server side
+ *    (unix_connecting);
  *  - a listener is known by its struct unix_address, which every socket it accepts shares;
  *  - close is found by absence: each tick qs_unix_scan marks the tracked sockets still in the
  *    target's fd tables and qs_unix_sweep closes the rest (qs_on_close, as a TCP close).
@@ -901,18 +902,45 @@ static __always_inline void unix_connect_out(__u64 client, const struct unix_add
 	unix_track(client, &nc);
 }
 
+static __always_inline struct sock *sock_of_fd(struct task_struct *t, int fd);
+
+/* The socket whose connect(2) to the Unix listener `ls` is waking it, or 0 when the wakeup
+ * is not a connect syscall's (an io_uring connect): unix_stream_connect makes the client's
+ * peer the new server-side socket before it queues that socket and wakes the listener, in
+ * the connecting thread, so the syscall's own fd names the pair. The listener's queue tail
+ * does not: a second connect may queue its socket between this one's queueing and its
+ * wakeup, and the tail would then be the second's, seen twice (counted twice, closed once),
+ * while this connection went unseen; and an accept() loop that was not asleep may have
+ * emptied the queue already. */
+static __always_inline struct sock *unix_connecting(const struct unix_sock *ls)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	struct sock *client, *child;
+
+	if (!regs || BPF_CORE_READ(regs, orig_ax) != QS_NR_connect)
+		return 0;
+	client = sock_of_fd(t, (int)BPF_CORE_READ(regs, di));
+	if (!client || BPF_CORE_READ(client, __sk_common.skc_family) != AF_UNIX)
+		return 0;
+	child = BPF_CORE_READ((struct unix_sock *)client, peer);
+	if (!child || BPF_CORE_READ((struct unix_sock *)child, addr) != ls->addr)
+		return 0;
+	return client;
+}
+
 /* sk_data_ready on a Unix listener: a connect() just queued its server-side socket. */
 static __always_inline void on_unix_connect(struct sock *lsk)
 {
 	struct unix_sock *ls = bpf_skc_to_unix_sock(lsk);
 	struct qs_conn nc;
 	struct sk_buff *skb;
-	struct sock *child;
+	struct sock *child, *client;
 	__u32 *idxp;
 	__u64 akey, now;
 	int mine;
 
-	if (!ls || !lsk->sk_receive_queue.qlen)
+	if (!ls)
 		return;
 	akey = (__u64)ls->addr;
 	idxp = bpf_map_lookup_elem(&unix_listen, &akey);
@@ -921,24 +949,32 @@ static __always_inline void on_unix_connect(struct sock *lsk)
 	mine = is_target();
 	if (!idxp && !mine)
 		return;
-	skb = lsk->sk_receive_queue.prev;
-	child = skb ? skb->sk : 0;
+	client = unix_connecting(ls);
+	if (client) {
+		child = BPF_CORE_READ((struct unix_sock *)client, peer);
+	} else {
+		/* Not a connect syscall: the newest queued socket, the best guess there is. */
+		if (!lsk->sk_receive_queue.qlen)
+			return;
+		skb = lsk->sk_receive_queue.prev;
+		child = skb ? skb->sk : 0;
+		/* child is a walked (untrusted) pointer: read, not cast by a helper */
+		client = child ? BPF_CORE_READ((struct unix_sock *)child, peer) : 0;
+	}
 	if (!child)
 		return;
 	now = bpf_ktime_get_ns();
-	if (idxp) {
+	/* The listener's accept() may have taken the new socket already (an accept loop that was
+	 * not asleep), between its queueing and this wakeup: the accept tracked it then. */
+	if (idxp && !BPF_CORE_READ(child, sk_socket)) {
 		struct qs_port_stats *p = port_at(*idxp);
 		if (p)
 			atomic_max(&p->accept_queue_max, (__s64)lsk->sk_ack_backlog);
 		qs_conn_init_inbound(&nc, now, (__u16)*idxp);
 		unix_track((__u64)child, &nc);
 	}
-	if (mine) {
-		/* child is a walked (untrusted) pointer: read, not cast by a helper */
-		__u64 client = (__u64)BPF_CORE_READ((struct unix_sock *)child, peer);
-		if (client)
-			unix_connect_out(client, ls->addr, now);
-	}
+	if (mine && client)
+		unix_connect_out((__u64)client, ls->addr, now);
 }
 
 /* accept() returned a Unix socket queued before the attach (or while the listener was not yet

@@ -482,3 +482,89 @@ TEST_CASE("a seqpacket server on an abstract name: its listener and completed re
     ::unlink(counter.path.c_str());
     ::rmdir(dir.c_str());
 }
+
+TEST_CASE("connects racing to one Unix listener: each call counted once, every connection seen closed",
+          "[unix][integration]") {
+    if (!require_root()) return;
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        skip("python3 not installed");
+        return;
+    }
+    // Eight threads of the target connect to one listener at the same moment (a barrier), make
+    // one call each and close, round after round: what nginx's workers do to php-fpm when their
+    // requests end together. Between a connect's queueing of its socket on the listener and its
+    // wakeup of it, another connect may queue its own, or the server's accept loop take it: the
+    // queue's tail, which qscope once read, named neither (1,197-1,198 calls of 1,200 counted).
+    // Both sides are held to the programs' own counts: the client's (the target) calls and open
+    // connections, and, from a second qscope on the server, its listener's accepts and requests.
+    const std::string name = "qs-unix-race-" + std::to_string(::getpid());
+    const std::string dir = temp_dir("qs-unix-race");
+    const std::string go = dir + "/go";
+    constexpr int kThreads = 8, kRounds = 150;
+    const std::string server = "import socket,threading\n"
+                               "s=socket.socket(socket.AF_UNIX,socket.SOCK_STREAM)\n"
+                               "s.bind('\\0" + name + "'); s.listen(256)\n"
+                               "def serve(c):\n"
+                               "    if c.recv(16): c.send(b'ok')\n"
+                               "    c.recv(16); c.close()\n"
+                               "print('READY', flush=True)\n"
+                               "while True:\n"
+                               "    c,_=s.accept(); threading.Thread(target=serve,args=(c,),daemon=True).start()\n";
+    const std::string client = "import os,socket,threading,time\n"
+                               "b=threading.Barrier(" + std::to_string(kThreads) + ")\n"
+                               "done=[0]; lk=threading.Lock()\n"
+                               "def run():\n"
+                               "    for _ in range(" + std::to_string(kRounds) + "):\n"
+                               "        b.wait()\n"
+                               "        c=socket.socket(socket.AF_UNIX,socket.SOCK_STREAM); c.connect('\\0" + name + "')\n"
+                               "        c.send(b'q'); c.recv(16); c.close()\n"
+                               "        with lk: done[0]+=1\n"
+                               "print('READY', flush=True)\n"
+                               "while not os.path.exists('" + go + "'): time.sleep(0.05)\n"
+                               "ts=[threading.Thread(target=run) for _ in range(" + std::to_string(kThreads) + ")]\n"
+                               "[t.start() for t in ts]; [t.join() for t in ts]\n"
+                               "print('DONE', done[0], flush=True)\n"
+                               "time.sleep(60)\n";
+    Proc srv = spawn({"/usr/bin/python3", "-c", server});
+    REQUIRE(!srv.wait_for_output("READY", 10).empty());
+    Proc cli = spawn({"/usr/bin/python3", "-c", client});
+    REQUIRE(!cli.wait_for_output("READY", 10).empty());
+    Proc q = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(cli.pid()), "--duration", "8", "--json",
+                    "--no-threads"});
+    // And the listener's side, from the server's PID.
+    Proc qs = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(srv.pid()), "--duration", "8", "--json",
+                     "--no-threads"});
+    REQUIRE(wait_attached(q.pid(), 20));
+    REQUIRE(wait_attached(qs.pid(), 20));
+    { std::ofstream(go) << "go"; }
+    const std::string done = cli.wait_for_output("DONE", 30);
+    REQUIRE(!done.empty());
+    const long made = std::atol(done.c_str() + done.find("DONE") + 4);
+    REQUIRE(q.wait(30) == 0);
+    const json s = qscope_json(q.out());
+    const json* p = find_peer(s, "unix:@" + name);
+    INFO(s["downstream"].dump());
+    REQUIRE(p);
+    std::printf("unix_test: %ld racing connects and calls; qscope counted %s calls, %s connections open after\n", made,
+                (*p)["calls"].dump().c_str(), (*p)["connections"].dump().c_str());
+    CHECK(made == kThreads * kRounds);
+    CHECK((*p)["calls"] == made);
+    CHECK((*p)["connections"] == 0);
+    CHECK((*p)["busy"] == 0);
+
+    REQUIRE(qs.wait(30) == 0);
+    const json t = qscope_json(qs.out());
+    const json* l = find_unix_listener(t, "@" + name);
+    INFO(t["listeners"].dump() << "\n" << t["requests"].dump());
+    REQUIRE(l);
+    std::printf("unix_test: the listener accepted %s, %s requests completed, %s connections open after\n",
+                (*l)["accepted"].dump().c_str(), t["requests"]["completed"].dump().c_str(),
+                t["requests"]["connections"].dump().c_str());
+    CHECK((*l)["accepted"] == made);
+    CHECK(t["requests"]["completed"] == made);
+    CHECK(t["requests"]["connections"] == 0);
+    cli.kill_and_wait();
+    srv.kill_and_wait();
+    ::unlink(go.c_str());
+    ::rmdir(dir.c_str());
+}

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 namespace qscope {
@@ -87,9 +88,20 @@ bool KernelTracepoints::has_tracefs(const std::string& category, const std::stri
     return stat((root + "/events/" + category + "/" + name + "/id").c_str(), &st) == 0;
 }
 
+std::shared_ptr<btf> shared_vmlinux_btf() {
+    static std::mutex mu;
+    static std::weak_ptr<btf> held;
+    // Under the lock through the parse: a second asker waits for this parse, not its own.
+    std::lock_guard<std::mutex> g(mu);
+    if (auto b = held.lock(); b && b.get()) return b;
+    std::shared_ptr<btf> b(btf__load_vmlinux_btf(), btf__free);
+    held = b;
+    return b;
+}
+
 btf* KernelTracepoints::vmlinux() {
     if (!loaded_) {
-        vmlinux_.reset(btf__load_vmlinux_btf());
+        vmlinux_ = shared_vmlinux_btf();
         loaded_ = true;
     }
     return vmlinux_.get();

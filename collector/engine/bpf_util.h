@@ -75,9 +75,14 @@ std::vector<char> read_iter(bpf_link* link, const std::string& what);
 
 // ---- which tracepoints the kernel has ---------------------------------------------------
 
+// The kernel's BTF, parsed once for all who hold it at the same time: a parse costs ~15-50 ms
+// of CPU (~100 ms on a busy 2-core machine) and ~20 MiB, so whoever asks while another holds
+// it shares that parse, and the last holder frees it. Null when the kernel has none.
+std::shared_ptr<btf> shared_vmlinux_btf();
+
 // The one place a source asks whether a tracepoint exists, for both kinds it attaches to.
-// vmlinux BTF is parsed on the first BTF question and kept: a parse costs ~100 ms on a busy
-// 2-core machine, and one source asks about nine hooks.
+// vmlinux BTF is taken on the first BTF question (shared_vmlinux_btf) and kept: one source
+// asks about nine hooks.
 class KernelTracepoints {
 public:
     // tp_btf/<name>: the arguments the raw tracepoint passes (btf_trace_<name> is a typedef
@@ -98,7 +103,7 @@ public:
     btf* vmlinux();
 
 private:
-    Owned<btf, btf__free> vmlinux_;
+    std::shared_ptr<btf> vmlinux_;
     bool loaded_ = false;
 };
 

@@ -49,6 +49,13 @@ void Collector::start(const StartProgress& progress) {
         throw Error(err.code(), std::string(err.what()) + " (" + lockdown_note_ + ")");
     };
     init_libbpf_logging(cfg_.verbose);
+    // The kernel's BTF for the sources that ask it, parsed while the tree loads and held until
+    // they have started, so that their questions wait for this parse instead of making one
+    // after the tree's. Declared before the thread, which is joined first.
+    std::shared_ptr<btf> kernel_btf;
+    std::jthread btf_parse;
+    if (std::any_of(sources_.begin(), sources_.end(), [](const auto& s) { return s->asks_kernel_btf(); }))
+        btf_parse = std::jthread([&kernel_btf] { kernel_btf = shared_vmlinux_btf(); });
     // Before the sources: each loads with the tree's bitmap as its filter.
     try {
         target_.follow(cfg_.follow_children);

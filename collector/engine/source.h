@@ -59,6 +59,9 @@ public:
     // open → configure (rodata, map sizes) → load → attach. Throws qscope::Error naming the
     // program or map, the operation and the errno.
     virtual void start(const Target& target, const Config& cfg) = 0;
+    // Its start asks the kernel's BTF which hooks exist (KernelTracepoints): the collector
+    // then parses it while the tree loads, on the core that load leaves idle.
+    virtual bool asks_kernel_btf() const { return false; }
     // Drain ring buffers, read maps, fill this source's sections of `snap`.
     virtual void collect(Snapshot& snap, const Tick& tick) = 0;
     // Every source has attached: the first window opens now. A source whose counters ran

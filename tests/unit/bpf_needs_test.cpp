@@ -12,7 +12,9 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/bpf_util.h"
@@ -139,4 +141,26 @@ TEST_CASE("bpf needs: this host has them all, and the texts name the release", "
     CHECK(needs_of(every, ProbeFamily::jvm).size() < all.size());
     CHECK(text.find("this kernel (Linux ") == 0);
     CHECK(text.find(std::string(first.what) + " (Linux " + first.since + "+)") != std::string::npos);
+}
+
+TEST_CASE("the kernel's BTF: one parse for whoever holds it at the same time, freed with the last holder",
+          "[kernel-features]") {
+    std::shared_ptr<btf> first = shared_vmlinux_btf();
+    if (!first) {
+        WARN("skipped: no kernel BTF");
+        return;
+    }
+    // The collector's early parse and a source's questions, at once, from another thread.
+    KernelTracepoints kernel;
+    btf* asked = nullptr;
+    std::thread([&] { asked = kernel.vmlinux(); }).join();
+    CHECK(asked == first.get());
+    CHECK(kernel.has_btf("sched_switch"));
+    // Nobody else holds it: the last holder frees it, and the next asker parses anew.
+    const std::weak_ptr<btf> kept = first;
+    first.reset();
+    CHECK(!kept.expired());  // the KernelTracepoints still holds it
+    kernel = KernelTracepoints();
+    CHECK(kept.expired());
+    CHECK(shared_vmlinux_btf() != nullptr);
 }

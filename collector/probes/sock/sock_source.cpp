@@ -113,6 +113,7 @@ public:
         detach_concurrently(all);
     }
     ProbeFamily family() const override { return ProbeFamily::sock; }
+    bool asks_kernel_btf() const override { return true; }  // probe_features
 
     void start(const Target& target, const Config& cfg) override {
         pid_ = target.pid();

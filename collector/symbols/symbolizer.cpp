@@ -138,7 +138,7 @@ std::string_view take_field(std::string_view& line) {
 // ---- kernel symbols: one table per collector process, loaded on first use ------------
 struct KernelSyms {
     std::once_flag once;
-    std::vector<KallsymsEntry> syms;
+    KernelSymbols syms;
 };
 KernelSyms& kernel_syms() {
     static KernelSyms k;
@@ -185,10 +185,17 @@ const PerfMapEntry* find_perf_map_entry(const std::vector<PerfMapEntry>& map, ui
     return addr - it->start < it->size ? &*it : nullptr;
 }
 
-std::vector<KallsymsEntry> parse_kallsyms(const std::string& text) {
-    std::vector<KallsymsEntry> out;
+KernelSymbols::Entry KernelSymbols::operator[](size_t i) const {
+    const Sym& s = syms_[i];
+    return {s.addr, std::string_view(names_).substr(s.name, s.name_len), modules_[s.module]};
+}
+
+KernelSymbols parse_kallsyms(const std::string& text) {
+    KernelSymbols out;
+    out.names_.reserve(text.size() / 2);
+    out.syms_.reserve(text.size() / 40);  // ~45 bytes a line
     for_each_line(text, [&](std::string_view line) {
-        KallsymsEntry e;
+        KernelSymbols::Sym e{};
         std::string_view a = take_field(line);
         // Kernel addresses are exactly 16 hex digits on 64-bit; reject anything shorter
         // that might be a fragment.
@@ -198,33 +205,51 @@ std::vector<KallsymsEntry> parse_kallsyms(const std::string& text) {
         char t = type[0];
         if (t != 't' && t != 'T' && t != 'w' && t != 'W') return;
         std::string_view name = take_field(line);
-        if (name.empty()) return;
+        if (name.empty() || name.size() > UINT16_MAX) return;
         if (name.substr(0, 8) == "__start_" || name.substr(0, 7) == "__stop_") return;
         std::string_view mod = take_field(line);
-        if (mod.size() > 2 && mod.front() == '[' && mod.back() == ']')
-            e.module = std::string(mod.substr(1, mod.size() - 2));
-        e.name = std::string(name);
-        out.push_back(std::move(e));
+        if (mod.size() > 2 && mod.front() == '[' && mod.back() == ']') {
+            mod = mod.substr(1, mod.size() - 2);
+            // A module's symbols come together: the last one named is the likely match.
+            auto& mods = out.modules_;
+            auto it = mods.back() == mod ? mods.end() - 1 : std::find(mods.begin() + 1, mods.end(), mod);
+            if (it == mods.end()) {
+                if (mods.size() > UINT16_MAX) return;
+                it = mods.emplace(mods.end(), mod);
+            }
+            e.module = static_cast<uint16_t>(it - mods.begin());
+        }
+        e.name = static_cast<uint32_t>(out.names_.size());
+        e.name_len = static_cast<uint16_t>(name.size());
+        out.names_.append(name);
+        out.syms_.push_back(e);
     });
-    std::stable_sort(out.begin(), out.end(),
-                     [](const KallsymsEntry& a, const KallsymsEntry& b) { return a.addr < b.addr; });
-    // Aliases at one address: keep the first listed, which is the kernel's canonical name.
-    out.erase(std::unique(out.begin(), out.end(),
-                          [](const KallsymsEntry& a, const KallsymsEntry& b) { return a.addr == b.addr; }),
-              out.end());
+    // Stable: of the aliases at one address, the first listed is kept below.
+    std::stable_sort(out.syms_.begin(), out.syms_.end(),
+                     [](const KernelSymbols::Sym& a, const KernelSymbols::Sym& b) { return a.addr < b.addr; });
+    out.syms_.erase(std::unique(out.syms_.begin(), out.syms_.end(),
+                                [](const KernelSymbols::Sym& a, const KernelSymbols::Sym& b) { return a.addr == b.addr; }),
+                    out.syms_.end());
     // With kptr_restrict every address reads as 0: nothing is resolvable.
-    if (!out.empty() && out.back().addr == 0) out.clear();
+    if (!out.syms_.empty() && out.syms_.back().addr == 0) out = KernelSymbols();
+    out.syms_.shrink_to_fit();
+    out.names_.shrink_to_fit();
     return out;
 }
 
-std::string symbolize_kernel_addr(const std::vector<KallsymsEntry>& syms, uint64_t addr) {
-    auto it = std::upper_bound(syms.begin(), syms.end(), addr,
-                               [](uint64_t a, const KallsymsEntry& e) { return a < e.addr; });
-    if (it == syms.begin()) return hex(addr);
-    --it;
-    uint64_t off = addr - it->addr;
+std::string symbolize_kernel_addr(const KernelSymbols& syms, uint64_t addr) {
+    // The last symbol at or below addr.
+    size_t lo = 0, hi = syms.size();
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (syms[mid].addr <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return hex(addr);
+    const KernelSymbols::Entry e = syms[lo - 1];
+    uint64_t off = addr - e.addr;
     if (off > kMaxKernelSymOffset) return hex(addr);
-    return frame_text(it->name, off, it->module.empty() ? "kernel" : it->module);
+    return frame_text(std::string(e.name), off, e.module.empty() ? "kernel" : std::string(e.module));
 }
 
 // ---- per-target state -----------------------------------------------------------------

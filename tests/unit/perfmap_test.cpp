@@ -90,7 +90,7 @@ TEST_CASE("kallsyms: text symbols only, markers dropped, sorted, modules kept", 
         "garbage\n";
     auto k = parse_kallsyms(text);
     std::vector<std::string> names;
-    for (auto& e : k) names.push_back(e.name);
+    for (size_t i = 0; i < k.size(); ++i) names.emplace_back(k[i].name);
     CHECK(names == std::vector<std::string>{"_stext", "do_one_initcall", "schedule", "weak_fn", "nft_do_chain"});
     for (size_t i = 1; i < k.size(); ++i) CHECK(k[i - 1].addr < k[i].addr);
     CHECK(k.back().module == "nf_tables");
@@ -104,6 +104,21 @@ TEST_CASE("kallsyms: text symbols only, markers dropped, sorted, modules kept", 
     CHECK(symbolize_kernel_addr({}, 0x1234) == "0x1234");
 }
 
+TEST_CASE("kallsyms: each symbol keeps its own module, however the modules' lines interleave", "[kallsyms]") {
+    const auto k = parse_kallsyms(
+        "ffffffffc0b00000 t xt_find\t[x_tables]\n"
+        "ffffffffc0a00000 t nft_do_chain\t[nf_tables]\n"
+        "ffffffffc0b00100 t xt_register\t[x_tables]\n"
+        "ffffffff81000000 T _stext\n"
+        "ffffffffc0a00200 t nft_lookup\t[nf_tables]\n");
+    REQUIRE(k.size() == 5);
+    CHECK(symbolize_kernel_addr(k, 0xffffffffc0b00008) == "xt_find+0x8 (x_tables)");
+    CHECK(symbolize_kernel_addr(k, 0xffffffffc0b00100) == "xt_register+0x0 (x_tables)");
+    CHECK(symbolize_kernel_addr(k, 0xffffffffc0a00010) == "nft_do_chain+0x10 (nf_tables)");
+    CHECK(symbolize_kernel_addr(k, 0xffffffffc0a00201) == "nft_lookup+0x1 (nf_tables)");
+    CHECK(symbolize_kernel_addr(k, 0xffffffff81000004) == "_stext+0x4 (kernel)");
+}
+
 TEST_CASE("kallsyms: hidden addresses (kptr_restrict) resolve nothing", "[kallsyms]") {
     auto k = parse_kallsyms("0000000000000000 T _stext\n0000000000000000 T schedule\n");
     CHECK(k.empty());
@@ -115,9 +130,9 @@ TEST_CASE("kallsyms: the live file parses (when readable)", "[kallsyms]") {
     ss << f.rdbuf();
     auto k = parse_kallsyms(ss.str());
     for (size_t i = 1; i < k.size(); ++i) REQUIRE(k[i - 1].addr < k[i].addr);
-    for (auto& e : k) {
-        REQUIRE(e.name.rfind("__start_", 0) != 0);
-        REQUIRE(e.name.rfind("__stop_", 0) != 0);
+    for (size_t i = 0; i < k.size(); ++i) {
+        REQUIRE(k[i].name.rfind("__start_", 0) != 0);
+        REQUIRE(k[i].name.rfind("__stop_", 0) != 0);
     }
     if (geteuid() == 0) CHECK(k.size() > 10000);
 }

@@ -904,29 +904,22 @@ static __always_inline void unix_connect_out(__u64 client, const struct unix_add
 
 static __always_inline struct sock *sock_of_fd(struct task_struct *t, int fd);
 
-/* The socket whose connect(2) to the Unix listener `ls` is waking it, or 0 when the wakeup
- * is not a connect syscall's (an io_uring connect): unix_stream_connect makes the client's
- * peer the new server-side socket before it queues that socket and wakes the listener, in
- * the connecting thread, so the syscall's own fd names the pair. The listener's queue tail
- * does not: a second connect may queue its socket between this one's queueing and its
- * wakeup, and the tail would then be the second's, seen twice (counted twice, closed once),
- * while this connection went unseen; and an accept() loop that was not asleep may have
- * emptied the queue already. */
-static __always_inline struct sock *unix_connecting(const struct unix_sock *ls)
+/* The Unix socket the current connect(2) names by its fd, with its unix peer in *peer (the
+ * listener's new server-side socket, which shares the listener's address), or 0 when this is
+ * no connect syscall (an io_uring connect) or the socket is no connected Unix one. */
+static __always_inline struct sock *unix_connecting(struct sock **peer)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
-	struct sock *client, *child;
+	struct sock *client;
 
 	if (!regs || BPF_CORE_READ(regs, orig_ax) != QS_NR_connect)
 		return 0;
 	client = sock_of_fd(t, (int)BPF_CORE_READ(regs, di));
 	if (!client || BPF_CORE_READ(client, __sk_common.skc_family) != AF_UNIX)
 		return 0;
-	child = BPF_CORE_READ((struct unix_sock *)client, peer);
-	if (!child || BPF_CORE_READ((struct unix_sock *)child, addr) != ls->addr)
-		return 0;
-	return client;
+	*peer = BPF_CORE_READ((struct unix_sock *)client, peer);
+	return *peer ? client : 0;
 }
 
 /* sk_data_ready on a Unix listener: a connect() just queued its server-side socket. */
@@ -949,10 +942,16 @@ static __always_inline void on_unix_connect(struct sock *lsk)
 	mine = is_target();
 	if (!idxp && !mine)
 		return;
-	client = unix_connecting(ls);
-	if (client) {
-		child = BPF_CORE_READ((struct unix_sock *)client, peer);
-	} else {
+	/* unix_stream_connect makes the client's peer the new server-side socket before it queues
+	 * that socket and wakes the listener, in the connecting thread, so the syscall's own fd
+	 * names the pair. The listener's queue tail does not: a second connect may queue its
+	 * socket between this one's queueing and its wakeup, and the tail would then be the
+	 * second's, seen twice (counted twice, closed once), while this connection went unseen;
+	 * and an accept() loop that was not asleep may have emptied the queue already. */
+	client = unix_connecting(&child);
+	if (client && BPF_CORE_READ((struct unix_sock *)child, addr) != ls->addr)
+		client = 0;   /* not a connect to this listener */
+	if (!client) {
 		/* Not a connect syscall: the newest queued socket, the best guess there is. */
 		if (!lsk->sk_receive_queue.qlen)
 			return;
@@ -2678,41 +2677,31 @@ int qs_seed_busy(struct bpf_iter__task *ctx)
 
 /* ---- Unix-domain sockets: closes ---------------------------------------------------------- */
 
-/* close(fd) in the target, of the last reference to a tracked socket's file. A Unix
- * connection ends now rather than at the next sweep (which still catches exits, dup'd fds and
- * files another thread held at the close); an outbound call still waiting for its reply was
- * given up. */
 /* A connect() of the target's to a Unix listener, while arrivals are scoped to its cgroup and
  * sk_data_ready is not attached (collector/probes/sock/scope.h): the outbound connection
  * on_unix_connect would have started, from the connecting socket's side. Attached only then. */
 SEC("tracepoint/syscalls/sys_exit_connect")
 int qs_unix_connect_exit(struct trace_event_raw_sys_exit *ctx)
 {
-	struct task_struct *t;
-	struct pt_regs *regs;
 	struct sock *sk, *peer;
 	__u16 type;
 
 	if (ctx->ret != 0 || !follow_unix || !is_target())
 		return 0;
-	t = bpf_get_current_task_btf();
-	regs = (struct pt_regs *)bpf_task_pt_regs(t);
-	if (!regs)
-		return 0;
-	sk = sock_of_fd(t, (int)BPF_CORE_READ(regs, di));
-	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_UNIX)
+	sk = unix_connecting(&peer);
+	if (!sk)
 		return 0;
 	type = BPF_CORE_READ(sk, sk_type);
 	if (type != QS_SOCK_STREAM && type != QS_SOCK_SEQPACKET)
-		return 0;
-	/* The peer is the listener's server-side child, which shares the listener's address. */
-	peer = BPF_CORE_READ((struct unix_sock *)sk, peer);
-	if (!peer)
 		return 0;
 	unix_connect_out((__u64)sk, BPF_CORE_READ((struct unix_sock *)peer, addr), bpf_ktime_get_ns());
 	return 0;
 }
 
+/* close(fd) in the target, of the last reference to a tracked socket's file. A Unix
+ * connection ends now rather than at the next sweep (which still catches exits, dup'd fds and
+ * files another thread held at the close); an outbound call still waiting for its reply was
+ * given up. */
 SEC("tracepoint/syscalls/sys_enter_close")
 int qs_close_enter(struct trace_event_raw_sys_enter *ctx)
 {

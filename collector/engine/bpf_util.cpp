@@ -93,7 +93,7 @@ std::shared_ptr<btf> shared_vmlinux_btf() {
     static std::weak_ptr<btf> held;
     // Under the lock through the parse: a second asker waits for this parse, not its own.
     std::lock_guard<std::mutex> g(mu);
-    if (auto b = held.lock(); b && b.get()) return b;
+    if (auto b = held.lock()) return b;
     std::shared_ptr<btf> b(btf__load_vmlinux_btf(), btf__free);
     held = b;
     return b;

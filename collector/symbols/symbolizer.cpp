@@ -94,11 +94,15 @@ std::string demangle(const char* name) {
     return name;
 }
 
-std::string frame_text(const std::string& func, uint64_t off, const std::string& module) {
-    std::string s = func;
+std::string frame_text(std::string_view func, uint64_t off, std::string_view module) {
+    std::string s(func);
     s += '+';
     s += hex(off);
-    if (!module.empty()) s += " (" + module + ")";
+    if (!module.empty()) {
+        s += " (";
+        s += module;
+        s += ')';
+    }
     return s;
 }
 
@@ -238,18 +242,13 @@ KernelSymbols parse_kallsyms(const std::string& text) {
 }
 
 std::string symbolize_kernel_addr(const KernelSymbols& syms, uint64_t addr) {
-    // The last symbol at or below addr.
-    size_t lo = 0, hi = syms.size();
-    while (lo < hi) {
-        const size_t mid = lo + (hi - lo) / 2;
-        if (syms[mid].addr <= addr) lo = mid + 1;
-        else hi = mid;
-    }
-    if (lo == 0) return hex(addr);
-    const KernelSymbols::Entry e = syms[lo - 1];
+    auto it = std::upper_bound(syms.syms_.begin(), syms.syms_.end(), addr,
+                               [](uint64_t a, const KernelSymbols::Sym& s) { return a < s.addr; });
+    if (it == syms.syms_.begin()) return hex(addr);
+    const KernelSymbols::Entry e = syms[static_cast<size_t>(it - syms.syms_.begin()) - 1];
     uint64_t off = addr - e.addr;
     if (off > kMaxKernelSymOffset) return hex(addr);
-    return frame_text(std::string(e.name), off, e.module.empty() ? "kernel" : std::string(e.module));
+    return frame_text(e.name, off, e.module.empty() ? "kernel" : e.module);
 }
 
 // ---- per-target state -----------------------------------------------------------------

@@ -66,7 +66,7 @@ const PerfMapEntry* find_perf_map_entry(const std::vector<PerfMapEntry>& map, ui
 
 // The kernel's text symbols (t/T/w/W) of /proc/kallsyms, sorted by address. The names are
 // kept in one block, 16 bytes a symbol beside it: ~120,000 symbols held as two std::strings
-// each took ~11 MiB for the collector's life and 30-110 ms to build.
+// each took 13.2 MiB for the collector's life and 75-124 ms to build (docs/benchmarks.md).
 class KernelSymbols {
 public:
     struct Entry {
@@ -81,6 +81,7 @@ public:
 
 private:
     friend KernelSymbols parse_kallsyms(const std::string& text);
+    friend std::string symbolize_kernel_addr(const KernelSymbols& syms, uint64_t addr);
     struct Sym {
         uint64_t addr;
         uint32_t name;      // offset in names_

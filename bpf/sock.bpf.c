@@ -58,6 +58,38 @@ const volatile __u32 h2_streams = 1;
 
 static const struct qs_h2 h2_zero;
 
+/* The frame walk is ~90% of what the verifier checks in the reads' and the writes' programs
+ * (~150,000 of ~165,000 instructions each, ~80 ms apiece). So each of those hooks runs a light
+ * program without it, which jumps (a tail call) to its twin with the walk once user space has
+ * put the twin in its slot here; with the slot empty the jump falls through. top loads the
+ * twins after its first frame, the other commands before they attach. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} recv_walk SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} send_walk SEC(".maps");
+
+/* 1 while the twins are loading (user space clears it if they fail): a light program then
+ * leaves an HTTP/2 connection unmarked, so that it joins the walk at a later response, as a
+ * connection met mid-way does. 0: the walk is not coming (no bpf_loop, or its load failed), and
+ * HTTP/2 connections are counted per connection, as when h2_conns is full. */
+__u32 h2_walk_coming = 0;
+__u64 h2_unwalked = 0;      /* HTTP/2 responses and replies taken as turns while the walk loaded */
+
+/* A light program (walk 0) while the walk's twins are loading. */
+static __always_inline int walk_pending(const int walk)
+{
+	return !walk && h2_streams && *(volatile __u32 *)&h2_walk_coming;
+}
+
 __u64 h2_followed = 0;      /* inbound HTTP/2 connections whose streams are followed */
 __u64 h2_table_full = 0;    /* HTTP/2 connections followed in turns instead: h2_conns full */
 __u64 h2_lost_sync = 0;     /* frame boundaries lost (qs_h2_plausible failed, bytes past the walk) */
@@ -1129,14 +1161,17 @@ struct io_head {
 };
 
 static __always_inline __u32 io_head(struct io_head *h, int ret);
-static __always_inline void reply_read(struct qs_conn *c, struct io_head *h, int ret);
+static __always_inline void reply_read(struct qs_conn *c, struct io_head *h, int ret, const int walk);
 static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int ret, __u32 rx);
+static __always_inline void h2_walk_or_lose(__u64 key, struct qs_conn *c, int ret, __u32 rx, const int walk);
 static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 int io_is_h2_preface(void);
 static __always_inline void peer_speaks_h2(struct qs_conn *c, int followed);
 static __always_inline int h2_follow_tls(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 
-static __always_inline void on_recv(struct sock *sk, int ret, int flags, const int probe)
+/* A read of the target's (its callers checked is_target). walk: the HTTP/2 frame walk's twin
+ * (recv_walk); 0 leaves HTTP/2 connections in turns. */
+static __always_inline void on_recv(struct sock *sk, int ret, int flags, const int probe, const int walk)
 {
 	__u64 key = (__u64)sk;
 	struct qs_conn *c;
@@ -1144,8 +1179,6 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	struct io_head head = {};
 	__u8 was;
 
-	if (!is_target())
-		return;
 	if (ret <= 0)
 		return;
 	c = bpf_map_lookup_elem(&conns, &key);
@@ -1156,7 +1189,7 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	if (c->flags & QS_F_TLS)
 		tls_saw_socket(key, 1);
 	/* A new connection's first read: HTTP/2's preface makes its streams the requests. */
-	if (c->dir == QS_DIR_IN && h2_streams && !c->t_req && c->proto == QS_PROTO_TURNS &&
+	if (walk && c->dir == QS_DIR_IN && h2_streams && !c->t_req && c->proto == QS_PROTO_TURNS &&
 	    !(c->flags & (QS_F_SEEDED | QS_F_UNIX | QS_F_TLS)) && !(flags & QS_MSG_PEEK) &&
 	    io_is_h2_preface() && h2_follow(key, c, 1, &e))
 		note_wire(c, QS_WIRE_H2);
@@ -1166,7 +1199,7 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	/* An outbound connection met mid-way (its preface went out before the attach): a call's
 	 * reply that begins with an HTTP/2 frame joins it, and from here on its streams are the
 	 * calls. (With no room in h2_conns, reply_read names the peer instead.) */
-	if (c->dir == QS_DIR_OUT && h2_streams && c->proto == QS_PROTO_TURNS && c->state == QS_ST_BUSY &&
+	if (walk && c->dir == QS_DIR_OUT && h2_streams && c->proto == QS_PROTO_TURNS && c->state == QS_ST_BUSY &&
 	    !(c->flags & (QS_F_H2 | QS_F_UNIX)) && !(flags & QS_MSG_PEEK) &&
 	    io_head(&head, ret) >= QS_H2_HEADER && qs_h2_plausible(head.b, 0, 1))
 		h2_follow(key, c, 0, &e);
@@ -1179,18 +1212,29 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 		   c->dir == QS_DIR_IN && !(c->flags & QS_F_UNIX)
 			   ? (probe ? sk_unread_probe(sk) : sk_unread(sk)) : 0, &e);
 	if (c->proto == QS_PROTO_H2 && !(flags & QS_MSG_PEEK))
-		h2_walk_syscall(key, c, ret, 1);
+		h2_walk_or_lose(key, c, ret, 1, walk);
 	else if (c->dir == QS_DIR_IN && was != QS_ST_REQUEST && c->state == QS_ST_REQUEST)
 		req_begin(key);
 	else if (c->dir == QS_DIR_OUT && e.d_busy < 0)
-		reply_read(c, &head, ret);
+		reply_read(c, &head, ret, walk);
 	apply_read(c, &e);
 }
 
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(qs_recv, struct sock *sk, int ret, int flags)
 {
-	on_recv(sk, ret, flags, QS_BTF);
+	if (ret <= 0 || !is_target())
+		return 0;
+	bpf_tail_call(ctx, &recv_walk, 0);
+	on_recv(sk, ret, flags, QS_BTF, 0);
+	return 0;
+}
+
+/* qs_recv's twin with the walk (recv_walk): never attached. */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(qs_recv_walk, struct sock *sk, int ret, int flags)
+{
+	on_recv(sk, ret, flags, QS_BTF, 1);
 	return 0;
 }
 
@@ -1208,13 +1252,28 @@ const volatile __u32 tcp_recvmsg_nargs = 5;
  * space clears it on those kernels and says so. */
 const volatile __u32 follow_unix = 1;
 
+static __always_inline void recv_fexit(unsigned long long *ctx, const int walk)
+{
+	if (tcp_recvmsg_nargs == 6)
+		on_recv((struct sock *)ctx[0], (int)ctx[6], (int)ctx[4], QS_BTF, walk);
+	else
+		on_recv((struct sock *)ctx[0], (int)ctx[5], (int)ctx[3], QS_BTF, walk);
+}
+
 SEC("fexit/tcp_recvmsg")
 int qs_recv_fexit(unsigned long long *ctx)
 {
-	if (tcp_recvmsg_nargs == 6)
-		on_recv((struct sock *)ctx[0], (int)ctx[6], (int)ctx[4], QS_BTF);
-	else
-		on_recv((struct sock *)ctx[0], (int)ctx[5], (int)ctx[3], QS_BTF);
+	if (!is_target())
+		return 0;
+	bpf_tail_call(ctx, &recv_walk, 0);
+	recv_fexit(ctx, 0);
+	return 0;
+}
+
+SEC("fexit/tcp_recvmsg")
+int qs_recv_fexit_walk(unsigned long long *ctx)
+{
+	recv_fexit(ctx, 1);
 	return 0;
 }
 
@@ -1243,12 +1302,11 @@ static __always_inline void io_enter(__u64 sk, int flags)
 	bpf_map_update_elem(&io_args, &tid, &a, BPF_ANY);
 }
 
+/* The entry's arguments, taken (its callers checked is_target). */
 static __always_inline int io_exit(struct qs_io_args *out)
 {
 	__u64 tid = bpf_get_current_pid_tgid();
 	struct qs_io_args *a;
-	if (!is_target())
-		return 0;
 	a = bpf_map_lookup_elem(&io_args, &tid);
 	if (!a)
 		return 0;
@@ -1270,12 +1328,27 @@ int BPF_KPROBE(qs_recv_kprobe, struct sock *sk)
 	return 0;
 }
 
-SEC("kretprobe/tcp_recvmsg")
-int BPF_KRETPROBE(qs_recv_kretprobe, int ret)
+static __always_inline void recv_kretprobe(int ret, const int walk)
 {
 	struct qs_io_args a;
 	if (io_exit(&a))
-		on_recv((struct sock *)a.sk, ret, a.flags, QS_PROBE);
+		on_recv((struct sock *)a.sk, ret, a.flags, QS_PROBE, walk);
+}
+
+SEC("kretprobe/tcp_recvmsg")
+int BPF_KRETPROBE(qs_recv_kretprobe, int ret)
+{
+	if (!is_target())
+		return 0;
+	bpf_tail_call(ctx, &recv_walk, 0);
+	recv_kretprobe(ret, 0);
+	return 0;
+}
+
+SEC("kretprobe/tcp_recvmsg")
+int BPF_KRETPROBE(qs_recv_kretprobe_walk, int ret)
+{
+	recv_kretprobe(ret, 1);
 	return 0;
 }
 
@@ -1702,6 +1775,21 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 	h2_walk(c, h, base, len, rest, nrest, (__u64)ret, rx);
 }
 
+/* h2_walk_syscall, from a program with the walk. One without it (the two hooks' twins go into
+ * their slots one after the other, so a connection followed by one may move bytes through the
+ * other's light program) loses that direction's frame boundaries: it re-finds one, counted. */
+static __always_inline void h2_walk_or_lose(__u64 key, struct qs_conn *c, int ret, __u32 rx, const int walk)
+{
+	struct qs_h2 *h;
+
+	if (walk) {
+		h2_walk_syscall(key, c, ret, rx);
+		return;
+	}
+	if (h2_streams && (h = bpf_map_lookup_elem(&h2_conns, &key)))
+		h2_lose(c, h, rx);
+}
+
 /* Walk the frame headers in `total` bytes of connection c: `len` at base, then the iovecs at
  * rest. A direction that lost its frame boundaries re-finds one where such bytes begin with 9
  * that pass the strict check. */
@@ -1959,7 +2047,7 @@ __noinline int response_status(void)
  * virtual thread resumed on another carrier, an async client's I/O thread): per-thread
  * attribution does not hold there, and user space says so. A status line of 5xx or 429 fails
  * the call (the read's first 12 bytes, io_head's one copy, are all that is read). */
-static __always_inline void reply_read(struct qs_conn *c, struct io_head *h, int ret)
+static __always_inline void reply_read(struct qs_conn *c, struct io_head *h, int ret, const int walk)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct qs_peer_stats *p = peer_at(c->idx);
@@ -1972,8 +2060,12 @@ static __always_inline void reply_read(struct qs_conn *c, struct io_head *h, int
 		return;
 	if (qs_reply_failed(h->b, sizeof(h->b)))
 		call_failed(c);
-	else if (!(c->flags & QS_F_H2) && qs_is_h2_frame(h->b, sizeof(h->b)))
-		peer_speaks_h2(c, 0);   /* met mid-way: its preface went out before the attach */
+	else if (!(c->flags & QS_F_H2) && qs_is_h2_frame(h->b, sizeof(h->b))) {
+		if (walk_pending(walk))
+			__sync_fetch_and_add(&h2_unwalked, 1);   /* unmarked: it joins the walk */
+		else
+			peer_speaks_h2(c, 0);   /* met mid-way: its preface went out before the attach */
+	}
 }
 
 static __always_inline int in_send_syscall(void)
@@ -1986,7 +2078,8 @@ static __always_inline int in_send_syscall(void)
 	return qs_sys_class(nr) == QS_SC_SEND;
 }
 
-static __always_inline void on_send(struct sock *sk, int ret)
+/* A write of the target's (its callers checked is_target). walk: as on_recv's. */
+static __always_inline void on_send(struct sock *sk, int ret, const int walk)
 {
 	__u64 key = (__u64)sk;
 	struct qs_conn *c;
@@ -1995,8 +2088,6 @@ static __always_inline void on_send(struct sock *sk, int ret)
 	struct qs_tls_pending tls;
 	__u8 was;
 
-	if (!is_target())
-		return;
 	tls = tls_take(key, ret);   /* consumed by this write, whatever it is (see tls_pending) */
 	if (ret <= 0)
 		return;
@@ -2009,11 +2100,12 @@ static __always_inline void on_send(struct sock *sk, int ret)
 	/* A new outbound connection's first write: the HTTP/2 client preface makes its streams the
 	 * calls (or, with no room to follow them, the peer is named). */
 	if (c->dir == QS_DIR_OUT && !c->t_req && c->proto == QS_PROTO_TURNS &&
-	    !(c->flags & (QS_F_H2 | QS_F_UNIX)) && io_is_h2_preface() && !h2_follow(key, c, 1, &e))
+	    !(c->flags & (QS_F_H2 | QS_F_UNIX)) && !walk_pending(walk) && io_is_h2_preface() &&
+	    !(walk && h2_follow(key, c, 1, &e)))
 		peer_speaks_h2(c, 0);
 	if (c->proto != QS_PROTO_TURNS) {
 		if (c->proto == QS_PROTO_H2)
-			h2_walk_syscall(key, c, ret, 0);   /* inside TLS, SSL_write's return walks */
+			h2_walk_or_lose(key, c, ret, 0, walk);   /* inside TLS, SSL_write's return walks */
 		apply(c, &e, 0);
 		return;
 	}
@@ -2023,14 +2115,20 @@ static __always_inline void on_send(struct sock *sk, int ret)
 		note_wire(c, wire_of(status));
 		/* HTTP/2 met mid-way (its preface was before the attach): the turn just ended was no
 		 * request, and from this write on its streams are. */
-		if (status == QS_STATUS_H2 && !(c->flags & QS_F_H2) && h2_follow(key, c, 0, &e)) {
+		if (walk && status == QS_STATUS_H2 && !(c->flags & QS_F_H2) && h2_follow(key, c, 0, &e)) {
 			e.record_latency = 0;
 			req_end(key, 0, 0);
 			apply(c, &e, 0);
 			h2_walk_syscall(key, c, ret, 0);
 			return;
 		}
-		proto = qs_note_protocol(c, status);
+		/* While the walk loads, HTTP/2 is left unmarked: a later response joins it. */
+		if (status == QS_STATUS_H2 && walk_pending(walk)) {
+			__sync_fetch_and_add(&h2_unwalked, 1);
+			proto = 0;
+		} else {
+			proto = qs_note_protocol(c, status);
+		}
 		if (proto == QS_F_H2)
 			__sync_fetch_and_add(&conns_h2, 1);
 		else if (proto == QS_F_TLS)
@@ -2062,7 +2160,18 @@ static __always_inline void on_send(struct sock *sk, int ret)
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
 {
-	on_send(sk, ret);
+	if (!is_target())
+		return 0;
+	bpf_tail_call(ctx, &send_walk, 0);
+	on_send(sk, ret, 0);
+	return 0;
+}
+
+/* qs_send's twin with the walk (send_walk): never attached. */
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(qs_send_walk, struct sock *sk, int ret, int flags)
+{
+	on_send(sk, ret, 1);
 	return 0;
 }
 
@@ -2073,7 +2182,17 @@ int BPF_PROG(qs_send, struct sock *sk, int ret, int flags)
 SEC("fexit/tcp_sendmsg")
 int BPF_PROG(qs_send_fexit, struct sock *sk, struct msghdr *msg, size_t size, int ret)
 {
-	on_send(sk, ret);
+	if (!is_target())
+		return 0;
+	bpf_tail_call(ctx, &send_walk, 0);
+	on_send(sk, ret, 0);
+	return 0;
+}
+
+SEC("fexit/tcp_sendmsg")
+int BPF_PROG(qs_send_fexit_walk, struct sock *sk, struct msghdr *msg, size_t size, int ret)
+{
+	on_send(sk, ret, 1);
 	return 0;
 }
 
@@ -2084,12 +2203,27 @@ int BPF_KPROBE(qs_send_kprobe, struct sock *sk)
 	return 0;
 }
 
-SEC("kretprobe/tcp_sendmsg")
-int BPF_KRETPROBE(qs_send_kretprobe, int ret)
+static __always_inline void send_kretprobe(int ret, const int walk)
 {
 	struct qs_io_args a;
 	if (io_exit(&a))
-		on_send((struct sock *)a.sk, ret);
+		on_send((struct sock *)a.sk, ret, walk);
+}
+
+SEC("kretprobe/tcp_sendmsg")
+int BPF_KRETPROBE(qs_send_kretprobe, int ret)
+{
+	if (!is_target())
+		return 0;
+	bpf_tail_call(ctx, &send_walk, 0);
+	send_kretprobe(ret, 0);
+	return 0;
+}
+
+SEC("kretprobe/tcp_sendmsg")
+int BPF_KRETPROBE(qs_send_kretprobe_walk, int ret)
+{
+	send_kretprobe(ret, 1);
 	return 0;
 }
 
@@ -2121,8 +2255,9 @@ static __always_inline void on_sys_io(long ret, const int send)
 	sk = sock_of_fd(t, (int)BPF_CORE_READ(regs, di));
 	if (!sk)
 		return;
+	/* The walk inline: these kernels are rare, and their programs are loaded at the start. */
 	if (send) {
-		on_send(sk, (int)ret);
+		on_send(sk, (int)ret, 1);
 		return;
 	}
 	/* x86-64 syscall arguments: di, si, dx, r10, r8, r9. */
@@ -2131,7 +2266,7 @@ static __always_inline void on_sys_io(long ret, const int send)
 		flags = (int)BPF_CORE_READ(regs, r10);
 	else if (nr == QS_NR_recvmsg)
 		flags = (int)BPF_CORE_READ(regs, dx);
-	on_recv(sk, (int)ret, flags, QS_PROBE);
+	on_recv(sk, (int)ret, flags, QS_PROBE, 1);
 }
 
 #define QS_SYS_IO_EXIT(name, send)                                       \

@@ -56,6 +56,7 @@ int run_headless(const Config& cfg, const TopOptions& opt) {
 int run_top(const Config& given, const TopOptions& opt) {
     install_stop_signals();
     Config cfg = given;
+    cfg.quick_start = true;
     if (!isatty(STDOUT_FILENO)) {
         if (opt.iterations > 0) {
             cfg.pid = resolve_once(opt.target.selector);

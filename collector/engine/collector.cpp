@@ -213,6 +213,8 @@ std::shared_ptr<const Snapshot> Collector::tick() {
         std::lock_guard<std::mutex> g(latest_mu_);
         latest_ = out;
     }
+    if (t.index == 0)
+        for (auto& s : sources_) s->after_first_tick();
     return out;
 }
 

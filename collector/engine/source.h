@@ -68,6 +68,9 @@ public:
     // from its own attach (earlier, when the families start side by side) rebases them here,
     // or the first window would count events from before it opened.
     virtual void open_window() {}
+    // The first snapshot is out: start what start() left for later (Config::quick_start), on a
+    // thread of the source's own. Called once, on the collector thread.
+    virtual void after_first_tick() {}
     // Start on-demand work, called on the collector thread just before a collect(). A source
     // that does not do `what` ignores it; one already doing it does not start it twice.
     virtual void request(OnDemand /*what*/) {}

@@ -15,6 +15,7 @@ const char* contract_name(AttachType v) {
         case AttachType::uprobe: return "uprobe";
         case AttachType::perf_event: return "perf_event";
         case AttachType::cgroup_skb: return "cgroup_skb";
+        case AttachType::tail_call: return "tail_call";
     }
     return "none";
 }

@@ -30,6 +30,9 @@ struct Config {
     bool jvm_perfmap = false;           // run jcmd Compiler.perfmap for JIT symbols
     bool tls = false;                   // uprobes on the target's libssl: status classes inside TLS (--tls)
     SockScope scope = SockScope::automatic;
+    // top: the first frame before what only refines it, which loads after (Source::after_first_tick):
+    // the HTTP/2 frame walk. The other commands load it all before their window opens.
+    bool quick_start = false;
     int verbose = 0;
 };
 

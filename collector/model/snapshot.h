@@ -32,8 +32,9 @@ enum class ProbeFamily { sock, sched, jvm, tree };  // tree: the process-tree fi
 // How a probe reached its kernel hook: the tracepoint itself, or on an older kernel that
 // lacks it the kernel function behind it (docs/kernel.md "Older kernels"; model/attach.cpp).
 // cgroup_skb: a program attached to the target's cgroup (docs/kernel.md "Scoped to the
-// target's cgroup"), which only that cgroup's sockets run.
-enum class AttachType { tp_btf, tracepoint, fentry, fexit, kprobe, kretprobe, iterator, none, uprobe, perf_event, cgroup_skb };
+// target's cgroup"), which only that cgroup's sockets run. tail_call: a program entered from
+// another's (the HTTP/2 frame walk, from the reads' and the writes').
+enum class AttachType { tp_btf, tracepoint, fentry, fexit, kprobe, kretprobe, iterator, none, uprobe, perf_event, cgroup_skb, tail_call };
 // The last value of each enum: recordings (collector/record) refuse a byte beyond it as
 // corruption, so a value appended to an enum is appended here too, in the same commit.
 constexpr Stage kLastStage = Stage::none;
@@ -41,7 +42,7 @@ constexpr Severity kLastSeverity = Severity::critical;
 constexpr WaitKind kLastWaitKind = WaitKind::other;
 constexpr CarrierState kLastCarrierState = CarrierState::blocked;
 constexpr ProbeFamily kLastProbeFamily = ProbeFamily::tree;
-constexpr AttachType kLastAttachType = AttachType::cgroup_skb;
+constexpr AttachType kLastAttachType = AttachType::tail_call;
 const char* contract_name(AttachType v);
 
 // The contract's string for each value: "accept_queue", "critical", "futex", "stalled", "sock".

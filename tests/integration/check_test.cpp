@@ -86,6 +86,11 @@ TEST_CASE("probe_attach lists every family's hooks as the kernel offers them", "
         CHECK(attach(std::string("sock ") + tp) == (tracefs_has(std::string("sock/") + tp) ? "tp_btf" : "fexit"));
     CHECK(attach("sock inet_sock_set_state") == "tp_btf");
     CHECK(attach("sock sys_exit_accept4") == "tracepoint");
+    // The HTTP/2 frame walk: tail-called from the reads' and writes' programs, in before the
+    // window (top alone loads it after its first frame: h2_test).
+    CHECK(attach("sock http2_frame_walk") == "tail_call");
+    CHECK(by["sock http2_frame_walk"].value("via", "") ==
+          (tracefs_has("sock/sock_recv_length") ? "qs_recv, qs_send" : "qs_recv_fexit, qs_send_fexit"));
     CHECK(attach("sock task_file") == "iterator");
     CHECK(attach("sock task") == "iterator");
     // This sandbox's policy refuses iter/bpf_map_elem (EPERM) where iter/task loads: then the

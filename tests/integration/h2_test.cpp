@@ -326,3 +326,80 @@ TEST_CASE("nginx h2c attached before the load: every stream counted once, with i
     h->master.signal(SIGQUIT);
     h->master.wait(10);
 }
+
+// The sum of the /metrics series named `name` whose labels contain `labels`.
+static double metric_sum(const std::string& body, const std::string& name, const std::string& labels = "") {
+    double v = 0;
+    for (const auto& [series, value] : parse_metrics(body))
+        if (series.rfind(name + "{", 0) == 0 && series.find(labels) != std::string::npos) v += value;
+    return v;
+}
+
+TEST_CASE("top loads the HTTP/2 frame walk after its first frame: connections it met while loading join it, and "
+          "every stream after is counted once",
+          "[sock][integration][nginx][h2][top]") {
+    if (!require_root()) return;
+    std::string h2load;
+    const auto h = start_h2(h2load);
+    if (!h) return;
+    const std::string base = "http://127.0.0.1:" + std::to_string(kFront);
+    // Two connections answering all through top's start and the walk's load (400 streams of
+    // ~100 ms, 20 at a time: ~2 s), so responses cross the light programs while it loads.
+    Proc early = spawn({h2load, "-n", "400", "-c", "2", "-m", "10", base + "/"});
+    sleep_s(0.3);
+    const uint16_t mport = kFront + 7;
+    const std::string front = "port=\"" + std::to_string(kFront) + "\"";
+    Proc top = spawn({qscope_bin(), "top", "--pid", std::to_string(h->worker), "--interval", "0.5", "--iterations",
+                      "40", "--listen", "127.0.0.1:" + std::to_string(mport), "-v"},
+                     {{"COLUMNS", "100"}, {"LINES", "30"}});
+    std::string body;
+    const double up = now_s() + 20;
+    while (now_s() < up && top.err().find("HTTP/2 frame walk") == std::string::npos) {
+        sleep_s(0.1);
+        body = http_get("127.0.0.1", mport, "/metrics", 2);
+    }
+    INFO("qscope stderr: " << top.err());
+    // Deferred: the walk came in after tick 0 had been drawn.
+    const std::string err = top.err();
+    REQUIRE(err.find("HTTP/2 frame walk in, ") != std::string::npos);
+    REQUIRE(err.find("qscope: tick 0 sock") != std::string::npos);
+    CHECK(err.find("qscope: tick 0 sock") < err.find("HTTP/2 frame walk in"));
+    // The early connections' responses crossed the light programs while it loaded, unmarked.
+    std::smatch m;
+    REQUIRE(std::regex_search(err, m, std::regex(R"(\((\d+) responses in HTTP/2 frames counted as turns)")));
+    CHECK(std::stoull(m[1].str()) > 0);
+    CHECK(early.wait(30) == 0);
+    // The early connections joined at a later response: followed, none left per connection.
+    const double settle = now_s() + 5;
+    while (now_s() < settle && metric_sum(body, "qscope_http2_connections_total", "followed=\"true\"") < 2) {
+        sleep_s(0.3);
+        body = http_get("127.0.0.1", mport, "/metrics", 2);
+    }
+    INFO("metrics: " << body);
+    CHECK(metric_sum(body, "qscope_http2_connections_total", "followed=\"true\"") == 2);
+    CHECK(metric_sum(body, "qscope_http2_connections_total", "followed=\"false\"") == 0);
+    // New connections, from their preface: each of their streams counted once.
+    sleep_s(1.0);  // a tick past the early load's last stream
+    const double before = metric_sum(http_get("127.0.0.1", mport, "/metrics", 2), "qscope_requests_completed_total",
+                                     front);
+    auto load = run({h2load, "-n", "600", "-c", "2", "-m", "20", base + "/"}, 60);
+    REQUIRE(load.rc == 0);
+    REQUIRE(h2load_status(load.out)[0] == 600);
+    double after = before;
+    const double done = now_s() + 5;
+    while (now_s() < done && after - before < 600) {
+        sleep_s(0.3);
+        body = http_get("127.0.0.1", mport, "/metrics", 2);
+        after = metric_sum(body, "qscope_requests_completed_total", front);
+    }
+    sleep_s(1.0);  // two more ticks: nothing beyond
+    body = http_get("127.0.0.1", mport, "/metrics", 2);
+    INFO("metrics: " << body << "\nh2load: " << load.out);
+    CHECK(metric_sum(body, "qscope_requests_completed_total", front) - before == 600);
+    CHECK(metric_sum(body, "qscope_http2_connections_total", "followed=\"true\"") == 4);
+    CHECK(metric_sum(body, "qscope_http2_connections_total", "followed=\"false\"") == 0);
+    top.signal(SIGTERM);
+    CHECK(top.wait(15) == 0);
+    h->master.signal(SIGQUIT);
+    h->master.wait(10);
+}

@@ -217,6 +217,12 @@ TEST_CASE("kernel matrix: in flight max, completions, latency vs qs_server (each
         for (const char* hook : {"sock_recv_length", "sock_send_length", "sk_data_ready"})
             CHECK(attach_of(s, hook) == expected_attach(mode, hook));
         CHECK(attach_of(s, "inet_sock_set_state") == "tp_btf inet_sock_set_state");
+        // The HTTP/2 frame walk's twins loaded and went into their slots (this kernel takes the
+        // tail call from each way in), or are inline (syscall exits).
+        if (mode == "syscall")
+            CHECK(attach_of(s, "http2_frame_walk") == "tracepoint inline in the syscall exits' programs");
+        else
+            CHECK(attach_of(s, "http2_frame_walk").rfind("tail_call ", 0) == 0);
         // 6.1 and later filter the fd-table iterator by pid: socket fds in one pass.
         CHECK(attach_of(s, "task_file", "tree") == "iterator iter/task_file");
         const json& r = s["requests"];

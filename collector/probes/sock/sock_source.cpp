@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cerrno>
 #include <chrono>
@@ -131,6 +132,7 @@ public:
         // The HTTP/2 frame walk runs in bpf_loop (5.17); without it the verifier drops it as dead code.
         h2_streams_ = libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_loop, nullptr) == 1;
         skel_->rodata->h2_streams = h2_streams_;
+        plan_walk();
         if (!cfg.tls)
             for (bpf_program* prog : {skel_->progs.qs_ssl_write, skel_->progs.qs_ssl_write_ex, skel_->progs.qs_ssl_read,
                                       skel_->progs.qs_ssl_read_ex, skel_->progs.qs_ssl_read_ret,
@@ -155,6 +157,23 @@ public:
         if (cfg.tls && tls_libs_.empty())
             warnings_.push_back("sock: --tls: no process of the target maps OpenSSL's libssl (libssl.so.3, "
                                 "libssl.so.1.1)" + unsupported_tls_text() + ": nothing to probe");
+    }
+
+    // top: the HTTP/2 frame walk's twins, on a thread of their own (plan_walk).
+    void after_first_tick() override {
+        if (walk_state_.load(std::memory_order_acquire) != WalkState::loading || walk_loader_.joinable()) return;
+        walk_asked_ns_ = monotonic_ns();
+        walk_loader_ = std::jthread([this] {
+            try {
+                const Skel side = load_side(walk_twins_);
+                install_walk({side->obj});
+                walk_in_ns_ = monotonic_ns();
+                walk_state_.store(WalkState::in, std::memory_order_release);
+            } catch (const std::exception& e) {
+                walk_failed(e.what());
+            }
+            malloc_trim(0);  // the copy's parsed ELF and BTF (see start)
+        });
     }
 
     void collect(Snapshot& snap, const Tick& tick) override {
@@ -299,6 +318,27 @@ public:
         collect_tls(snap);
         snap.warnings.insert(snap.warnings.end(), warnings_.begin(), warnings_.end());
         snap.probe_attach.insert(snap.probe_attach.end(), attach_.begin(), attach_.end());
+        snap.probe_attach.push_back(walk_row());
+        say_walk();
+    }
+
+    // A walk that failed to load is warned of; with -v, top's deferred walk says when it came in.
+    // Once, on the collector's thread.
+    void say_walk() {
+        const WalkState now = walk_state_.load(std::memory_order_acquire);
+        if (walk_said_ || now == WalkState::loading || now == WalkState::off) return;
+        walk_said_ = true;
+        if (now == WalkState::failed)
+            warnings_.push_back("sock: HTTP/2 streams are not followed: the frame walk failed to load (" + walk_error_ +
+                                "); HTTP/2 connections are counted per connection");
+        if (!cfg_.verbose || !walk_asked_ns_) return;
+        if (now == WalkState::in)
+            std::fprintf(stderr,
+                         "qscope: sock: HTTP/2 frame walk in, %.0f ms after the first tick (%llu responses in HTTP/2 "
+                         "frames counted as turns meanwhile)\n",
+                         (walk_in_ns_ - walk_asked_ns_) / 1e6, static_cast<unsigned long long>(load(skel_->bss->h2_unwalked)));
+        else
+            std::fprintf(stderr, "qscope: sock: HTTP/2 frame walk failed: %s\n", walk_error_.c_str());
     }
 
 private:
@@ -442,31 +482,130 @@ private:
         }
     }
 
-    // libbpf verifies an object's programs one after another, and the reads' and the writes'
-    // (224 and 173 ms of the family's ~430) are most of the first frame's wait. So each is
-    // verified on a thread of its own, in a second copy of the object that shares every map
-    // of the first: the first loads the rest (maps made), then both copies load at once.
+    // ---- the HTTP/2 frame walk's twins (recv_walk and send_walk in sock.bpf.c) ----------
+    enum class WalkState { off, loading, in, failed };
+
+    // Each light program of the reads and the writes, and its twin with the walk.
+    std::array<std::pair<bpf_program*, bpf_program*>, 6> walk_pairs() const {
+        auto& p = skel_->progs;
+        return {{{p.qs_recv, p.qs_recv_walk},
+                 {p.qs_recv_fexit, p.qs_recv_fexit_walk},
+                 {p.qs_recv_kretprobe, p.qs_recv_kretprobe_walk},
+                 {p.qs_send, p.qs_send_walk},
+                 {p.qs_send_fexit, p.qs_send_fexit_walk},
+                 {p.qs_send_kretprobe, p.qs_send_kretprobe_walk}}};
+    }
+
+    // The twins of the light programs the plan turned on, where the kernel runs the walk
+    // (bpf_loop). None loads with the object itself: with the rest (load_split) or after
+    // top's first frame (after_first_tick).
+    void plan_walk() {
+        for (auto [light, twin] : walk_pairs()) {
+            if (h2_streams_ && bpf_program__autoload(light)) walk_twins_.push_back(bpf_program__name(twin));
+            bpf_program__set_autoload(twin, false);
+        }
+        skel_->bss->h2_walk_coming = !walk_twins_.empty();
+        if (!walk_twins_.empty())
+            walk_state_ = WalkState::loading;
+        else if (h2_streams_)  // the syscall exits' programs: the walk is inline
+            walk_state_ = WalkState::in;
+        else
+            walk_off_ = "this kernel lacks bpf_loop (Linux 5.17), which walks the frames";
+    }
+
+    // Put the loaded twins (in `from`) into their slots, all or none: one hook's walk without
+    // the other's would follow streams whose bytes are half unseen.
+    void install_walk(std::initializer_list<const bpf_object*> from) {
+        std::vector<int> filled;
+        const auto slot_of = [&](const std::string& twin) {
+            return bpf_map__fd(twin.rfind("qs_send", 0) == 0 ? skel_->maps.send_walk : skel_->maps.recv_walk);
+        };
+        for (const std::string& twin : walk_twins_) {
+            int fd = -1;
+            for (const bpf_object* o : from)
+                if (const bpf_program* q = o ? bpf_object__find_program_by_name(o, twin.c_str()) : nullptr)
+                    if (bpf_program__autoload(q)) fd = bpf_program__fd(q);
+            const __u32 zero = 0;
+            const int err = fd < 0 ? ENOENT : bpf_map_update_elem(slot_of(twin), &zero, &fd, BPF_ANY) ? errno : 0;
+            if (err) {
+                for (int map : filled) bpf_map_delete_elem(map, &zero);
+                throw_bpf_error("sock: putting " + twin + " into its slot", err);
+            }
+            filled.push_back(slot_of(twin));
+        }
+    }
+
+    // The walk failed to load: HTTP/2 connections are counted per connection from here on.
+    void walk_failed(const std::string& why) {
+        walk_error_ = why;
+        skel_->bss->h2_walk_coming = 0;
+        walk_state_.store(WalkState::failed, std::memory_order_release);
+    }
+
+    // The walk's row of probe_attach: how its state reads now.
+    ProbeAttach walk_row() const {
+        // via: the light programs it is entered from ("qs_recv, qs_send"), or inline.
+        ProbeAttach a{ProbeFamily::sock, "http2_frame_walk", AttachType::tail_call, "", ""};
+        for (const std::string& twin : walk_twins_)
+            a.via += (a.via.empty() ? "" : ", ") + twin.substr(0, twin.size() - std::strlen("_walk"));
+        if (walk_twins_.empty()) {
+            a.attach = AttachType::tracepoint;
+            a.via = "inline in the syscall exits' programs";
+        }
+        switch (walk_state_.load(std::memory_order_acquire)) {
+            case WalkState::in: break;
+            case WalkState::loading: a.attach = AttachType::none; a.off = "loading: top draws its first frame first"; break;
+            case WalkState::failed: a.attach = AttachType::none; a.off = walk_error_; break;
+            case WalkState::off: a.attach = AttachType::none; a.off = walk_off_; break;
+        }
+        return a;
+    }
+
+    // libbpf verifies an object's programs one after another. The HTTP/2 walk's twins (~80 ms
+    // each) and the light programs of the reads and the writes would be most of the family's
+    // start, so (unless top loads the twins later) the reads' and the writes' are verified on a
+    // thread each, in a second copy of the object that shares every map of the first: the
+    // first loads the rest (maps made), then both copies load at once.
     void load_split() {
+        if (cfg_.quick_start) {
+            // The light programs verify in ~10 ms: a copy's own parse of the kernel's BTF costs more.
+            if (int err = sock_bpf::load(skel_.get()))
+                throw_load_error(ProbeFamily::sock, "sock: loading BPF programs (sock.bpf.c)", err);
+            return;
+        }
         auto& p = skel_->progs;
         std::array<std::vector<std::string>, 2> groups;  // reads, writes: what the plan turned on
         const std::array<std::vector<bpf_program*>, 2> heavy = {
             std::vector<bpf_program*>{p.qs_recv, p.qs_recv_fexit, p.qs_recv_kprobe, p.qs_recv_kretprobe},
             std::vector<bpf_program*>{p.qs_send, p.qs_send_fexit, p.qs_send_kprobe, p.qs_send_kretprobe}};
+        std::array<std::vector<std::string>, 2> twins;
         for (size_t g = 0; g < heavy.size(); g++)
             for (bpf_program* prog : heavy[g])
                 if (bpf_program__autoload(prog)) {
                     groups[g].push_back(bpf_program__name(prog));
                     bpf_program__set_autoload(prog, false);
+                    const std::string twin = groups[g].back() + "_walk";
+                    if (std::find(walk_twins_.begin(), walk_twins_.end(), twin) != walk_twins_.end())
+                        twins[g].push_back(twin);
                 }
         if (int err = sock_bpf::load(skel_.get()))
             throw_load_error(ProbeFamily::sock, "sock: loading BPF programs (sock.bpf.c)", err);
         std::array<std::exception_ptr, 2> errors;
+        std::array<std::string, 2> walk_errors;
         std::vector<std::thread> loaders;
         for (size_t g = 0; g < groups.size(); g++) {
             if (groups[g].empty()) continue;
             loaders.emplace_back([&, g] {
                 try {
-                    sides_[g] = load_side(groups[g]);
+                    std::vector<std::string> names = groups[g];
+                    names.insert(names.end(), twins[g].begin(), twins[g].end());
+                    try {
+                        sides_[g] = load_side(names);
+                    } catch (const std::exception& e) {
+                        if (twins[g].empty()) throw;
+                        walk_errors[g] = e.what();  // the light program alone, then
+                        sides_[g] = load_side(groups[g]);
+                    }
                 } catch (...) {
                     errors[g] = std::current_exception();
                 }
@@ -475,6 +614,15 @@ private:
         for (auto& t : loaders) t.join();
         for (auto& e : errors)
             if (e) std::rethrow_exception(e);
+        if (walk_state_ != WalkState::loading) return;
+        const std::string why = walk_errors[0].empty() ? walk_errors[1] : walk_errors[0];
+        try {
+            if (!why.empty()) throw Error(Exit::kernel, why);
+            install_walk({sides_[0] ? sides_[0]->obj : nullptr, sides_[1] ? sides_[1]->obj : nullptr});
+            walk_state_ = WalkState::in;
+        } catch (const std::exception& e) {
+            walk_failed(e.what());
+        }
     }
 
     // A copy of the object that loads only `names`, on skel_'s maps.
@@ -1234,13 +1382,21 @@ private:
                                    "an HPACK table entry qscope did not follow (a connection met mid-way, or whose "
                                    "header blocks were not all walked): a failed call among them is not counted as "
                                    "failed");
+        const WalkState walk = walk_state_.load(std::memory_order_acquire);
         if (h.connections > h.followed_connections)
             snap.partial.push_back(
                 "sock: " + std::to_string(h.connections - h.followed_connections) +
                 " connections answer in HTTP/2 frames (since attach) and are counted per connection, not per stream (" +
-                (h2_streams_ ? "the table of HTTP/2 connections was full at " + std::to_string(QS_H2_CONNS)
-                             : std::string("this kernel lacks bpf_loop, Linux 5.17, which walks the frames")) +
+                (walk == WalkState::failed ? "the frame walk failed to load: " + walk_error_
+                 : h2_streams_             ? "the table of HTTP/2 connections was full at " + std::to_string(QS_H2_CONNS)
+                                           : walk_off_) +
                 "): in flight, completed and latency are the connection's read/write turns; status unknown");
+        // While it loads (probe_attach says so), only targets that answer in HTTP/2 are told:
+        if (const uint64_t n = load(b->h2_unwalked))
+            snap.partial.push_back("sock: " + std::to_string(n) +
+                                   " responses in HTTP/2 frames (since attach) were counted as read/write turns while "
+                                   "the frame walk loaded (in completed and latency, status unknown); their "
+                                   "connections join the walk at their next response (joined_connections)");
         if (const uint64_t unseen = load(b->h2_unseen))
             snap.partial.push_back("sock: " + std::to_string(unseen) +
                                    " HTTP/2 streams were answered whose start was not seen (since attach: open "
@@ -1290,6 +1446,14 @@ private:
 
     Skel skel_;
     std::array<Skel, 2> sides_;  // the reads' and the writes' programs, on skel_'s maps, until attached (load_split)
+    std::vector<std::string> walk_twins_;  // the walk's twins to load (plan_walk)
+    std::atomic<WalkState> walk_state_{WalkState::off};
+    std::string walk_off_;                 // off: why (set at start)
+    std::string walk_error_;               // failed: why (written before the state)
+    uint64_t walk_asked_ns_ = 0;           // top's first tick, when the loader started
+    uint64_t walk_in_ns_ = 0;              // when the twins went into their slots (written before the state)
+    bool walk_said_ = false;
+    std::jthread walk_loader_;             // top's: after skel_, so it is joined before skel_ goes
     std::vector<Link> links_;
     std::map<int, TlsProcess> tls_procs_;    // by pid, the tree's processes seen so far (links die before skel_)
     std::set<std::string> tls_libs_;         // probed libraries, as the target maps them

@@ -615,9 +615,11 @@ private:
         for (auto& e : errors)
             if (e) std::rethrow_exception(e);
         if (walk_state_ != WalkState::loading) return;
-        const std::string why = walk_errors[0].empty() ? walk_errors[1] : walk_errors[0];
+        if (const std::string& why = walk_errors[0].empty() ? walk_errors[1] : walk_errors[0]; !why.empty()) {
+            walk_failed(why);
+            return;
+        }
         try {
-            if (!why.empty()) throw Error(Exit::kernel, why);
             install_walk({sides_[0] ? sides_[0]->obj : nullptr, sides_[1] ? sides_[1]->obj : nullptr});
             walk_state_ = WalkState::in;
         } catch (const std::exception& e) {

@@ -34,6 +34,13 @@ namespace {
 
 constexpr uint16_t kMidLoadPort = 18610, kBeforeLoadPort = 18611, kClientPort = 18612, kClientMidPort = 18613;
 constexpr int kConcurrency = 40;  // the client's calls in flight, all on one connection
+// How far the server's streams in flight can exceed the client's calls: qscope ends a stream
+// at the exit of the write that carries its END_STREAM, and by then the loopback has handed
+// the answer to the client, whose next call the server can read first (CI saw 41). Only one
+// write is in progress on the connection at a time (C-core serializes a transport's writes),
+// and one carries 1.1 answers on average here (perf stat: 1,992 sendmsg for 2,201 answers in
+// 5 s), so the overshoot is that write's END_STREAMs: mostly 1; the bound allows 2.
+constexpr int kAnswersInOneWrite = 2;
 
 std::string script() { return source_dir() + "/tests/integration/grpc_slow.py"; }
 
@@ -287,7 +294,7 @@ TEST_CASE("gRPC (python3-grpcio, h2c) attached mid-load: streams in flight, comp
     // qscope's latency is HEADERS read → END_STREAM written: the handler's time plus C-core's and
     // the executor's dispatch, a few ms.
     CHECK(std::abs(p50 - service_p50) <= 0.15 * service_p50);
-    CHECK(r["in_flight_max"].get<uint64_t>() <= static_cast<uint64_t>(kConcurrency));
+    CHECK(r["in_flight_max"].get<uint64_t>() <= static_cast<uint64_t>(kConcurrency + kAnswersInOneWrite));
     CHECK(r["in_flight_max"].get<double>() >= 0.85 * kConcurrency);
     // The client's one channel: one connection, opened before the attach, its streams followed.
     CHECK(ss_conns == 1);
@@ -367,7 +374,7 @@ TEST_CASE("gRPC (python3-grpcio, h2c) attached before the load: every call count
     // The 600 Calls end with trailers (HEADERS, DATA, trailers); the 200 aborts are trailers-only.
     CHECK(r["h2"]["trailers"].get<long>() == got[0]);
     CHECK(r["in_flight"].get<uint64_t>() == 0);
-    CHECK(r["in_flight_max"].get<uint64_t>() <= static_cast<uint64_t>(kConcurrency));
+    CHECK(r["in_flight_max"].get<uint64_t>() <= static_cast<uint64_t>(kConcurrency + kAnswersInOneWrite));
     CHECK(r["in_flight_max"].get<double>() >= 0.5 * kConcurrency);
     // One channel, one connection, seen from its preface.
     REQUIRE(r["h2"].is_object());

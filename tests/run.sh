@@ -37,7 +37,9 @@ if [[ $sanitize == ON ]]; then
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan"
 fi
 rc=0
-(cd "$build" && ctest --output-on-failure "$@") || rc=$?
+# -j: the integration, soak and fuzz tests are RUN_SERIAL (they measure the machine) and run
+# alone; the rest (unit tests, the package, the kernel matrix's guests) share the cores.
+(cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@") || rc=$?
 if [[ -n $reports ]] && compgen -G "$reports/*" >/dev/null; then
   # Name the process: the report file is <tool>.<pid>, and the pid is long gone.
   for f in "$reports"/*; do

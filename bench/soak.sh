@@ -3,7 +3,7 @@
 # and BPF map occupancy — and keep answering. Needs root. Loopback only; bounded.
 #
 #   sudo bench/soak.sh [--minutes M | --seconds S] [--out FILE.tsv] [--port P] [--cgroup]
-#     default 60 minutes; CI runs --minutes 2, once per mode.
+#     default 60 minutes; CI runs --minutes 2 in each mode, side by side (tests/soak_both.sh).
 #   --cgroup: the server runs in a cgroup of its own (made and removed here) and qscope with
 #     --scope cgroup, so arrivals come from the cgroup program (docs/kernel.md "Scoped to the
 #     target's cgroup"); every sample must still say mode="cgroup".
@@ -19,7 +19,7 @@
 # value at 60 s, if hash-map occupancy grows more than 10% (+64 entries), if qscope's count
 # of completed requests drifts more than 2% from the server's own over the same samples
 # (flat and wrong is not a pass), or if qscope dies or /metrics stops answering.
-# CI runs the 2-minute version (ctest extra.soak).
+# CI runs the 2-minute version (ctest extra.soak, both modes at once).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

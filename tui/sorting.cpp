@@ -69,7 +69,7 @@ std::vector<size_t> sorted_order(const Snapshot& s, Panel p, int sort) {
             return order_by(s.thread_groups, [k](const ThreadGroup& a, const ThreadGroup& b) {
                 if (k == 0 && a.blocked != b.blocked) return a.blocked > b.blocked;
                 if (k <= 1 && a.threads != b.threads) return a.threads > b.threads;
-                if (k == 2 && a.runnable != b.runnable) return a.runnable > b.runnable;
+                if (k == 2 && a.waiting_for_cpu != b.waiting_for_cpu) return a.waiting_for_cpu > b.waiting_for_cpu;
                 return a.name < b.name;
             });
         case Panel::waits:

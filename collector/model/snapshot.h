@@ -278,10 +278,19 @@ struct ThreadGroup {
     std::map<std::string, int> blocked_by;   // syscall name → threads now
     Quantiles runqueue_wait;            // window: runnable → running
     double runqueue_wait_seconds = 0;   // window total
+    // Threads waiting for a CPU on average over the last tick: their runqueue wait per second.
+    // The verdict's cpu rule reads this, not `runnable`: two threads caught runnable at one
+    // instant is what a busy host looks like, a second's average is starvation or not.
+    double waiting_for_cpu = 0;
     double blocked_seconds_total = 0;   // since attach
     std::map<std::string, double> blocked_seconds_by_syscall_total;  // since attach
     std::map<int, int> futex_by_pid;    // process → threads blocked on a futex now (model/loops.h)
 };
+
+// Threads waiting for a CPU, on average over a tick, from which the host starves the service:
+// one thread waiting all the time is a CPU's worth of delay every second. The one threshold,
+// for the verdict's cpu stage and every view's warning.
+inline constexpr double kCpuStarvedThreads = 1.0;
 
 struct Wait {
     std::string group, syscall, resource;

@@ -336,17 +336,20 @@ std::optional<Candidate> carriers_stage(const Snapshot& s, uint64_t parked_elsew
                      static_cast<uint64_t>(c.stalled) + parked_elsewhere};
 }
 
+// The last tick's average, not the threads runnable now: at one instant two runnable threads
+// are a busy host's noise (CI: php-fpm's children, 100 ms sleeps, judged "cpu" beside wrk).
 std::optional<Candidate> cpu_stage(const Snapshot& s) {
-    uint64_t runnable = 0;
+    double waiting = 0;
     const ThreadGroup* hungry = nullptr;
     for (const auto& g : s.thread_groups) {
-        runnable += static_cast<uint64_t>(g.runnable);
-        if (!hungry || g.runnable > hungry->runnable) hungry = &g;
+        waiting += g.waiting_for_cpu;
+        if (!hungry || g.waiting_for_cpu > hungry->waiting_for_cpu) hungry = &g;
     }
-    if (runnable < 2 || !hungry) return std::nullopt;  // one runnable thread is scheduling noise, not starvation
+    if (waiting < kCpuStarvedThreads || !hungry) return std::nullopt;
+    const auto n = static_cast<uint64_t>(std::llround(waiting));
     return Candidate{Stage::cpu, hungry->name,
-                     fmt_count(runnable) + " threads runnable, waiting for a CPU (most in " + hungry->name + ")",
-                     runnable};
+                     fmt_count(n) + " threads runnable on average, waiting for a CPU (most in " + hungry->name + ")",
+                     n};
 }
 
 // --- rank and choose -----------------------------------------------------------------------

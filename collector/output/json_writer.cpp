@@ -154,6 +154,7 @@ static json thread_groups_json(const std::vector<ThreadGroup>& groups) {
                       {"blocked", g.blocked},
                       {"blocked_by", by},
                       {"runqueue_wait_seconds", secs(g.runqueue_wait_seconds)},
+                      {"waiting_for_cpu", std::round(g.waiting_for_cpu * 100) / 100},
                       {"runqueue_wait", q_json(g.runqueue_wait, false)}});
     }
     return tg;

@@ -69,7 +69,7 @@ template <class V> void fields(V& v, DownstreamPeer& x) {
 template <class V> void fields(V& v, ThreadGroup& x) {
     v(x.name); v(x.threads); v(x.running); v(x.runnable); v(x.blocked); v(x.blocked_by); v(x.runqueue_wait);
     v(x.runqueue_wait_seconds); v(x.blocked_seconds_total); v(x.blocked_seconds_by_syscall_total);
-    v(x.futex_by_pid);
+    v(x.futex_by_pid); v(x.waiting_for_cpu);
 }
 template <class V> void fields(V& v, Wait& x) {
     v(x.group); v(x.syscall); v(x.resource); v(x.kind); v(x.threads_now); v(x.blocked_seconds); v(x.count);

@@ -121,7 +121,7 @@ TEST_CASE("verdict: threads waiting for a CPU are the limit, named by their grou
     // another test or build holds that CPU)
     CHECK(v["waiting"].get<double>() >= r_mean - 2);
     CHECK(v["waiting"].get<double>() <= kWorkers);
-    CHECK(v["summary"].get<std::string>().find("threads runnable, waiting for a CPU (most in qs-worker)") !=
+    CHECK(v["summary"].get<std::string>().find("threads runnable on average, waiting for a CPU (most in qs-worker)") !=
           std::string::npos);
     // the requests are in flight, not queued at the door
     CHECK(s["requests"]["in_flight"].get<int>() >= kWorkers - 1);

@@ -57,6 +57,7 @@ inline ThreadGroup group(const std::string& name, int threads, int running, int 
     g.threads = threads;
     g.running = running;
     g.runnable = runnable;
+    g.waiting_for_cpu = 0.7 * runnable;  // the last tick's average, beside the instant's count
     for (const auto& [k, n] : blocked_by) g.blocked += n;
     g.blocked_by = std::move(blocked_by);
     return g;

@@ -183,11 +183,36 @@ TEST_CASE("CPU starvation shows as cpu", "[verdict]") {
     g.threads = 16;
     g.running = 2;
     g.runnable = 14;
+    g.waiting_for_cpu = 13.6;
     s.thread_groups.push_back(g);
     compute_verdict(s);
     CHECK(s.verdict.stage == Stage::cpu);
     CHECK(s.verdict.where == "qs-worker");
     CHECK(s.verdict.waiting == 14);
+    CHECK(s.verdict.summary.find("14 threads runnable on average, waiting for a CPU (most in qs-worker)") == 0);
+}
+
+TEST_CASE("threads caught runnable at one instant are not CPU starvation; a second's average is", "[verdict]") {
+    Snapshot s;
+    s.requests.in_flight = 4;
+    ThreadGroup a, b;
+    a.name = "php-fpm";
+    a.threads = 20;
+    a.runnable = 3;  // the instant the tick looked
+    a.waiting_for_cpu = 0.4;
+    b.name = "wrk";
+    b.threads = 2;
+    b.runnable = 1;
+    b.waiting_for_cpu = 0.5;
+    s.thread_groups = {a, b};
+    compute_verdict(s);
+    CHECK(s.verdict.stage != Stage::cpu);
+    // Summed over groups: together they keep one thread waiting all the time.
+    s.thread_groups[0].waiting_for_cpu = 0.7;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::cpu);
+    CHECK(s.verdict.where == "php-fpm");
+    CHECK(s.verdict.waiting == 1);
 }
 
 TEST_CASE("stalled carriers", "[verdict]") {

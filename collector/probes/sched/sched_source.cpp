@@ -175,7 +175,8 @@ private:
     void claim_group_labels(const std::vector<qs_thread_rec>& recs);
     LiveView live_view(const std::vector<qs_thread_rec>& recs);
     static CumMap cumulative(const WaitMap& waits, const LiveView& live);
-    void add_runqueue_wait(std::map<std::string, ThreadGroup>& groups, const std::map<std::string, Histogram>& rq);
+    void add_runqueue_wait(std::map<std::string, ThreadGroup>& groups, const std::map<std::string, Histogram>& rq,
+                           double tick_seconds);
     void add_blocked_totals(std::map<std::string, ThreadGroup>& groups, const CumMap& cum);
     std::vector<Wait> wait_rows(const CumMap& cum, const LiveView& live);
     void add_wait(WaitRows& rows, const qs_wait_key& k, const Cum& c, int now_threads);
@@ -230,6 +231,8 @@ private:
     // Window baselines, per kernel key: cumulative (completed + ongoing) at window start.
     CumMap base_waits_;
     std::map<std::string, Histogram> base_rq_;
+    // Runqueue wait (ns, since attach) per kernel key at the tick before: the tick's average.
+    std::map<std::string, uint64_t> last_rq_ns_;
     // Run-queue histograms of processes that left the tree, folded by label and their keys
     // deleted from rq_hist: a tree with a process per connection would otherwise fill the map
     // with the keys of exited processes within seconds. Labels are taken with the roles of
@@ -560,7 +563,7 @@ void SchedSource::collect(Snapshot& snap, const Tick& tick) {
         base_waits_ = cum;
         base_rq_ = rq;
     }
-    add_runqueue_wait(live.groups, rq);
+    add_runqueue_wait(live.groups, rq, tick.index == 0 ? 0 : tick.dt_seconds);
     add_blocked_totals(live.groups, cum);
     snap.waits = wait_rows(cum, live);
     collect_loops(snap, tick, recs);
@@ -677,21 +680,33 @@ CumMap SchedSource::cumulative(const WaitMap& waits, const LiveView& live) {
     return cum;
 }
 
-// The window's runqueue wait of each group with a live thread.
+// The window's runqueue wait of each group with a live thread, and the last tick's average
+// (none on the first tick: there is no tick before; tick_seconds 0).
 void SchedSource::add_runqueue_wait(std::map<std::string, ThreadGroup>& groups,
-                                    const std::map<std::string, Histogram>& rq) {
+                                    const std::map<std::string, Histogram>& rq, double tick_seconds) {
     // Several kernel groups may fold into one label ("other"): merge window histograms.
     std::map<std::string, Histogram> per_label;
+    std::map<std::string, uint64_t> tick_ns;
+    std::map<std::string, uint64_t> now_ns;
     for (auto& [g, h] : rq) {
         const std::string& label = groups_->label(g);
         auto b = base_rq_.find(g);
         per_label[label].merge(b != base_rq_.end() ? h.delta(b->second) : h);
+        now_ns[g] = h.sum_ns();
+        auto l = last_rq_ns_.find(g);
+        const uint64_t before = l != last_rq_ns_.end() ? l->second : 0;
+        tick_ns[label] += h.sum_ns() - std::min(h.sum_ns(), before);
     }
+    last_rq_ns_ = std::move(now_ns);
     for (auto& [label, h] : per_label) {
         auto it = groups.find(label);
         if (it == groups.end()) continue;  // no live thread in that group now
         it->second.runqueue_wait = h.quantiles();
         it->second.runqueue_wait_seconds = h.sum_seconds();
+        // At most every thread of the group: a process whose label changed (a role found
+        // later) brings its waits since it started under the new label at once.
+        if (tick_seconds > 0)
+            it->second.waiting_for_cpu = std::min<double>(tick_ns[label] / 1e9 / tick_seconds, it->second.threads);
     }
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -208,8 +209,11 @@ TEST_CASE("attached mid-spike: connections, in flight and the connector queue vs
     INFO(r.dump() << "\nss: " << socks.size() << " accepted, " << unread << " with Recv-Q > 0\nserver " << c.dump());
     CHECK(r["connections"].get<size_t>() == socks.size());
     CHECK(socks.size() == 12);
+    // The 8 queued connections stay unread; a worker's own connection is unread too for the
+    // instant between the client's next request and the worker's read, and ss, sampled after
+    // the snapshot, can land there (CI: 9 against qscope's 8): one apart is that instant.
     CHECK(std::abs(static_cast<double>(r["waiting_unread"].get<size_t>()) - static_cast<double>(unread)) <=
-          0.10 * static_cast<double>(unread));
+          std::max(1.0, 0.10 * static_cast<double>(unread)));
     CHECK(unread >= 8);
     // Requests read before the attach and still being served are in flight: all 4 workers at
     // the window's peak. At its last tick a worker may sit between two requests (it wrote one

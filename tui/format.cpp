@@ -71,6 +71,8 @@ std::string fmt_elapsed(double s) {
     return buf;
 }
 
+std::string fmt_average(double n) { return printf_str("%.1f", n); }
+
 std::string fmt_rate(double r) {
     if (!(r > 0) || !std::isfinite(r)) return "0/s";
     if (r < 9.95) return printf_str("%.1f/s", r);

@@ -15,6 +15,8 @@ std::string fmt_secs(double s, bool unicode = true);
 std::string fmt_elapsed(double s);
 // Per second: 0/s, 0.5/s, 12/s, 1234/s, 12.3k/s.
 std::string fmt_rate(double per_second);
+// An average count, one decimal: 0.0, 0.7, 13.6.
+std::string fmt_average(double n);
 // The separator between facts on one line: " · " (" - " in ASCII).
 std::string dot(bool unicode);
 

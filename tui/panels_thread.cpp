@@ -190,17 +190,12 @@ PanelBody threads_panel(const Snapshot& s, const UiState& ui, int width) {
     }
     // runq: threads waiting for a CPU on average over the last tick, not the instant's count,
     // which flickers on any busy host; warned as the verdict judges it.
-    const auto runq = [](double w) {
-        char buf[16];
-        std::snprintf(buf, sizeof buf, "%.1f", w);
-        return std::string(buf);
-    };
     const auto runq_role = [](double w) { return w >= kCpuStarvedThreads ? Role::warn : Role::normal; };
     const std::string d = dot(ui.unicode);
     b.title = {{std::to_string(s.thread_groups.size()) + " groups" + d + std::to_string(threads) + " threads" + d,
                 Role::normal},
                {std::to_string(running) + " run ", Role::normal},
-               {runq(waiting_for_cpu) + " runq ", runq_role(waiting_for_cpu)},
+               {fmt_average(waiting_for_cpu) + " runq ", runq_role(waiting_for_cpu)},
                {std::to_string(blocked) + " blocked", Role::normal}};
     const std::vector<Col> cols = {
         {"group", "group", 10, false, 0}, {"threads", "thr", 7, true, 0}, {"run", "run", 4, true, 1},
@@ -212,7 +207,7 @@ PanelBody threads_panel(const Snapshot& s, const UiState& ui, int width) {
         rows.push_back({{g.name, Role::normal},
                         {std::to_string(g.threads), Role::normal},
                         {std::to_string(g.running), Role::normal},
-                        {runq(g.waiting_for_cpu), runq_role(g.waiting_for_cpu)},
+                        {fmt_average(g.waiting_for_cpu), runq_role(g.waiting_for_cpu)},
                         {std::to_string(g.blocked), Role::normal},
                         {blocked_by_text(g), Role::dim}});
     }

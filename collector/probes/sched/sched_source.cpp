@@ -231,7 +231,7 @@ private:
     // Window baselines, per kernel key: cumulative (completed + ongoing) at window start.
     CumMap base_waits_;
     std::map<std::string, Histogram> base_rq_;
-    // Runqueue wait (ns, since attach) per kernel key at the tick before: the tick's average.
+    // Runqueue wait (ns, since attach) per read_runqueue() key at the tick before: the tick's average.
     std::map<std::string, uint64_t> last_rq_ns_;
     // Run-queue histograms of processes that left the tree, folded by label and their keys
     // deleted from rq_hist: a tree with a process per connection would otherwise fill the map

@@ -332,8 +332,13 @@ void thread_families(const Snapshot& s, uint32_t cap, Families& out) {
                 kGauge, {"group", "syscall"});
     Fam secs("qscope_blocked_seconds_total", "Seconds threads spent blocked off-CPU, by group and syscall", kCounter,
              {"group", "syscall"});
+    // rate() of it is the average number of threads waiting for a CPU: the verdict's cpu rule
+    // (waiting_for_cpu, kCpuStarvedThreads) over any range Grafana asks for.
+    Fam runq("qscope_runqueue_wait_seconds_total",
+             "Seconds threads spent runnable, waiting for a CPU, by group, since attach", kCounter, {"group"});
     for (const auto& g : s.thread_groups) {
         const auto& gl = group(g.name);
+        runq.add({gl}, g.runqueue_wait_seconds);
         threads.add({gl, "running"}, g.running);
         threads.add({gl, "runnable"}, g.runnable);
         threads.add({gl, "blocked"}, g.blocked);
@@ -343,7 +348,7 @@ void thread_families(const Snapshot& s, uint32_t cap, Families& out) {
         for (const auto& [sc, n] : g.blocked_by) blocked.add({gl, sc}, n);
         for (const auto& [sc, t] : g.blocked_seconds_by_syscall_total) secs.add({gl, sc}, t);
     }
-    for (auto* f : {&threads, &blocked, &secs}) out.push_back(std::move(*f).finish());
+    for (auto* f : {&threads, &blocked, &secs, &runq}) out.push_back(std::move(*f).finish());
 }
 
 void carrier_families(const Snapshot& s, Families& out) {

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "engine/collector.h"
+#include "metrics/metrics.h"
 #include "probes/sched/sched_source.h"
 #include "harness.h"
 #include "sys/proc_tasks.h"
@@ -249,6 +250,13 @@ TEST_CASE("CPU starvation shows as runqueue wait and runnable threads", "[thread
     CHECK(double(runnable_sum) / ticks >= 1.0);
     // The kernel's own runqueue accounting over (nearly) the same window.
     CHECK(w->runqueue_wait_seconds == Approx(kernel_delay / 1e9).epsilon(0.25));
+    // And what Grafana gets of it: the counter whose rate() is threads waiting for a CPU.
+    double exported = -1;
+    for (const auto& f : qscope::snapshot_families(last.get(), 50, last->taken_at_unix_ms))
+        if (f.name == "qscope_runqueue_wait_seconds_total")
+            for (const auto& m : f.metrics)
+                if (!m.labels.empty() && m.labels[0].value == "qs-worker") exported = m.value;
+    CHECK(exported == Approx(kernel_delay / 1e9).epsilon(0.25));
 }
 
 TEST_CASE("thousands of threads, each blocked on its own socket: no lost events", "[threads]") {

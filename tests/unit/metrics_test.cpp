@@ -91,6 +91,8 @@ Snapshot busy_snapshot() {
     g.blocked = 5;
     g.blocked_by = {{"futex", 4}, {"read", 1}};
     g.blocked_seconds_by_syscall_total = {{"futex", 12.5}, {"read", 0.25}, {"nanosleep", 3}};
+    g.runqueue_wait_seconds = 4.75;
+    g.waiting_for_cpu = 0.5;  // the last tick's average: the JSON's, not a metric's (rate() gives it)
     s.thread_groups.push_back(g);
     s.carriers.detected = true;
     s.carriers.threads = 2;
@@ -198,6 +200,7 @@ TEST_CASE("peers and groups beyond the cap fold into other, values summed", "[me
         g.threads = 100 - i;
         g.blocked = 1;
         g.blocked_seconds_by_syscall_total["futex"] = 1.5;
+        g.runqueue_wait_seconds = 0.25;
         s.thread_groups.push_back(g);
     }
     const auto fams = snapshot_families(&s, 50, s.taken_at_unix_ms);
@@ -222,6 +225,8 @@ TEST_CASE("peers and groups beyond the cap fold into other, values summed", "[me
     CHECK(blocked->metrics.size() == 51);
     CHECK(value(fams, "qscope_blocked_seconds_total", {{"group", "other"}, {"syscall", "futex"}}) == Approx(15));
     CHECK(value(fams, "qscope_threads", {{"group", "other"}, {"state", "blocked"}}) == 10);
+    CHECK(find(fams, "qscope_runqueue_wait_seconds_total")->metrics.size() == 51);
+    CHECK(value(fams, "qscope_runqueue_wait_seconds_total", {{"group", "other"}}) == Approx(2.5));
 }
 
 TEST_CASE("the metric contract: every family, HELP and TYPE, _total counters, values", "[metrics]") {
@@ -232,7 +237,7 @@ TEST_CASE("the metric contract: every family, HELP and TYPE, _total counters, va
         "qscope_listen_overflows_total",  "qscope_requests_in_flight",     "qscope_requests_waiting_unread",
         "qscope_request_duration_seconds", "qscope_downstream_connections", "qscope_downstream_busy",
         "qscope_downstream_call_duration_seconds", "qscope_threads",      "qscope_blocked_seconds_total",
-        "qscope_carriers",                "qscope_carrier_stalls_total",   "qscope_verdict",
+        "qscope_runqueue_wait_seconds_total", "qscope_carriers",                "qscope_carrier_stalls_total",   "qscope_verdict",
         "qscope_lost_events_total",       "qscope_target_info"};
     std::set<std::string> names;
     for (const auto& f : fams) {
@@ -265,6 +270,7 @@ TEST_CASE("the metric contract: every family, HELP and TYPE, _total counters, va
     CHECK(value(fams, "qscope_threads", {{"group", "worker"}, {"state", "blocked"}}) == 5);
     CHECK(value(fams, "qscope_threads_blocked", {{"group", "worker"}, {"syscall", "futex"}}) == 4);
     CHECK(value(fams, "qscope_blocked_seconds_total", {{"group", "worker"}, {"syscall", "futex"}}) == 12.5);
+    CHECK(value(fams, "qscope_runqueue_wait_seconds_total", {{"group", "worker"}}) == 4.75);
     // A syscall that blocked the group before but holds nobody now reads 0, not stale.
     CHECK(value(fams, "qscope_threads_blocked", {{"group", "worker"}, {"syscall", "nanosleep"}}) == 0);
     CHECK(value(fams, "qscope_carriers", {{"state", "stalled"}}) == 1);

@@ -42,6 +42,12 @@ static __always_inline int qs_reason_listen_overflow(void)
 	return bpf_core_enum_value(enum skb_drop_reason, SKB_DROP_REASON_TCP_LISTEN_OVERFLOW);
 }
 
+/* v5.17, before TCP_LISTEN_OVERFLOW: present wherever qs_kfree_skb loads. */
+static __always_inline int qs_reason_tcp_csum(void)
+{
+	return bpf_core_enum_value(enum skb_drop_reason, SKB_DROP_REASON_TCP_CSUM);
+}
+
 /* ss's Recv-Q for an established socket is rcv_nxt - copied_seq, which counts a received FIN
  * as one byte; a FIN is not a request, so it is taken off. */
 static __always_inline __u32 qs_unread_bytes(__u32 rcv_nxt, __u32 copied_seq, unsigned long skc_flags)

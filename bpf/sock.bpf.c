@@ -2557,6 +2557,32 @@ int qs_accept_exit(struct trace_event_raw_sys_exit *ctx)
 
 /* ---- listen overflows (ACK stage) and resets --------------------------------------------- */
 
+/* The code of tcp_v4_rcv and of tcp_v6_rcv, [start, end) each, from /proc/kallsyms: user space
+ * writes them once the first tick is out (the file's read is not worth the first frame), each
+ * start before its end. Zero until then, and where the addresses are hidden: nothing matches. */
+__u64 tcp_rcv_text[4];
+
+/* A drop made by tcp_v4_rcv/tcp_v6_rcv itself, where every drop of a segment whose socket is a
+ * listener (or a request socket's listener) goes through sk_drops_skbadd, except a bad checksum.
+ * Drops deeper down (tcp_v4_do_rcv: a SYN cookie's ACK refused, a stray ACK or reset) do not. */
+static __always_inline int tcp_rcv_counted_drop(void *location, int reason)
+{
+	__u64 at = (__u64)location;
+
+	if (!((at >= tcp_rcv_text[0] && at < tcp_rcv_text[1]) || (at >= tcp_rcv_text[2] && at < tcp_rcv_text[3])))
+		return 0;
+	return reason != qs_reason_tcp_csum();
+}
+
+/* What sk_drops_skbadd adds for a dropped skb: its segments, one at least. */
+static __always_inline __u64 skb_segments(struct sk_buff *skb)
+{
+	struct skb_shared_info *sh = (void *)(skb->head + skb->end);
+	__u16 segs = BPF_CORE_READ(sh, gso_segs);
+
+	return segs ? segs : 1;
+}
+
 SEC("tp_btf/kfree_skb")
 int BPF_PROG(qs_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
 	     struct sock *rx_sk)
@@ -2568,14 +2594,18 @@ int BPF_PROG(qs_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_re
 	__u8 ver = 0;
 	__u64 now;
 	__u32 idx;
+	int overflow = (int)reason == qs_reason_listen_overflow();
 
-	if ((int)reason != qs_reason_listen_overflow() || !rx_sk)
+	if (!rx_sk || (!overflow && !tcp_rcv_counted_drop(location, (int)reason)))
 		return 0;
-	if (!lookup_port(rx_sk->__sk_common.skc_num, &idx))
+	/* A connection's own drops (its port is the listener's) are not the listener's sk_drops. */
+	if (rx_sk->__sk_common.skc_state != QS_TCP_LISTEN || !lookup_port(rx_sk->__sk_common.skc_num, &idx))
 		return 0;
 	p = port_at(idx);
 	if (p)
-		__sync_fetch_and_add(&p->overflow_skb_drops, 1);
+		__sync_fetch_and_add(&p->rcv_drops, skb_segments(skb));
+	if (!overflow)
+		return 0;
 
 	head = skb->head;
 	nh = skb->network_header;

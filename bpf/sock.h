@@ -47,7 +47,11 @@ struct qs_port_stats {
 	__s64 connections;            /* accepted and open */
 	__s64 accept_queue_max;       /* sk_ack_backlog peak seen at sk_data_ready */
 	__u64 accepted;
-	__u64 overflow_skb_drops;     /* kfree_skb reason TCP_LISTEN_OVERFLOW (ACK-stage) */
+	/* Segments tcp_v4_rcv/tcp_v6_rcv dropped on this port's listener and added to its sk_drops
+	 * (sk_drops_skbadd) beside any listen drop: an ACK-stage overflow's second count (kfree_skb
+	 * reason TCP_LISTEN_OVERFLOW), and a request socket's segment dropped for another reason (a
+	 * retransmitted SYN, one out of window). sk_drops minus these is the listen overflows. */
+	__u64 rcv_drops;
 	__u64 status[QS_STATUS_CLASSES];
 	__u32 port;                   /* host order; 0 = slot unused */
 	__u32 pad;

@@ -194,6 +194,12 @@ KernelSymbols::Entry KernelSymbols::operator[](size_t i) const {
     return {s.addr, std::string_view(names_).substr(s.name, s.name_len), modules_[s.module]};
 }
 
+KernelSymbols::Text KernelSymbols::text_of(std::string_view name) const {
+    for (size_t i = 0; i + 1 < syms_.size(); ++i)
+        if ((*this)[i].name == name) return {syms_[i].addr, syms_[i + 1].addr};
+    return {};
+}
+
 KernelSymbols parse_kallsyms(const std::string& text) {
     KernelSymbols out;
     out.names_.reserve(text.size() / 2);

@@ -78,6 +78,13 @@ public:
     bool empty() const { return syms_.empty(); }
     Entry operator[](size_t i) const;
     Entry back() const { return (*this)[size() - 1]; }
+    // A function's code: from its address to the next symbol's. Empty (start == end) when no
+    // symbol of that name is listed, or it is the last one (its end is unknown).
+    struct Text {
+        uint64_t start = 0, end = 0;
+        bool contains(uint64_t addr) const { return addr >= start && addr < end; }
+    };
+    Text text_of(std::string_view name) const;
 
 private:
     friend KernelSymbols parse_kallsyms(const std::string& text);

@@ -16,5 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size >= 16) std::memcpy(&probe[2], data + size - 16, 16);
     for (uint64_t a : probe) (void)qscope::symbolize_kernel_addr(syms, a);
     for (size_t i = 0; i < syms.size() && i < 64; ++i) (void)qscope::symbolize_kernel_addr(syms, syms[i].addr + 1);
+    // A function's text is never empty-but-claimed nor reversed (the sock family filters on it).
+    for (size_t i = 0; i < syms.size() && i < 64; ++i) {
+        const auto t = syms.text_of(syms[i].name);
+        if (t.start > t.end || (t.start != t.end && !t.contains(t.start))) __builtin_trap();
+    }
     return 0;
 }

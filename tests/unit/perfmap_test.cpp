@@ -119,6 +119,36 @@ TEST_CASE("kallsyms: each symbol keeps its own module, however the modules' line
     CHECK(symbolize_kernel_addr(k, 0xffffffff81000004) == "_stext+0x4 (kernel)");
 }
 
+TEST_CASE("kallsyms: a function's text runs to the next symbol, a module's included", "[kallsyms]") {
+    const auto k = parse_kallsyms(
+        "ffffffff8208ae40 T __pfx_tcp_v4_rcv\n"
+        "ffffffff8208ae50 T tcp_v4_rcv\n"
+        "ffffffff8208ae50 T tcp_v4_rcv_alias\n"   // an alias: the first listed name is the one kept
+        "ffffffff82089690 T tcp_v4_do_rcv\n"       // listed out of order: sorted before the lookup
+        "ffffffff8208c2a0 T __pfx_tcp_v4_err\n"
+        "ffffffff8208c2b0 T tcp_v4_err\n"
+        "ffffffff8208c000 D tcp_data_not_text\n"   // not text: no end of anything
+        "ffffffffc0a00000 t tcp_v6_rcv\t[ipv6]\n"
+        "ffffffffc0a01000 t tcp_v6_err\t[ipv6]\n"
+        "ffffffffc0b00000 t last_one\t[x]\n");
+    const auto v4 = k.text_of("tcp_v4_rcv");
+    CHECK(v4.start == 0xffffffff8208ae50);
+    CHECK(v4.end == 0xffffffff8208c2a0);  // the next function's padding is not tcp_v4_rcv's
+    CHECK(v4.contains(0xffffffff8208ae50 + 0x99));
+    CHECK_FALSE(v4.contains(0xffffffff8208c2a0));
+    CHECK_FALSE(v4.contains(0xffffffff82089690 + 0x10));
+    CHECK(k.text_of("tcp_v4_do_rcv").end == 0xffffffff8208ae40);
+    const auto v6 = k.text_of("tcp_v6_rcv");
+    CHECK(v6.start == 0xffffffffc0a00000);
+    CHECK(v6.end == 0xffffffffc0a01000);
+    // Absent, an alias dropped at its address, or the last symbol (no end known): empty.
+    for (const char* name : {"tcp_v4_rcv_alias", "no_such_function", "last_one", "tcp_data_not_text"}) {
+        INFO(name);
+        CHECK_FALSE(k.text_of(name).contains(k.text_of(name).start));
+    }
+    CHECK_FALSE(parse_kallsyms("").text_of("tcp_v4_rcv").contains(0));
+}
+
 TEST_CASE("kallsyms: hidden addresses (kptr_restrict) resolve nothing", "[kallsyms]") {
     auto k = parse_kallsyms("0000000000000000 T _stext\n0000000000000000 T schedule\n");
     CHECK(k.empty());

@@ -28,6 +28,7 @@
 #include "probes/sock/scope.h"
 #include "model/errors.h"
 #include "model/syscall_table.h"
+#include "symbols/symbolizer.h"
 #include "sys/proc_fds.h"
 #include "sys/proc_maps.h"
 #include "sys/proc_stat.h"
@@ -159,8 +160,35 @@ public:
                                 "libssl.so.1.1)" + unsupported_tls_text() + ": nothing to probe");
     }
 
-    // top: the HTTP/2 frame walk's twins, on a thread of their own (plan_walk).
     void after_first_tick() override {
+        find_tcp_rcv_text();
+        load_walk_twins();
+    }
+
+    // Where tcp_v4_rcv and tcp_v6_rcv are, for qs_kfree_skb (tcp_rcv_text in sock.bpf.c): the
+    // segments they drop on a listener count in its sk_drops and are not overflows. On a
+    // thread: /proc/kallsyms takes 25-75 ms to read and ~40 ms to parse, and none of it is
+    // kept. Until it is in, only ACK-stage overflows are told apart (by their drop reason).
+    void find_tcp_rcv_text() {
+        if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0 || rcv_text_finder_.joinable()) return;
+        rcv_text_finder_ = std::jthread([this] {
+            std::string text;
+            if (!read_file("/proc/kallsyms", text)) return;
+            const KernelSymbols syms = parse_kallsyms(text);
+            __u64* slots = skel_->bss->tcp_rcv_text;
+            int i = 0;
+            for (const char* fn : {"tcp_v4_rcv", "tcp_v6_rcv"}) {
+                const KernelSymbols::Text t = syms.text_of(fn);
+                // The start first: a range with only its start set matches nothing.
+                __atomic_store_n(&slots[i], t.start, __ATOMIC_RELEASE);
+                __atomic_store_n(&slots[i + 1], t.end, __ATOMIC_RELEASE);
+                i += 2;
+            }
+        });
+    }
+
+    // top: the HTTP/2 frame walk's twins, on a thread of their own (plan_walk).
+    void load_walk_twins() {
         if (walk_state_.load(std::memory_order_acquire) != WalkState::loading || walk_loader_.joinable()) return;
         walk_asked_ns_ = monotonic_ns();
         walk_loader_ = std::jthread([this] {
@@ -1011,7 +1039,8 @@ private:
         port_index_[port] = idx;
     }
 
-    // Overflows of a port since first sight: sk_drops of its sockets minus ACK-stage skb drops.
+    // Overflows of a port since first sight: sk_drops of its sockets minus the segments
+    // tcp_v{4,6}_rcv dropped on them (qs_port_stats.rcv_drops).
     uint64_t port_overflows(uint16_t port, uint64_t skb_drops) const {
         uint64_t drops = 0;
         for (const auto& [ino, ls] : listen_sockets_)
@@ -1027,7 +1056,7 @@ private:
         for (int c = 0; c < QS_STATUS_CLASSES; ++c) w.status[c] = load(ps.status[c]);
         for (int h = 0; h < QS_PORT_HISTS; ++h) w.hists[h] = Histogram::from_kernel(skel_->bss->port_hists[i * QS_PORT_HISTS + h]);
         const uint16_t port = static_cast<uint16_t>(load(ps.port));
-        w.overflows = port_overflows(port, load(ps.overflow_skb_drops));
+        w.overflows = port_overflows(port, load(ps.rcv_drops));
         // A listener that closes takes its sk_drops with it: never let the total go back.
         overflow_floor_[port] = w.overflows;
         return w;
@@ -1456,6 +1485,7 @@ private:
     uint64_t walk_in_ns_ = 0;              // when the twins went into their slots (written before the state)
     bool walk_said_ = false;
     std::jthread walk_loader_;             // top's: after skel_, so it is joined before skel_ goes
+    std::jthread rcv_text_finder_;         // after skel_, for the same reason
     std::vector<Link> links_;
     std::map<int, TlsProcess> tls_procs_;    // by pid, the tree's processes seen so far (links die before skel_)
     std::set<std::string> tls_libs_;         // probed libraries, as the target maps them

@@ -139,18 +139,15 @@ std::string_view take_field(std::string_view& line) {
     return f;
 }
 
-// ---- kernel symbols: one table per collector process, loaded on first use ------------
-struct KernelSyms {
-    std::once_flag once;
-    KernelSymbols syms;
-};
-KernelSyms& kernel_syms() {
-    static KernelSyms k;
-    std::call_once(k.once, [] { k.syms = parse_kallsyms(read_file("/proc/kallsyms")); });
-    return k;
-}
-
 }  // namespace
+
+// ---- kernel symbols: one table per collector process, loaded on first use ------------
+const KernelSymbols& kernel_symbols() {
+    static std::once_flag once;
+    static KernelSymbols syms;
+    std::call_once(once, [] { syms = parse_kallsyms(read_file("/proc/kallsyms")); });
+    return syms;
+}
 
 // ---- parsers (free functions: unit-tested and fuzzed directly) -------------------------
 
@@ -599,7 +596,7 @@ std::vector<std::string> Symbolizer::symbolize_user(const std::vector<uint64_t>&
 }
 
 std::vector<std::string> Symbolizer::symbolize_kernel(const std::vector<uint64_t>& ips) {
-    const auto& syms = kernel_syms().syms;
+    const auto& syms = kernel_symbols();
     std::vector<std::string> out;
     out.reserve(ips.size());
     for (uint64_t a : ips) out.push_back(symbolize_kernel_addr(syms, a));

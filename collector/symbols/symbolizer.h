@@ -102,6 +102,9 @@ private:
 // Drops __start_*/__stop_* markers (they alias real functions) and, at one address, every
 // name but the first listed (the kernel's canonical one). Empty when the addresses are hidden.
 KernelSymbols parse_kallsyms(const std::string& text);
+// This process's /proc/kallsyms, read and parsed once, on first use, by whichever thread asks
+// first (the sock family's, after tick 0; kernel stacks are named from tick 1): ~0.1 s.
+const KernelSymbols& kernel_symbols();
 // "func+0xoff (kernel|module)" or "0xADDR" when no symbol covers addr.
 std::string symbolize_kernel_addr(const KernelSymbols& syms, uint64_t addr);
 

@@ -167,14 +167,13 @@ public:
 
     // Where tcp_v4_rcv and tcp_v6_rcv are, for qs_kfree_skb (tcp_rcv_text in sock.bpf.c): the
     // segments they drop on a listener count in its sk_drops and are not overflows. On a
-    // thread: /proc/kallsyms takes 25-75 ms to read and ~40 ms to parse, and none of it is
-    // kept. Until it is in, only ACK-stage overflows are told apart (by their drop reason).
+    // thread: /proc/kallsyms takes 25-75 ms to read and ~40 ms to parse (the table is the
+    // one the sched family names kernel stacks with from tick 1). Until it is in, only
+    // ACK-stage overflows are told apart (by their drop reason).
     void find_tcp_rcv_text() {
         if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0 || rcv_text_finder_.joinable()) return;
         rcv_text_finder_ = std::jthread([this] {
-            std::string text;
-            if (!read_file("/proc/kallsyms", text)) return;
-            const KernelSymbols syms = parse_kallsyms(text);
+            const KernelSymbols& syms = kernel_symbols();
             __u64* slots = skel_->bss->tcp_rcv_text;
             int i = 0;
             for (const char* fn : {"tcp_v4_rcv", "tcp_v6_rcv"}) {

@@ -21,7 +21,12 @@
 #     wrk → the unobserved nginx, then wrk → the target; each with no qscope, qscope
 #     --scope global and qscope --scope cgroup attached to the target (docs/kernel.md "Scoped
 #     to the target's cgroup"). Not part of the default run: --parts abcd.
-#   --parts abc picks parts (a), (b), (c), (d); the report covers what ran.
+# (e) several targets in one exporter: wrk → nginx, which no exporter observes, with no
+#     qscope, `qscope export` of one target and of three (idle qs_servers). Each target loads
+#     its own probes (sharing them is not built, docs/design.md), so what an exporter costs
+#     the rest of the host grows with its targets: this measures by how much. Not part of
+#     the default run: --parts e.
+#   --parts abc picks parts (a), (b), (c), (d), (e); the report covers what ran.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -174,6 +179,41 @@ done
 sysctl -qw kernel.bpf_stats_enabled=0
 fi
 
+# --- (e) several targets in one exporter ---------------------------------------------------
+if [[ $PARTS == *e* ]]; then
+echo "bench: (e) wrk -> nginx beside an exporter of 1 or 3 other targets, $ROUNDS rounds x 3 conditions x ${SECS}s" >&2
+idle=()
+for i in 1 2 3; do
+  $T/qs_server --port 0 --workers 2 >"$work/idle$i.log" 2>&1 & pids+=($!); idle+=($!)
+  ready_port "$work/idle$i.log" >/dev/null
+done
+# Starts `qscope export` of the first $1 idle servers; echoes its pid once every one is
+# attached (the exporter says "serving" after its targets' first attach) and a tick is out.
+export_of() {
+  local log=$work/export-$RANDOM.log args=() i
+  for ((i = 0; i < $1; i++)); do args+=(--target "idle$i=pid:${idle[$i]}"); done
+  $Q export --listen 127.0.0.1:0 "${args[@]}" >"$log" 2>&1 &
+  local qp=$!
+  for _ in $(seq 400); do grep -q 'serving' "$log" 2>/dev/null && break; kill -0 $qp 2>/dev/null || { cat "$log" >&2; exit 1; }; sleep 0.05; done
+  sleep 1
+  echo $qp
+}
+for r in $(seq "$ROUNDS"); do
+  for cond in $(printf 'base\none\nthree\n' | shuf); do
+    qp=""
+    case $cond in one) qp=$(export_of 1);; three) qp=$(export_of 3);; esac
+    [[ -n $qp ]] && c0=$(cpu_ns "$qp")
+    record exporter_nginx "$cond" "$r" "$(wrk_rps)"
+    if [[ -n $qp ]]; then
+      c1=$(cpu_ns "$qp")
+      record exporter_cpu_pct "$cond" "$r" "$(python3 -c "print(($c1-$c0)/1e9/$SECS*100)")"
+      record exporter_rss_kib "$cond" "$r" "$(rss_kib "$qp")"
+      stop_proc "$qp"
+    fi
+  done
+done
+fi
+
 # --- (b) realistic service time --------------------------------------------------------------
 if [[ $PARTS == *b* ]]; then
 echo "bench: (b) qs_server 2 ms service time under qs_load" >&2
@@ -250,6 +290,10 @@ for load,label in (("other","(d) wrk → an unobserved nginx beside a target in 
         for cond,what in (("global","qscope --scope global on the target"),("cgroup","qscope --scope cgroup on the target")):
             print(f"| {label} | {what} | {fmt(ratios('cg_'+load,cond))} |")
         print(f"| {label} | --scope cgroup vs. --scope global | {fmt(ratios('cg_'+load,'cgroup','global'))} |")
+if by["exporter_nginx"]:
+    for cond,label,base in (("one","an exporter of 1 other target","base"),("three","an exporter of 3 other targets","base"),
+                            ("three","3 targets vs. 1 (one exporter each time)","one")):
+        print(f"| (e) wrk → nginx, req/s | {label} | {fmt(ratios('exporter_nginx',cond,base))} |")
 if by["realistic"]: print(f"| (b) qs_server 2 ms service, req/s | qscope attached | {fmt(ratios('realistic','target'))} |")
 for m in ("getppid","futex","pingpong"):
     b=f"micro_{m}"
@@ -262,6 +306,10 @@ for m in ("getppid","futex","pingpong"):
             base=d.get(bc,{}).get(rnd)
             if base: diffs.append(float(v)-float(base))
         if diffs: print(f"| (c) {m}, ns/op | {label} | {st.median(diffs):+.1f} ns (range {min(diffs):+.1f}..{max(diffs):+.1f}) |")
+for cond in ("one","three"):
+    cpu=[float(v) for v in by["exporter_cpu_pct"].get(cond,{}).values()]
+    rss=[float(v) for v in by["exporter_rss_kib"].get(cond,{}).values()]
+    if cpu: print(f"| exporter during (e) | {cond} target(s) | CPU {st.median(cpu):.2f}% of a core, RSS {st.median(rss)/1024:.1f} MiB |")
 for cond in ("other","target","threads"):
     cpu=[float(v) for v in by["collector_cpu_pct"].get(cond,{}).values()]
     rss=[float(v) for v in by["collector_rss_kib"].get(cond,{}).values()]

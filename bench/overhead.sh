@@ -212,6 +212,20 @@ for r in $(seq "$ROUNDS"); do
     fi
   done
 done
+# Every program of the exporter, from the kernel's own accounting (bpf_stats on only here):
+# their CPU while wrk drives the unobserved nginx, all of it spent filtering that traffic out.
+echo "bench: (e) the exporter's programs (bpf_stats on), 2 x ${SECS}s" >&2
+sysctl -qw kernel.bpf_stats_enabled=1
+for cond in one three; do
+  n=1; [[ $cond == three ]] && n=3
+  qp=$(export_of $n)
+  s0=$(prog_stats "$qp" | awk '{c+=$2; t+=$3} END{print c+0, t+0}')
+  wrk_rps >/dev/null
+  s1=$(prog_stats "$qp" | awk '{c+=$2; t+=$3} END{print c+0, t+0}')
+  record exporter_progs "$cond" 1 "$(python3 -c "a=list(map(int,'$s0'.split())); b=list(map(int,'$s1'.split())); print(f'{(b[1]-a[1])/1e9/$SECS*100:.2f}|{(b[0]-a[0])/$SECS:.0f}')")"
+  stop_proc "$qp"
+done
+sysctl -qw kernel.bpf_stats_enabled=0
 fi
 
 # --- (b) realistic service time --------------------------------------------------------------
@@ -306,6 +320,11 @@ for m in ("getppid","futex","pingpong"):
             base=d.get(bc,{}).get(rnd)
             if base: diffs.append(float(v)-float(base))
         if diffs: print(f"| (c) {m}, ns/op | {label} | {st.median(diffs):+.1f} ns (range {min(diffs):+.1f}..{max(diffs):+.1f}) |")
+for cond in ("one","three"):
+    v=by["exporter_progs"].get(cond,{}).get("1")
+    if v:
+        pct,runs=v.split("|")
+        print(f"| exporter's BPF programs during (e), bpf_stats on | {cond} target(s) | {pct}% of a CPU, {int(runs):,} runs/s |")
 for cond in ("one","three"):
     cpu=[float(v) for v in by["exporter_cpu_pct"].get(cond,{}).values()]
     rss=[float(v) for v in by["exporter_rss_kib"].get(cond,{}).values()]

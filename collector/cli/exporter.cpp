@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <clocale>
 #include <cstdio>
+#include <set>
 #include <stdexcept>
 
 #include <algorithm>
@@ -116,9 +117,21 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
     auto all_finished = [&] {
         return std::all_of(followers.begin(), followers.end(), [](const auto& f) { return f->finished(); });
     };
-    while (!g_stop_requested && !all_finished()) {
+    std::set<std::string> shared_said;  // each pair of services once
+    auto say_shared = [&] {
+        std::vector<ServiceSnapshot> now;
+        for (const auto& f : followers) now.push_back({f->target().service, f->latest()});
+        for (const SharedProcess& p : shared_processes(now))
+            if (shared_said.insert(p.a + '\n' + p.b).second)
+                std::fprintf(stderr,
+                             "qscope: warning: services %s and %s share PID %d (%s): it is observed twice, at "
+                             "twice the cost, and a sum over both services counts it twice\n",
+                             p.a.c_str(), p.b.c_str(), p.pid, p.comm.c_str());
+    };
+    for (int turn = 0; !g_stop_requested && !all_finished(); ++turn) {
         sleep_unless_stopped(0.1);
         if (rings.empty() && ring_signal_since(signals_seen)) std::fprintf(stderr, "qscope: %s\n", kNoRingToWrite);
+        if (followers.size() > 1 && turn % 10 == 0) say_shared();
     }
     int rc = 0;
     if (!g_stop_requested) {

@@ -26,6 +26,33 @@ std::vector<prom::MetricFamily> service_families(const std::vector<ServiceSnapsh
     return out;
 }
 
+namespace {
+
+// The processes a snapshot observes, by PID: its tree, or the root alone.
+std::map<int, std::string> observed(const Snapshot& s) {
+    std::map<int, std::string> out;
+    for (const auto& p : s.target.processes) out.emplace(p.pid, p.comm);
+    if (out.empty() && s.target.pid > 0) out.emplace(s.target.pid, s.target.comm);
+    return out;
+}
+
+}  // namespace
+
+std::vector<SharedProcess> shared_processes(const std::vector<ServiceSnapshot>& services) {
+    std::vector<std::map<int, std::string>> trees;
+    for (const auto& svc : services)
+        trees.push_back(svc.snap && !svc.snap->target.exited ? observed(*svc.snap) : std::map<int, std::string>{});
+    std::vector<SharedProcess> out;
+    for (size_t i = 0; i < services.size(); ++i)
+        for (size_t j = i + 1; j < services.size(); ++j)
+            for (const auto& [pid, comm] : trees[i])
+                if (trees[j].count(pid)) {
+                    out.push_back({services[i].service, services[j].service, pid, comm});
+                    break;  // the lowest: maps are ordered
+                }
+    return out;
+}
+
 std::vector<prom::MetricFamily> ServicesCollectable::collect() const {
     const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::system_clock::now().time_since_epoch())

@@ -19,6 +19,16 @@ struct ServiceSnapshot {
 std::vector<prom::MetricFamily> service_families(const std::vector<ServiceSnapshot>& services, uint32_t label_cap,
                                                  int64_t now_unix_ms);
 
+// Two services whose latest snapshots share a process: one target named twice, or one inside
+// the other's tree. Each is still observed in full, but at the cost of two, and a sum over
+// services (the dashboard's service "All") counts that process twice.
+struct SharedProcess {
+    std::string a, b;   // the two services, in the order given
+    int pid = 0;        // the lowest PID they share
+    std::string comm;
+};
+std::vector<SharedProcess> shared_processes(const std::vector<ServiceSnapshot>& services);
+
 // The exporter's collectable for any number of targets: renders at scrape time whatever
 // `latest` returns (one entry per target, in a fixed order).
 class ServicesCollectable : public prom::Collectable {

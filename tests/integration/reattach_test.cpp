@@ -484,4 +484,28 @@ TEST_CASE("bad input: nothing matches, unreadable pidfile, bad config, same name
         for (pid_t p : {s1.proc.pid(), s2.proc.pid()})
             CHECK(r.err.find("PID " + std::to_string(p) + " (qs_server): ") != std::string::npos);
     }
+
+    // One process named by two services: both are served, and the exporter says once that a
+    // sum over them counts it twice.
+    {
+        auto srv = start_target("qs_server", {"--port", "29303", "--workers", "1"});
+        const std::string pid = std::to_string(srv.proc.pid());
+        Proc exp = spawn({qscope_bin(), "export", "--target", "web=port:29303", "--target", "again=pid:" + pid,
+                          "--listen", "127.0.0.1:" + std::to_string(kExport)});
+        CHECK(wait_sample(kExport, "qscope_up{service=\"web\"}", 1, 20) >= 0);
+        CHECK(wait_sample(kExport, "qscope_up{service=\"again\"}", 1, 20) >= 0);
+        const std::string said = "qscope: warning: services web and again share PID " + pid +
+                                 " (qs_server): it is observed twice, at twice the cost, and a sum over both "
+                                 "services counts it twice";
+        const double until = now_s() + 5;
+        while (now_s() < until && exp.err().find(said) == std::string::npos) sleep_s(0.2);
+        sleep_s(2.5);  // checked again since: not said twice
+        exp.signal(SIGTERM);
+        CHECK(exp.wait(10) == 0);
+        const std::string err = exp.err();
+        INFO(err);
+        const auto first = err.find(said);
+        CHECK(first != std::string::npos);
+        CHECK(err.find(said, first + 1) == std::string::npos);
+    }
 }

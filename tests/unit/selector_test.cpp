@@ -243,3 +243,29 @@ TEST_CASE("several services on one /metrics: a service label each, every family 
     CHECK(prom::serialize(service_families({{"", std::make_shared<Snapshot>(a)}}, 50, 0)) ==
           prom::serialize(snapshot_families(&a, 50, 0)));
 }
+
+TEST_CASE("services that share a process are told, the lowest shared PID named once per pair", "[selector]") {
+    auto snap = [](int root, std::vector<int> tree) {
+        Snapshot s;
+        s.target.pid = root;
+        s.target.comm = "nginx";
+        for (int p : tree) s.target.processes.push_back({p, p == root ? "nginx" : "nginx-w", "", 1});
+        return std::make_shared<Snapshot>(s);
+    };
+    // web is nginx's tree, edge one of its workers, web2 the same tree again, db unrelated,
+    // cache still waiting, old exited.
+    auto exited = snap(30, {30});
+    std::const_pointer_cast<Snapshot>(exited)->target.exited = true;
+    const auto got = shared_processes({{"web", snap(10, {10, 11, 12})},
+                                       {"edge", snap(12, {12})},
+                                       {"db", snap(20, {})},
+                                       {"web2", snap(10, {10, 11, 12})},
+                                       {"cache", nullptr},
+                                       {"old", exited},
+                                       {"old2", snap(30, {30})}});
+    std::vector<std::string> said;
+    for (const auto& p : got) said.push_back(p.a + "+" + p.b + ":" + std::to_string(p.pid) + " " + p.comm);
+    CHECK(said == std::vector<std::string>{"web+edge:12 nginx-w", "web+web2:10 nginx", "edge+web2:12 nginx"});
+    CHECK(shared_processes({{"db", snap(20, {})}, {"db2", snap(20, {})}}).size() == 1);  // root alone, no tree
+}
+

@@ -92,6 +92,17 @@ record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }  # benc
 
 # --- (a) wrk → nginx ----------------------------------------------------------------------
 wrk_rps() { wrk -t1 -c32 -d"${SECS}s" http://127.0.0.1:25080/ 2>/dev/null | awk '/Requests\/sec/{print $2}'; }
+# wrk_with BENCH COND ROUND QP PREFIX: the load's req/s recorded as BENCH; with a qscope (QP),
+# its CPU and RSS meanwhile as PREFIX_cpu_pct and PREFIX_rss_kib.
+wrk_with() {
+  local c0 c1
+  [[ -n $4 ]] && c0=$(cpu_ns "$4")
+  record "$1" "$2" "$3" "$(wrk_rps)"
+  [[ -n $4 ]] || return 0
+  c1=$(cpu_ns "$4")
+  record "$5_cpu_pct" "$2" "$3" "$(python3 -c "print(($c1-$c0)/1e9/$SECS*100)")"
+  record "$5_rss_kib" "$2" "$3" "$(rss_kib "$4")"
+}
 if [[ $PARTS == *a* ]]; then
 echo "bench: (a) wrk -> nginx static, $ROUNDS rounds x 5 conditions x ${SECS}s" >&2
 for r in $(seq "$ROUNDS"); do
@@ -101,14 +112,8 @@ for r in $(seq "$ROUNDS"); do
       other) qp=$(attach "$idle_pid");; target) qp=$(attach "$nginx_worker");; floor) fp=$(attach_floor);;
       threads) qp=$(attach "$nginx_worker" --no-requests);;
     esac
-    [[ -n $qp ]] && c0=$(cpu_ns "$qp")
-    record nginx "$cond" "$r" "$(wrk_rps)"
-    if [[ -n $qp ]]; then
-      c1=$(cpu_ns "$qp")
-      record collector_cpu_pct "$cond" "$r" "$(python3 -c "print(($c1-$c0)/1e9/$SECS*100)")"
-      record collector_rss_kib "$cond" "$r" "$(rss_kib "$qp")"
-      detach "$qp"
-    fi
+    wrk_with nginx "$cond" "$r" "$qp" collector
+    [[ -n $qp ]] && detach "$qp"
     [[ -n $fp ]] && stop_proc "$fp"
   done
 done
@@ -202,14 +207,8 @@ for r in $(seq "$ROUNDS"); do
   for cond in $(printf 'base\none\nthree\n' | shuf); do
     qp=""
     case $cond in one) qp=$(export_of 1);; three) qp=$(export_of 3);; esac
-    [[ -n $qp ]] && c0=$(cpu_ns "$qp")
-    record exporter_nginx "$cond" "$r" "$(wrk_rps)"
-    if [[ -n $qp ]]; then
-      c1=$(cpu_ns "$qp")
-      record exporter_cpu_pct "$cond" "$r" "$(python3 -c "print(($c1-$c0)/1e9/$SECS*100)")"
-      record exporter_rss_kib "$cond" "$r" "$(rss_kib "$qp")"
-      stop_proc "$qp"
-    fi
+    wrk_with exporter_nginx "$cond" "$r" "$qp" exporter
+    [[ -n $qp ]] && stop_proc "$qp"
   done
 done
 # Every program of the exporter, from the kernel's own accounting (bpf_stats on only here):

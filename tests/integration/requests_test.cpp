@@ -148,6 +148,7 @@ TEST_CASE("a retransmitted SYN dropped on a request socket is no overflow", "[so
     if (own_qdisc) REQUIRE(sh("tc qdisc add dev lo clsact 2>&1; echo $?") == "0\n");
     const std::string filter = "tc filter add dev lo egress prio 1 handle 1 bpf da obj " +
                                target_bin("qs_drop_synack.bpf.o") + " sec tc 2>&1; echo $?";
+    sh("tc filter del dev lo egress prio 1 handle 1 bpf 2>/dev/null");  // a killed run's, if any
     const std::string added = sh(filter);
     struct Undo {
         bool own;

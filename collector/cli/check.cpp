@@ -18,6 +18,7 @@
 #include "probes/sched/loops.h"
 #include "probes/sock/attach_plan.h"
 #include "probes/sock/scope.h"
+#include "symbols/symbolizer.h"
 #include "sys/proc_table.h"
 
 namespace qscope {
@@ -109,6 +110,15 @@ int run_check() {
         kern.add(Mark::ok, "lockdown: none");
     else
         kern.add(lock == "confidentiality" ? Mark::no : Mark::warn, lock_note);
+    // Kernel frames are named from it, and a listener's overflows told from its other drops
+    // (tcp_v4_rcv's text, docs/kernel.md "overflows").
+    const bool ksyms = !kernel_symbols().text_of("tcp_v4_rcv").empty();
+    kern.add(ksyms ? Mark::ok : Mark::warn,
+             ksyms ? "kernel symbols: /proc/kallsyms shows addresses (kernel frames named; a listener's drops that "
+                     "are not overflows told apart)"
+                   : "kernel symbols: /proc/kallsyms hides its addresses (kptr_restrict, or no CAP_SYSLOG): kernel "
+                     "frames shown as addresses, and a listener's other drops (a SYN retransmitted to a request "
+                     "socket) counted as overflows");
     // BTF is readable by anyone: the plan below is this kernel's even without privileges;
     // only the fentry probe (a real load) needs them.
     KernelOffer offer = probe_sock_offer(tps, "", true);

@@ -83,6 +83,7 @@ public:
     struct Text {
         uint64_t start = 0, end = 0;
         bool contains(uint64_t addr) const { return addr >= start && addr < end; }
+        bool empty() const { return start >= end; }
     };
     Text text_of(std::string_view name) const;
 

@@ -56,6 +56,14 @@ TEST_CASE("qscope check names each hook's attach type as the kernel offers it", 
         CHECK(r.out.find("lockdown: unknown") != std::string::npos);
     else if (lock.find("[none]") != std::string::npos)
         CHECK(r.out.find("lockdown: none") != std::string::npos);
+    // Oracle: the raw kallsyms line of tcp_v4_rcv, its address not zeroed.
+    {
+        const std::string ks = read_text("/proc/kallsyms");
+        const size_t at = ks.find(" T tcp_v4_rcv\n");
+        const bool shown = at != std::string::npos && at >= 16 && ks.substr(at - 16, 16) != std::string(16, '0');
+        CHECK(has_line(r.out, shown ? "ok  " : "warn",
+                       shown ? "kernel symbols: /proc/kallsyms shows addresses" : "kernel symbols: /proc/kallsyms hides"));
+    }
     // Oracle: tracefs's syscall events, for the poll hooks behind event loops.
     std::string polls, missing;
     for (const char* p : kPolls) (tracefs_has(std::string("syscalls/sys_enter_") + p) ? polls : missing) += std::string(" ") + p;
@@ -130,5 +138,10 @@ TEST_CASE("qscope check as an unprivileged user: exit 4, says what to grant", "[
     INFO(r.out << r.err);
     CHECK(r.rc == 4);
     CHECK(has_line(r.out, "NO  ", "cannot load tracing programs: run as root, or grant CAP_BPF,CAP_PERFMON"));
+    // Oracle: kallsyms as that user reads it (zeroed without CAP_SYSLOG, whatever kptr_restrict).
+    const RunResult ks = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "head", "-1", "/proc/kallsyms"}, 10);
+    const bool hidden = ks.out.rfind(std::string(16, '0'), 0) == 0;
+    CHECK(has_line(r.out, hidden ? "warn" : "ok  ",
+                   hidden ? "kernel symbols: /proc/kallsyms hides" : "kernel symbols: /proc/kallsyms shows addresses"));
     CHECK(r.out.find("Verdict: qscope cannot run here") != std::string::npos);
 }

@@ -145,3 +145,28 @@ TEST_CASE("qscope check as an unprivileged user: exit 4, says what to grant", "[
                    hidden ? "kernel symbols: /proc/kallsyms hides" : "kernel symbols: /proc/kallsyms shows addresses"));
     CHECK(r.out.find("Verdict: qscope cannot run here") != std::string::npos);
 }
+
+TEST_CASE("a run whose kallsyms hides addresses says what its overflows then count", "[check]") {
+    if (!require_root()) return;
+    // Root without CAP_SYSLOG reads /proc/kallsyms zeroed unless kptr_restrict is 0 and perf
+    // is open to all; the oracle is the file as such a process reads it.
+    const std::vector<std::string> no_syslog = {"setpriv", "--inh-caps=-syslog", "--bounding-set=-syslog"};
+    auto as_no_syslog = [&](std::vector<std::string> argv) {
+        argv.insert(argv.begin(), no_syslog.begin(), no_syslog.end());
+        return argv;
+    };
+    const RunResult ks = run(as_no_syslog({"head", "-1", "/proc/kallsyms"}), 10);
+    const bool hidden = ks.out.rfind(std::string(16, '0'), 0) == 0;
+    auto srv = start_target("qs_server", {"--port", "18191", "--workers", "1"});
+    const RunResult r = run(as_no_syslog({qscope_bin(), "snapshot", "--pid", std::to_string(srv.proc.pid()),
+                                          "--duration", "3", "--json"}),
+                            60);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    const auto s = qscope_json(r.out);
+    bool said = false;
+    for (const auto& w : s["warnings"])
+        said |= w.get<std::string>().rfind("sock: /proc/kallsyms hides tcp_v4_rcv's address", 0) == 0;
+    INFO("kallsyms hidden: " << hidden << "\nwarnings " << s["warnings"].dump());
+    CHECK(said == hidden);
+}

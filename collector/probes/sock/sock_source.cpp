@@ -183,7 +183,17 @@ public:
                 __atomic_store_n(&slots[i + 1], t.end, __ATOMIC_RELEASE);
                 i += 2;
             }
+            rcv_text_hidden_.store(syms.text_of("tcp_v4_rcv").empty(), std::memory_order_release);
         });
+    }
+
+    // Once, on the collector's thread: overflows then count a listener's other drops too.
+    void say_rcv_text() {
+        if (rcv_text_said_ || !rcv_text_hidden_.load(std::memory_order_acquire)) return;
+        rcv_text_said_ = true;
+        warnings_.push_back("sock: /proc/kallsyms hides tcp_v4_rcv's address (kptr_restrict, or no CAP_SYSLOG): a "
+                            "listener's overflows also count its other drops (a SYN retransmitted to a request "
+                            "socket, a reset before the handshake ends)");
     }
 
     // top: the HTTP/2 frame walk's twins, on a thread of their own (plan_walk).
@@ -343,6 +353,7 @@ public:
         if (unix_error_.size()) snap.partial.push_back("sock: Unix listeners: " + unix_error_);
         collect_h2(snap);
         collect_tls(snap);
+        say_rcv_text();
         snap.warnings.insert(snap.warnings.end(), warnings_.begin(), warnings_.end());
         snap.probe_attach.insert(snap.probe_attach.end(), attach_.begin(), attach_.end());
         snap.probe_attach.push_back(walk_row());
@@ -1485,6 +1496,8 @@ private:
     bool walk_said_ = false;
     std::jthread walk_loader_;             // top's: after skel_, so it is joined before skel_ goes
     std::jthread rcv_text_finder_;         // after skel_, for the same reason
+    std::atomic<bool> rcv_text_hidden_{false};  // set by the finder: kallsyms showed no address
+    bool rcv_text_said_ = false;
     std::vector<Link> links_;
     std::map<int, TlsProcess> tls_procs_;    // by pid, the tree's processes seen so far (links die before skel_)
     std::set<std::string> tls_libs_;         // probed libraries, as the target maps them

@@ -175,15 +175,13 @@ public:
         rcv_text_finder_ = std::jthread([this] {
             const KernelSymbols& syms = kernel_symbols();
             __u64* slots = skel_->bss->tcp_rcv_text;
-            int i = 0;
-            for (const char* fn : {"tcp_v4_rcv", "tcp_v6_rcv"}) {
-                const KernelSymbols::Text t = syms.text_of(fn);
+            const KernelSymbols::Text texts[] = {syms.text_of("tcp_v4_rcv"), syms.text_of("tcp_v6_rcv")};
+            for (int i = 0; i < 2; i++) {
                 // The start first: a range with only its start set matches nothing.
-                __atomic_store_n(&slots[i], t.start, __ATOMIC_RELEASE);
-                __atomic_store_n(&slots[i + 1], t.end, __ATOMIC_RELEASE);
-                i += 2;
+                __atomic_store_n(&slots[2 * i], texts[i].start, __ATOMIC_RELEASE);
+                __atomic_store_n(&slots[2 * i + 1], texts[i].end, __ATOMIC_RELEASE);
             }
-            rcv_text_hidden_.store(syms.text_of("tcp_v4_rcv").empty(), std::memory_order_release);
+            rcv_text_hidden_.store(texts[0].empty(), std::memory_order_release);
         });
     }
 

@@ -13,6 +13,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "model/loops.h"
 #include "model/runtime_frames.h"
@@ -69,6 +71,8 @@ struct Inside {
     double futex_average = 0;          // the gate group's futex waiters over the window, on average
     const Wait* window_gate = nullptr; // that group's wait row with the most futex time in the window
     bool averaged = false;             // futex_waiters is that average (none waits at this instant)
+    uint64_t held_in_loops = 0;        // requests an idle event loop holds with no call, thread or turn
+    std::string loops_of;              // whose loops: "node's event loop", "haproxy's 2 event loops"
 };
 
 // --- at the door ---------------------------------------------------------------------------
@@ -162,6 +166,31 @@ bool holds_request_in_syscall(const Wait& w) {
     return w.kind == WaitKind::other && !waiting_for_work_syscall(syscall_number(w.syscall));
 }
 
+// Event loops hold requests without a thread: read, not yet answered, with no call out and
+// no turn running on them. What the calls, the blocked threads and the threads on a CPU do
+// not account for waits in the loop's own queues: a connection pool's waiters (Node's
+// http.Agent, HAProxy's maxconn), a rate limiter, a timer. A loop that is busy or stalled is
+// its own stage (loop_limit), and explains what waits behind it; so does a runtime that
+// parks requests (virtual threads, goroutines: parked_in_runtime).
+void held_in_loops(const Snapshot& s, Inside& in) {
+    const auto& loops = s.carriers.loops;
+    if (loops.empty() || s.carriers.detected) return;
+    uint64_t in_flight = 0, in_turn = 0;
+    for (const auto& l : loops) {
+        if (loop_saturated(l) || loop_stalled(l, s.carriers.loop_stall_threshold_seconds)) return;
+        in_flight += l.in_flight;
+        if (l.state != CarrierState::idle) in_turn++;  // out of its poll: a turn holds one
+    }
+    uint64_t on_cpu = 0;
+    for (const auto& g : s.thread_groups) on_cpu += static_cast<uint64_t>(g.running + g.runnable);
+    // Generous on purpose (a loop in a turn may also be on a CPU): what is left is a floor.
+    const uint64_t explained = in.downstream_busy + in.syscall_waiters + in.futex_waiters + on_cpu + in_turn;
+    if (in_flight <= explained) return;
+    in.held_in_loops = in_flight - explained;
+    in.loops_of = loops.front().name + "'s " +
+                  (loops.size() == 1 ? std::string("event loop") : std::to_string(loops.size()) + " event loops");
+}
+
 Inside count_inside(const Snapshot& s) {
     Inside in;
     std::set<std::string> carrier_groups;
@@ -193,10 +222,20 @@ Inside count_inside(const Snapshot& s) {
         in.room = r.in_flight > held ? r.in_flight - held : 0;
         in.futex_waiters = std::min(in.futex_waiters, in.room);
     }
+    held_in_loops(s, in);
     // The gate group's futex time over the window (that group, else the one with the most).
+    // A group whose futex waiters are all a loop process's idle workers (Node's platform
+    // workers in uv_cond_wait) waits for work, not at a gate: its time would read as "5
+    // threads waiting on average" in front of a saturated pool the loop itself queues for.
+    std::set<std::string> idle_groups;
+    for (const auto& g : s.thread_groups) {
+        const int idle = idle_futex_waiters(s, g);
+        const auto it = g.blocked_by.find("futex");
+        if (idle > 0 && idle >= (it == g.blocked_by.end() ? 0 : it->second)) idle_groups.insert(g.name);
+    }
     std::map<std::string, double> futex_seconds;
     for (const auto& w : s.waits)
-        if (w.kind == WaitKind::futex && at_a_gate(w) && !carrier_groups.count(w.group))
+        if (w.kind == WaitKind::futex && at_a_gate(w) && !carrier_groups.count(w.group) && !idle_groups.count(w.group))
             futex_seconds[w.group] += w.blocked_seconds;
     double most = 0;
     for (const auto& [g, secs] : futex_seconds) most = std::max(most, secs);
@@ -204,7 +243,7 @@ Inside count_inside(const Snapshot& s) {
     const double gate_secs = gate.empty() ? most : futex_seconds[gate];
     if (s.window_seconds > 0) in.futex_average = gate_secs / s.window_seconds;
     for (const auto& w : s.waits)
-        if (w.kind == WaitKind::futex && at_a_gate(w) && !carrier_groups.count(w.group) &&
+        if (w.kind == WaitKind::futex && at_a_gate(w) && !carrier_groups.count(w.group) && !idle_groups.count(w.group) &&
             (gate.empty() ? futex_seconds[w.group] == most : w.group == gate) &&
             (!in.window_gate || w.blocked_seconds > in.window_gate->blocked_seconds))
             in.window_gate = &w;
@@ -240,10 +279,15 @@ uint64_t parked_at_gate(const Snapshot& s, bool pool_is_saturated) {
 // Waiters in front of a peer whose every connection is busy: that is a pool, and its size
 // is the limit.
 Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const PoolGate& pool) {
-    std::string how = in.futex_waiters ? fmt_count(in.futex_waiters) + (in.averaged ? " threads waiting on average" : " threads waiting")
-                                       : fmt_count(s.parked_in_runtime) + " requests parked in " + parked_where(s);
-    if (in.futex_waiters && s.parked_in_runtime)
-        how += ", " + fmt_count(s.parked_in_runtime) + " parked in " + parked_where(s);
+    std::vector<std::string> parts;
+    if (in.futex_waiters)
+        parts.push_back(fmt_count(in.futex_waiters) + (in.averaged ? " threads waiting on average" : " threads waiting"));
+    if (in.held_in_loops) parts.push_back(fmt_count(in.held_in_loops) + " requests waiting in " + in.loops_of);
+    if (s.parked_in_runtime)
+        parts.push_back(fmt_count(s.parked_in_runtime) + (parts.empty() ? " requests parked in " : " parked in ") +
+                        parked_where(s));
+    std::string how;
+    for (const auto& p : parts) how += (how.empty() ? "" : ", ") + p;
     return {Stage::gate, "pool to " + pool.peer,
             "requests queue at the pool to " + pool.peer + ": " + fmt_count(pool.busy) + " of " +
                 fmt_count(pool.connections) + " connections busy, " + how,
@@ -251,6 +295,12 @@ Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const PoolGate& p
 }
 
 Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_total) {
+    if (!in.futex_waiters && in.held_in_loops)
+        return {Stage::gate, in.loops_of,
+                "requests wait inside " + in.loops_of + ": " + fmt_count(in.held_in_loops) +
+                    " in flight with no call out and no turn running (the application's own queue: a pool, a "
+                    "limiter, a timer; or a request body still arriving)",
+                gate_total};
     const std::string where = in.top_gate ? gate_name(*in.top_gate) : "the runtime";
     const bool lock = in.top_gate && in.top_gate->kind != WaitKind::futex;
     const std::string detail = in.futex_waiters ? std::string(lock ? "requests queue at a lock: " : "requests wait at a gate: ") +
@@ -278,7 +328,7 @@ Candidate downstream_stage(const DownstreamPeer& peer) {
 void gate_and_downstream_stages(const Snapshot& s, const Inside& now, const DownstreamPeer* peer, bool saturated,
                                 std::vector<Candidate>& stages, Verdict& v) {
     Inside in = now;
-    uint64_t gate_total = in.futex_waiters + parked_at_gate(s, saturated);
+    uint64_t gate_total = in.futex_waiters + in.held_in_loops + parked_at_gate(s, saturated);
     // A saturated pool whose waiters are, at this instant, all between their wake-up and
     // their next call (workers trading a pool's connections hand them over in microseconds)
     // would read as its peer's slowness, and the verdict would flicker between the two: then

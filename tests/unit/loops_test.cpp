@@ -162,6 +162,112 @@ TEST_CASE("verdict: a stalled loop names where the turn blocked", "[loops][verdi
     CHECK(s.verdict.summary.find("blocked in epoll_pwait at node::SyncProcessRunner::Run") != std::string::npos);
 }
 
+// Node behind a 4-socket http.Agent (loops_test's pool case): the loop idle in its poll, 32
+// requests read on its connections, 4 in calls to the pool's peer, the other 28 queued in the
+// agent; 4 idle platform workers in uv_cond_wait the whole window.
+static Snapshot node_at_a_pool() {
+    Snapshot s;
+    s.window_seconds = 5;
+    Listener l;
+    l.port = 3000;
+    l.backlog = 511;
+    s.listeners.push_back(l);
+    s.requests.in_flight = 32;
+    DownstreamPeer d;
+    d.peer = "127.0.0.1:5432";
+    d.connections = 4;
+    d.busy = 4;
+    d.busy_max = 4;
+    s.downstream.push_back(d);
+    ThreadGroup g;
+    g.name = "node";
+    g.threads = 7;
+    g.blocked = 7;
+    g.blocked_by["futex"] = 4;
+    g.blocked_by["epoll_pwait"] = 3;
+    g.futex_by_pid[100] = 4;
+    s.thread_groups.push_back(g);
+    Wait w;
+    w.group = "node";
+    w.syscall = "futex";
+    w.kind = WaitKind::futex;
+    w.threads_now = 4;
+    w.waiters_now = 4;
+    w.blocked_seconds = 4 * 5.0;
+    w.stack = {"syscall+0x1d (libc.so.6)", "uv_cond_wait+0x9 (node)", "node::PlatformWorkerThread+0x10b (node)"};
+    s.waits.push_back(w);
+    EventLoop loop = polling(100, 100, "node", 0.2);
+    loop.state = CarrierState::idle;
+    loop.longest_turn_seconds = 0.004;
+    s.carriers.loops.push_back(loop);
+    s.serving.push_back(serving(100, 100, 32, 32, 32, 0));
+    return s;
+}
+
+TEST_CASE("verdict: requests an idle loop holds for a saturated pool are the pool's waiters, not its idle workers",
+          "[loops][verdict]") {
+    Snapshot s = node_at_a_pool();
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::gate);
+    CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
+    // Before: "4 of 4 connections busy, 4 threads waiting on average" (the idle workers).
+    CHECK(s.verdict.summary ==
+          "requests queue at the pool to 127.0.0.1:5432: 4 of 4 connections busy, 28 requests waiting in node's event loop");
+    REQUIRE(s.verdict.pool);
+    CHECK(s.verdict.pool->waiters == 28);
+
+    // Every request in a call: nothing waits inside, the peer is the limit.
+    s = node_at_a_pool();
+    s.serving[0].in_flight = 4;
+    s.requests.in_flight = 4;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::downstream);
+
+    // A loop in a turn holds the request it serves; threads on a CPU hold theirs.
+    s = node_at_a_pool();
+    s.carriers.loops[0].state = CarrierState::running;
+    s.thread_groups[0].running = 1;
+    s.thread_groups[0].blocked = 6;
+    compute_verdict(s);
+    REQUIRE(s.verdict.pool);
+    CHECK(s.verdict.pool->waiters == 26);
+}
+
+TEST_CASE("verdict: requests two idle loops hold with no call out wait inside them, ahead of the peer's calls",
+          "[loops][verdict]") {
+    // HAProxy, 2 threads, a backend server with maxconn 8 and one more connection kept idle:
+    // the pool is not seen as saturated (8 busy of 9), and 24 requests sit in its queue.
+    Snapshot s = node_at_a_pool();
+    s.thread_groups[0].name = "haproxy";
+    s.thread_groups[0].threads = 2;
+    s.thread_groups[0].blocked = 2;
+    s.thread_groups[0].blocked_by = {{"epoll_wait", 2}};
+    s.thread_groups[0].futex_by_pid.clear();
+    s.waits.clear();
+    s.downstream[0].connections = 9;
+    s.downstream[0].busy = 8;
+    s.downstream[0].busy_max = 8;
+    s.carriers.loops[0].name = "haproxy";
+    EventLoop second = s.carriers.loops[0];
+    second.tid = 101;
+    s.carriers.loops.push_back(second);
+    s.serving = {serving(100, 100, 16, 16, 16, 0), serving(101, 100, 16, 16, 16, 0)};
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::gate);
+    CHECK(s.verdict.where == "haproxy's 2 event loops");
+    CHECK(s.verdict.summary ==
+          "requests wait inside haproxy's 2 event loops: 24 in flight with no call out and no turn running (the "
+          "application's own queue: a pool, a limiter, a timer; or a request body still arriving)");
+    REQUIRE(s.verdict.ranking.size() == 2);
+    CHECK(s.verdict.ranking[1].stage == Stage::downstream);
+    CHECK(s.verdict.ranking[1].waiting == 8);
+
+    // A saturated loop is its own stage: what waits behind it is not held in a queue.
+    s.carriers.loops[0].utilization = 0.95;
+    compute_verdict(s);
+    for (const auto& r : s.verdict.ranking) CHECK(r.stage != Stage::gate);
+}
+
 TEST_CASE("loop utilization: completed turns plus the one going on, clamped", "[loops]") {
     // 10 s window, 6 s of completed turns, a turn going on for the last 2 s: 80%.
     CHECK(loop_utilization(6'000'000'000, 18'000'000'000, 10'000'000'000, 20'000'000'000) == Approx(0.8));

@@ -13,9 +13,11 @@
 //    loop found in io_uring_enter, its longest turn against the server's own turn timer
 //    (20%), its utilization against /proc as above, the verdict naming the loop.
 //  - A loop's own queue: Node calling a backend through an http.Agent of 4 sockets, and
-//    HAProxy (2 threads) in front of a server with maxconn 8, each under 32 wrk clients: the
+//    HAProxy (2 threads) in front of a server with maxconn 8, each under 32 wrk clients, and
+//    PgBouncer (transaction pooling, 4 server connections) under 20 pgbench clients: the
 //    requests the verdict says wait in the loops against the agent's own queue
-//    (agent.requests) and HAProxy's backend qcur (stats socket), within max(4, 1/5).
+//    (agent.requests), HAProxy's backend qcur (stats socket) and PgBouncer's SHOW POOLS
+//    cl_waiting, within max(4, 1/5).
 // Ports 26000-26099.
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -636,4 +638,103 @@ TEST_CASE("haproxy with a backend maxconn of 8: requests wait inside its loops, 
             CHECK(r["waiting"].get<long>() <= 8);
         }
     CHECK(calls_ranked);
+}
+
+// PgBouncer in transaction mode with 4 server connections, 20 pgbench clients each running
+// a 10 ms statement: 16 clients wait in its event loop for a server connection. Its own
+// SHOW POOLS (cl_waiting, sv_active) is the oracle.
+TEST_CASE("pgbouncer with a pool of 4: clients wait in its loop, as SHOW POOLS' cl_waiting says",
+          "[loops][integration][pgbouncer][pool]") {
+    if (!require_root()) return;
+    if (access("/usr/sbin/pgbouncer", X_OK) != 0 || access("/usr/bin/pgbench", X_OK) != 0) {
+        skip("pgbouncer or pgbench not installed (.ci/setup installs pgbouncer and postgresql)");
+        return;
+    }
+    PgCluster pg(26070);
+    REQUIRE(pg.ok);
+    // PgBouncer refuses to run as root: its files belong to postgres.
+    const std::string dir = pg.dir + "/bouncer";
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    std::ofstream(dir + "/users.txt") << "\"postgres\" \"\"\n";
+    std::ofstream(dir + "/sleep.sql") << "select pg_sleep(0.01);\n";
+    std::ofstream(dir + "/pgbouncer.ini")
+        << "[databases]\npostgres = host=127.0.0.1 port=26070 dbname=postgres user=postgres\n"
+           "[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = 26071\nauth_type = trust\nauth_file = "
+        << dir << "/users.txt\npool_mode = transaction\ndefault_pool_size = 4\nmax_client_conn = 100\n"
+        << "admin_users = postgres\nunix_socket_dir =\npidfile = " << dir << "/pgbouncer.pid\n";
+    REQUIRE(sh("chown -R postgres: " + dir + " && echo ok") == "ok\n");
+    Proc bouncer = spawn({"/usr/sbin/runuser", "-u", "postgres", "--", "/usr/sbin/pgbouncer", dir + "/pgbouncer.ini"});
+    REQUIRE(wait_for_port(26071, 10));
+    pid_t pid = 0;
+    std::ifstream(dir + "/pgbouncer.pid") >> pid;
+    REQUIRE(pid > 0);
+    // SHOW POOLS every 100 ms: the postgres pool's clients waiting and server connections in use.
+    const auto show_pools = [] {
+        std::istringstream in(sh("psql -h 127.0.0.1 -p 26071 -U postgres -d pgbouncer -A -F'|' -c 'show pools' 2>&1"));
+        std::vector<std::string> header;
+        for (std::string line; std::getline(in, line);) {
+            std::vector<std::string> f;
+            std::istringstream ls(line);
+            for (std::string x; std::getline(ls, x, '|');) f.push_back(x);
+            if (header.empty()) {
+                header = f;
+                continue;
+            }
+            if (f.empty() || f[0] != "postgres") continue;
+            long waiting = -1, active = -1;
+            for (size_t i = 0; i < header.size() && i < f.size(); i++) {
+                if (header[i] == "cl_waiting") waiting = std::atol(f[i].c_str());
+                if (header[i] == "sv_active") active = std::atol(f[i].c_str());
+            }
+            return std::make_pair(waiting, active);
+        }
+        return std::make_pair(-1L, -1L);
+    };
+    std::mutex mu;
+    std::vector<std::tuple<double, long, long>> samples;
+    std::atomic<bool> sampling{true};
+    std::thread sampler([&] {
+        while (sampling) {
+            const auto [w, a] = show_pools();
+            {
+                std::lock_guard<std::mutex> g(mu);
+                samples.emplace_back(now_s(), w, a);
+            }
+            sleep_s(0.1);
+        }
+    });
+    Proc bench;
+    const uint64_t overflows_before = netstat_counter("ListenOverflows");
+    const Observed o = observe(pid, pid, pid, 5, [&] {
+        bench = spawn({"/usr/bin/pgbench", "-h", "127.0.0.1", "-p", "26071", "-U", "postgres", "-n", "-c", "20", "-T",
+                       "14", "-f", dir + "/sleep.sql", "postgres"});
+        sleep_s(1.5);  // 20 clients connected, each in its transaction loop
+    }, kNoContentionStalls);
+    sampling = false;
+    sampler.join();
+    long waiting = -1, active = -1;  // the last sample at or before the window's end
+    for (const auto& [t, w, a] : samples)
+        if (t <= o.end_s) std::tie(waiting, active) = std::tie(w, a);
+    const uint64_t overflows = netstat_counter("ListenOverflows") - overflows_before;
+    bench.kill_and_wait();
+    ::kill(pid, SIGTERM);
+    bouncer.wait(10);
+    const json& s = o.snap;
+    INFO("verdict: " << s["verdict"].dump());
+    INFO("loops: " << s["carriers"]["loops"].dump());
+    std::printf("loops_test pgbouncer: cl_waiting %ld sv_active %ld; qscope: %s\n", waiting, active,
+                s["verdict"]["summary"].get<std::string>().c_str());
+    REQUIRE(waiting >= 10);  // the queue formed
+    CHECK(s["verdict"]["stage"] == "gate");
+    CHECK(s["verdict"]["where"] == "pool to 127.0.0.1:26070");
+    CHECK(s["verdict"]["summary"].get<std::string>().find("threads waiting") == std::string::npos);
+    const long held = held_in_loops(s);
+    CHECK(std::labs(held - waiting) <= std::max(4L, waiting / 5));
+    // Its listener drops a segment of every connection it accepts (sk_drops, not
+    // ListenOverflows), psql's samples included: none is an overflow (the kernel's count, over
+    // the whole host, is the oracle).
+    INFO("ListenOverflows over the run: " << overflows);
+    REQUIRE(s["listeners"].size() == 1);
+    CHECK(s["listeners"][0]["overflows"].get<uint64_t>() == overflows);
+    CHECK(s["verdict"]["summary"].get<std::string>().find("overflowed") == std::string::npos);
 }

@@ -167,14 +167,16 @@ bool holds_request_in_syscall(const Wait& w) {
 }
 
 // Event loops hold requests without a thread: read, not yet answered, with no call out and
-// no turn running on them. What the calls, the blocked threads and the threads on a CPU do
-// not account for waits in the loop's own queues: a connection pool's waiters (Node's
-// http.Agent, HAProxy's maxconn), a rate limiter, a timer. A loop that is busy or stalled is
-// its own stage (loop_limit), and explains what waits behind it; so does a runtime that
-// parks requests (virtual threads, goroutines: parked_in_runtime).
+// no turn running on them. While calls to a peer are in progress, what the calls, the
+// blocked threads and the threads on a CPU do not account for waits in the loop's own queue
+// for them: a connection pool's waiters (Node's http.Agent, PgBouncer's pool, HAProxy's
+// maxconn). With no call in progress nothing says they queue: a long poll waits for an event
+// by design, and is not named. A loop that is busy or stalled is its own stage (loop_limit),
+// and explains what waits behind it; so does a runtime that parks requests (virtual threads,
+// goroutines: parked_in_runtime).
 void held_in_loops(const Snapshot& s, Inside& in) {
     const auto& loops = s.carriers.loops;
-    if (loops.empty() || s.carriers.detected) return;
+    if (loops.empty() || s.carriers.detected || in.downstream_busy == 0) return;
     uint64_t in_flight = 0, in_turn = 0;
     for (const auto& l : loops) {
         if (loop_saturated(l) || loop_stalled(l, s.carriers.loop_stall_threshold_seconds)) return;
@@ -295,12 +297,16 @@ Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const PoolGate& p
 }
 
 Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_total) {
-    if (!in.futex_waiters && in.held_in_loops)
+    if (!in.futex_waiters && in.held_in_loops) {
+        const DownstreamPeer* peer = busiest_peer(s);
         return {Stage::gate, in.loops_of,
                 "requests wait inside " + in.loops_of + ": " + fmt_count(in.held_in_loops) +
-                    " in flight with no call out and no turn running (the application's own queue: a pool, a "
-                    "limiter, a timer; or a request body still arriving)",
+                    " in flight with no call out and no turn running, beside " + fmt_count(in.downstream_busy) +
+                    " calls in progress" + (peer ? " to " + peer->peer : std::string()) +
+                    " (a cap on them, as a pool's size or a connection limit sets; or another wait of the "
+                    "application)",
                 gate_total};
+    }
     const std::string where = in.top_gate ? gate_name(*in.top_gate) : "the runtime";
     const bool lock = in.top_gate && in.top_gate->kind != WaitKind::futex;
     const std::string detail = in.futex_waiters ? std::string(lock ? "requests queue at a lock: " : "requests wait at a gate: ") +

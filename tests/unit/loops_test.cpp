@@ -256,8 +256,9 @@ TEST_CASE("verdict: requests two idle loops hold with no call out wait inside th
     CHECK(s.verdict.stage == Stage::gate);
     CHECK(s.verdict.where == "haproxy's 2 event loops");
     CHECK(s.verdict.summary ==
-          "requests wait inside haproxy's 2 event loops: 24 in flight with no call out and no turn running (the "
-          "application's own queue: a pool, a limiter, a timer; or a request body still arriving)");
+          "requests wait inside haproxy's 2 event loops: 24 in flight with no call out and no turn running, beside 8 "
+          "calls in progress to 127.0.0.1:5432 (a cap on them, as a pool's size or a connection limit sets; or "
+          "another wait of the application)");
     REQUIRE(s.verdict.ranking.size() == 2);
     CHECK(s.verdict.ranking[1].stage == Stage::downstream);
     CHECK(s.verdict.ranking[1].waiting == 8);
@@ -265,6 +266,17 @@ TEST_CASE("verdict: requests two idle loops hold with no call out wait inside th
     // A saturated loop is its own stage: what waits behind it is not held in a queue.
     s.carriers.loops[0].utilization = 0.95;
     compute_verdict(s);
+    for (const auto& r : s.verdict.ranking) CHECK(r.stage != Stage::gate);
+}
+
+TEST_CASE("verdict: long polls an idle loop holds with no call in progress are no queue", "[loops][verdict]") {
+    // A server holding requests open until an event (long polling, a blocking pop): in flight,
+    // no call out, nothing busy. Nothing says they wait for a limit.
+    Snapshot s = node_at_a_pool();
+    s.downstream.clear();
+    s.waits.clear();
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::none);
     for (const auto& r : s.verdict.ranking) CHECK(r.stage != Stage::gate);
 }
 

@@ -15,7 +15,6 @@
 #include <cstdlib>
 #include <cerrno>
 #include <chrono>
-#include <future>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -122,10 +121,6 @@ public:
         pid_ = target.pid();
         target_ = &target;
         cfg_ = cfg;
-        // snapshot, export and record: tcp_v4_rcv's range, read while the object loads, is in
-        // before the hooks attach (top: after its first frame, find_tcp_rcv_text).
-        std::future<RcvTexts> rcv_texts;
-        if (!cfg.quick_start) rcv_texts = std::async(std::launch::async, tcp_rcv_texts);
         skel_.reset(sock_bpf::open());
         if (!skel_) throw_bpf_error("sock: opening BPF object", errno ? errno : EINVAL);
         share_tree_maps(skel_->obj, target, "sock");
@@ -148,8 +143,8 @@ public:
         load_split();
         if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0)
             rcv_text_ = RcvText::no_hook;  // every sk_drops counts, as docs/kernel.md says
-        else if (rcv_texts.valid())
-            set_rcv_text(rcv_texts.get());
+        else if (!cfg.quick_start)
+            find_tcp_rcv_text();  // beside the rest of the start, mostly in before the window opens
         // Ports first, so children of the target's listeners are recognised from the first
         // handshake after attach.
         refresh_listeners();
@@ -175,33 +170,28 @@ public:
     }
 
     // Where tcp_v4_rcv and tcp_v6_rcv are, for qs_kfree_skb (tcp_rcv_text in sock.bpf.c): the
-    // segments they drop on a listener count in its sk_drops and are not overflows.
-    // /proc/kallsyms takes 25-75 ms to read and ~40 ms to parse (the table is the one the
-    // sched family names kernel stacks with). Until it is in, a listener's sk_drops cannot be
-    // told apart and are not counted (RcvText::finding): PgBouncer's listener drops a segment
-    // of every connection it accepts, and a psql connecting then read as "1 connections
-    // overflowed the accept queue". snapshot, export and record read it while their object
-    // loads, and have it before they attach; top after its first frame, on a thread, and
-    // counts a listener's drops from then on.
-    using RcvTexts = std::array<KernelSymbols::Text, 2>;
-    static RcvTexts tcp_rcv_texts() {
-        const KernelSymbols& syms = kernel_symbols();
-        return {syms.text_of("tcp_v4_rcv"), syms.text_of("tcp_v6_rcv")};
-    }
-
-    void set_rcv_text(const RcvTexts& texts) {
-        __u64* slots = skel_->bss->tcp_rcv_text;
-        for (size_t i = 0; i < texts.size(); i++) {
-            // The start first: a range with only its start set matches nothing.
-            __atomic_store_n(&slots[2 * i], texts[i].start, __ATOMIC_RELEASE);
-            __atomic_store_n(&slots[2 * i + 1], texts[i].end, __ATOMIC_RELEASE);
-        }
-        rcv_text_.store(texts[0].empty() ? RcvText::hidden : RcvText::known, std::memory_order_release);
-    }
-
+    // segments they drop on a listener count in its sk_drops and are not overflows. On a
+    // thread: /proc/kallsyms takes 25-75 ms to read and ~40 ms to parse (the table is the
+    // one the sched family names kernel stacks with from tick 1). Until it is in, a
+    // listener's sk_drops cannot be told apart and are not counted (RcvText::finding):
+    // PgBouncer's listener drops a segment of every connection it accepts, and a psql
+    // connecting in those ~0.1 s read as "1 connections overflowed the accept queue".
+    // snapshot, export and record start looking as soon as the object is loaded, which is
+    // mostly before their window opens (nothing waits for it: a window opening late would
+    // miss what the tests and the user start at the attach); top after its first frame.
     void find_tcp_rcv_text() {
         if (rcv_text_ != RcvText::finding || rcv_text_finder_.joinable()) return;
-        rcv_text_finder_ = std::jthread([this] { set_rcv_text(tcp_rcv_texts()); });
+        rcv_text_finder_ = std::jthread([this] {
+            const KernelSymbols& syms = kernel_symbols();
+            __u64* slots = skel_->bss->tcp_rcv_text;
+            const KernelSymbols::Text texts[] = {syms.text_of("tcp_v4_rcv"), syms.text_of("tcp_v6_rcv")};
+            for (int i = 0; i < 2; i++) {
+                // The start first: a range with only its start set matches nothing.
+                __atomic_store_n(&slots[2 * i], texts[i].start, __ATOMIC_RELEASE);
+                __atomic_store_n(&slots[2 * i + 1], texts[i].end, __ATOMIC_RELEASE);
+            }
+            rcv_text_.store(texts[0].empty() ? RcvText::hidden : RcvText::known, std::memory_order_release);
+        });
     }
 
     // Once, on the collector's thread: overflows then count a listener's other drops too.

@@ -144,7 +144,7 @@ public:
         if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0)
             rcv_text_ = RcvText::no_hook;  // every sk_drops counts, as docs/kernel.md says
         else if (!cfg.quick_start)
-            find_tcp_rcv_text();  // beside the rest of the start, mostly in before the window opens
+            find_tcp_rcv_text();  // beside the rest of the start; open_window waits for it
         // Ports first, so children of the target's listeners are recognised from the first
         // handshake after attach.
         refresh_listeners();
@@ -176,9 +176,8 @@ public:
     // listener's sk_drops cannot be told apart and are not counted (RcvText::finding):
     // PgBouncer's listener drops a segment of every connection it accepts, and a psql
     // connecting in those ~0.1 s read as "1 connections overflowed the accept queue".
-    // snapshot, export and record start looking as soon as the object is loaded, which is
-    // mostly before their window opens (nothing waits for it: a window opening late would
-    // miss what the tests and the user start at the attach); top after its first frame.
+    // snapshot, export and record find it before their window opens (open_window); top
+    // after its first frame.
     void find_tcp_rcv_text() {
         if (rcv_text_ != RcvText::finding || rcv_text_finder_.joinable()) return;
         rcv_text_finder_ = std::jthread([this] {
@@ -1116,6 +1115,10 @@ private:
     // a concurrent kernel max update is either before it — and overwritten by a value that
     // is still a valid max of the new window's start — or after it).
     void open_window() override {
+        if (!cfg_.quick_start) {
+            find_tcp_rcv_text();
+            if (rcv_text_finder_.joinable()) rcv_text_finder_.join();  // counted from the window's start
+        }
         refresh_listeners();  // the accept queues' depths now: where their maxima start
         refresh_unix_listeners();
         rebase();

@@ -141,10 +141,6 @@ public:
                                       skel_->progs.qs_ssl_write_ex_ret})
                 bpf_program__set_autoload(prog, false);
         load_split();
-        if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0)
-            rcv_text_ = RcvText::no_hook;  // every sk_drops counts, as docs/kernel.md says
-        else if (!cfg.quick_start)
-            find_tcp_rcv_text();  // beside the rest of the start; open_window waits for it
         // Ports first, so children of the target's listeners are recognised from the first
         // handshake after attach.
         refresh_listeners();
@@ -172,14 +168,10 @@ public:
     // Where tcp_v4_rcv and tcp_v6_rcv are, for qs_kfree_skb (tcp_rcv_text in sock.bpf.c): the
     // segments they drop on a listener count in its sk_drops and are not overflows. On a
     // thread: /proc/kallsyms takes 25-75 ms to read and ~40 ms to parse (the table is the
-    // one the sched family names kernel stacks with from tick 1). Until it is in, a
-    // listener's sk_drops cannot be told apart and are not counted (RcvText::finding):
-    // PgBouncer's listener drops a segment of every connection it accepts, and a psql
-    // connecting in those ~0.1 s read as "1 connections overflowed the accept queue".
-    // snapshot, export and record find it before their window opens (open_window); top
-    // after its first frame.
+    // one the sched family names kernel stacks with from tick 1). Until it is in, only
+    // ACK-stage overflows are told apart (by their drop reason).
     void find_tcp_rcv_text() {
-        if (rcv_text_ != RcvText::finding || rcv_text_finder_.joinable()) return;
+        if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0 || rcv_text_finder_.joinable()) return;
         rcv_text_finder_ = std::jthread([this] {
             const KernelSymbols& syms = kernel_symbols();
             __u64* slots = skel_->bss->tcp_rcv_text;
@@ -189,13 +181,13 @@ public:
                 __atomic_store_n(&slots[2 * i], texts[i].start, __ATOMIC_RELEASE);
                 __atomic_store_n(&slots[2 * i + 1], texts[i].end, __ATOMIC_RELEASE);
             }
-            rcv_text_.store(texts[0].empty() ? RcvText::hidden : RcvText::known, std::memory_order_release);
+            rcv_text_hidden_.store(texts[0].empty(), std::memory_order_release);
         });
     }
 
     // Once, on the collector's thread: overflows then count a listener's other drops too.
     void say_rcv_text() {
-        if (rcv_text_said_ || rcv_text_.load(std::memory_order_acquire) != RcvText::hidden) return;
+        if (rcv_text_said_ || !rcv_text_hidden_.load(std::memory_order_acquire)) return;
         rcv_text_said_ = true;
         warnings_.push_back("sock: /proc/kallsyms hides tcp_v4_rcv's address (kptr_restrict, or no CAP_SYSLOG): a "
                             "listener's overflows also count its other drops (a SYN retransmitted to a request "
@@ -1002,14 +994,6 @@ private:
             it->second.present = true;
             if (d.drops) it->second.drops_now = *d.drops;
         }
-        // Until tcp_v4_rcv's range is known a listener's drops cannot be told apart: the count
-        // starts at the first refresh after, on both sides at once (sk_drops here, the
-        // kernel's rcv_drops), so that neither counts a drop the other missed.
-        if (!drops_counting_) {
-            for (auto& [ino, ls] : listen_sockets_) ls.drops_at_first_sight = ls.drops_now;
-            for (const auto& [port, idx] : port_index_) rcv_drops_base_[port] = load(skel_->bss->port_stats[idx].rcv_drops);
-            drops_counting_ = rcv_text_.load(std::memory_order_acquire) != RcvText::finding;
-        }
         // Listeners closed since: forget them (their requests stay in the port's figures).
         for (auto it = listen_sockets_.begin(); it != listen_sockets_.end();)
             it = it->second.present ? std::next(it) : listen_sockets_.erase(it);
@@ -1066,8 +1050,6 @@ private:
     // Overflows of a port since first sight: sk_drops of its sockets minus the segments
     // tcp_v{4,6}_rcv dropped on them (qs_port_stats.rcv_drops).
     uint64_t port_overflows(uint16_t port, uint64_t skb_drops) const {
-        if (const auto base = rcv_drops_base_.find(port); base != rcv_drops_base_.end())
-            skb_drops -= std::min(skb_drops, base->second);
         uint64_t drops = 0;
         for (const auto& [ino, ls] : listen_sockets_)
             if (ls.port == port) drops += ls.drops_now - std::min(ls.drops_now, ls.drops_at_first_sight);
@@ -1115,10 +1097,6 @@ private:
     // a concurrent kernel max update is either before it — and overwritten by a value that
     // is still a valid max of the new window's start — or after it).
     void open_window() override {
-        if (!cfg_.quick_start) {
-            find_tcp_rcv_text();
-            if (rcv_text_finder_.joinable()) rcv_text_finder_.join();  // counted from the window's start
-        }
         refresh_listeners();  // the accept queues' depths now: where their maxima start
         refresh_unix_listeners();
         rebase();
@@ -1516,11 +1494,7 @@ private:
     bool walk_said_ = false;
     std::jthread walk_loader_;             // top's: after skel_, so it is joined before skel_ goes
     std::jthread rcv_text_finder_;         // after skel_, for the same reason
-    // Whether a listener's sk_drops count toward its overflows yet (find_tcp_rcv_text).
-    enum class RcvText { finding, known, hidden, no_hook };
-    std::atomic<RcvText> rcv_text_{RcvText::finding};
-    bool drops_counting_ = false;                    // listeners' drops count (refresh_listeners)
-    std::map<uint16_t, uint64_t> rcv_drops_base_;    // per port: rcv_drops when they began to
+    std::atomic<bool> rcv_text_hidden_{false};  // set by the finder: kallsyms showed no address
     bool rcv_text_said_ = false;
     std::vector<Link> links_;
     std::map<int, TlsProcess> tls_procs_;    // by pid, the tree's processes seen so far (links die before skel_)

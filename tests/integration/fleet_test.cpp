@@ -85,6 +85,7 @@ TEST_CASE("fleet: concurrent calls to one provider summed over two instances, an
         loads.push_back(spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", std::to_string(ports[i]),
                                "--connections", "6", "--duration", "40"}));
     }
+    require_free_port(kExport);
     Proc exporter = spawn({qscope_bin(), "export", "--target", "web1=port:" + std::to_string(kWeb1), "--target",
                            "web2=port:" + std::to_string(kWeb2), "--listen", "127.0.0.1:" + std::to_string(kExport)});
     REQUIRE(both_up(30));

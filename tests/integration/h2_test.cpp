@@ -147,6 +147,7 @@ std::unique_ptr<H2Setup> start_h2(std::string& h2load) {
                                             "--counters-file", h->counters_file.path});
     const std::string prefix = temp_dir("qs-sock-h2");
     h->log = write_front_conf(prefix);
+    require_free_port(kFront);
     h->master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
     REQUIRE(wait_for_port(kFront, 10));
     h->worker = nginx_worker(h->master.pid(), 5);

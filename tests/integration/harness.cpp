@@ -15,11 +15,13 @@
 #include "sys/proc_table.h"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -222,8 +224,10 @@ std::string Proc::wait_for_output(const std::string& needle, double timeout) {
 
 Proc spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, bool new_session) {
     Proc p;
-    char out_t[] = "/tmp/qs-out-XXXXXX", err_t[] = "/tmp/qs-err-XXXXXX";
-    int ofd = mkstemp(out_t), efd = mkstemp(err_t);
+    // Our PID in the names: what a killed test binary left running is known by them.
+    std::string out_t = "/tmp/qs-out-" + std::to_string(::getpid()) + "-XXXXXX";
+    std::string err_t = "/tmp/qs-err-" + std::to_string(::getpid()) + "-XXXXXX";
+    int ofd = mkstemp(out_t.data()), efd = mkstemp(err_t.data());
     p.out_path_ = out_t;
     p.err_path_ = err_t;
     pid_t pid = fork();
@@ -377,6 +381,52 @@ bool holds_bpf_programs(pid_t pid) {
 static uint16_t port_of(const std::string& addr) {
     auto p = addr.rfind(':');
     return p == std::string::npos ? 0 : static_cast<uint16_t>(std::atoi(addr.c_str() + p + 1));
+}
+
+namespace {
+std::string cmdline_of(pid_t pid) {
+    std::string s = read_text("/proc/" + std::to_string(pid) + "/cmdline");
+    std::replace(s.begin(), s.end(), '\0', ' ');
+    return s;
+}
+// A process spawn() started, or one of its children (they inherit its output files), whose
+// test binary is gone: the output files' names carry the spawning binary's PID.
+bool orphan_of_a_killed_run(pid_t pid) {
+    static const std::regex output(R"(^/tmp/qs-(?:out|err)-(\d+)-)");
+    std::error_code ec;
+    const std::filesystem::path fds = "/proc/" + std::to_string(pid) + "/fd";
+    for (const auto& fd : std::filesystem::directory_iterator(fds, ec)) {
+        const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+        std::smatch m;
+        if (!std::regex_search(target, m, output)) continue;
+        // Gone, or a zombie its parent has not reaped yet.
+        const std::string stat = read_text("/proc/" + m[1].str() + "/stat");
+        const auto state = stat.rfind(") ");
+        return state == std::string::npos || stat.compare(state + 2, 1, "Z") == 0;
+    }
+    return false;
+}
+// Stops what test binaries killed mid-test (a ctest timeout, a crash) left running: their
+// servers hold ports, and their load generators would load the next test's servers.
+void stop_orphans_of_killed_runs() {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+        const std::string name = e.path().filename();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        const pid_t pid = std::stoi(name);
+        if (orphan_of_a_killed_run(pid)) {
+            std::printf("harness: stopping %s (pid %d), left by a killed test run\n", cmdline_of(pid).c_str(), pid);
+            ::kill(pid, SIGKILL);
+        }
+    }
+}
+}  // namespace
+
+void require_free_port(uint16_t port) {
+    stop_orphans_of_killed_runs();
+    const std::string filter = "sport = :" + std::to_string(port);
+    for (int i = 0; i < 20 && !ss(filter, true).empty(); ++i) sleep_s(0.05);  // the killed let go
+    if (!ss(filter, true).empty()) FAIL("port " << port << " is already in use: " << sh("ss -Hltnp '" + filter + "'"));
 }
 
 std::vector<SsSocket> ss(const std::string& filter, bool listening) {

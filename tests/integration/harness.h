@@ -89,6 +89,11 @@ struct Server {
 Server start_target(const std::string& name, const std::vector<std::string>& args, double timeout_seconds = 10);
 
 bool wait_for_port(uint16_t port, double timeout_seconds, const char* host = "127.0.0.1");
+// Call before starting a server on `port`: a listener already there would answer in place of
+// the test's server (and fool wait_for_port). One left by an earlier test binary that was
+// killed (a ctest timeout, a crash) is stopped, with every process naming the same /tmp/qs-*
+// scratch directory; anything else fails the test, naming the holder.
+void require_free_port(uint16_t port);
 // qscope has attached when its process holds every family's BPF links (it prints nothing in
 // --json mode): the families attach side by side, and the first window opens once the last
 // is done, so this waits until the count has stood still for 0.4 s (the last family's seeding

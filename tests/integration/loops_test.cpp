@@ -305,6 +305,7 @@ TEST_CASE("nginx worker saturated on gzip: the worker's loop is the limit", "[lo
                      "    root " + prefix + "/www;\n"
                      "    location = /nginx_status { stub_status; }\n"
                      "  }\n");
+    require_free_port(26021);
     Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
     REQUIRE(wait_for_port(26021, 10));
     const pid_t worker = nginx_worker(master.pid(), 5);
@@ -343,6 +344,7 @@ TEST_CASE("redis: a slow Lua script holds the loop, as SLOWLOG says", "[loops][i
     }
     const std::string port = "26031";
     const std::string dir = temp_dir("loops-redis");
+    require_free_port(26031);
     Proc redis = spawn({"/usr/bin/redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
                         "no", "--dir", dir, "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "1024"});
     REQUIRE(wait_for_port(26031, 10));
@@ -577,8 +579,10 @@ TEST_CASE("node behind a 4-socket http.Agent: requests wait in the loop for the 
         skip("node or wrk not installed (.ci/setup installs both)");
         return;
     }
+    require_free_port(26061);
     Proc backend = spawn({target_bin("qs_server"), "--port", "26061", "--workers", "8", "--service-ms", "10"});
     REQUIRE(wait_for_port(26061, 10));
+    require_free_port(26062);
     Proc node = spawn({"/usr/bin/node", node_app(), "26062", "26063", "pool", "4", "26061"});
     REQUIRE(!node.wait_for_output("READY", 15).empty());
     Proc wrk;
@@ -631,8 +635,10 @@ TEST_CASE("haproxy with a backend maxconn of 8: requests wait inside its loops, 
                                            "  timeout server 30s\n"
                                            "frontend fe\n  bind 127.0.0.1:26066\n  default_backend be\n"
                                            "backend be\n  server s1 127.0.0.1:26065 maxconn 8\n";
+    require_free_port(26065);
     Proc backend = spawn({target_bin("qs_server"), "--port", "26065", "--workers", "16", "--service-ms", "5"});
     REQUIRE(wait_for_port(26065, 10));
+    require_free_port(26066);
     Proc hx = spawn({"/usr/sbin/haproxy", "-db", "-f", dir + "/haproxy.cfg"});
     REQUIRE(wait_for_port(26066, 10));
     // HAProxy's own counts: its backend queue and the server's sessions.
@@ -697,6 +703,7 @@ TEST_CASE("pgbouncer with a pool of 4: clients wait in its loop, as SHOW POOLS' 
         << dir << "/users.txt\npool_mode = transaction\ndefault_pool_size = 4\nmax_client_conn = 100\n"
         << "admin_users = postgres\nunix_socket_dir =\npidfile = " << dir << "/pgbouncer.pid\n";
     REQUIRE(sh("chown -R postgres: " + dir + " && echo ok") == "ok\n");
+    require_free_port(26071);
     Proc bouncer = spawn({"/usr/sbin/runuser", "-u", "postgres", "--", "/usr/sbin/pgbouncer", dir + "/pgbouncer.ini"});
     REQUIRE(wait_for_port(26071, 10));
     pid_t pid = 0;

@@ -43,6 +43,7 @@ TEST_CASE("nginx worker: in flight agrees with stub_status Writing", "[sock][int
                      "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
                      "                 proxy_set_header Connection \"\"; }\n"
                      "  }\n");
+    require_free_port(18310);
     Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
     REQUIRE(wait_for_port(18310, 10));
     const pid_t worker = nginx_worker(master.pid(), 5);

@@ -163,10 +163,7 @@ bool observe(const std::string& profile, Observed& o) {
         return false;
     }
 
-    // A leftover listener would answer in place of ours (and fool wait_for_port).
-    for (const uint16_t port : {kApp, kPartner})
-        if (ss_listen_recvq(port) >= 0)
-            FAIL("port " << port << " is already in use: " << sh("ss -Hltnp 'sport = :" + std::to_string(port) + "'"));
+    for (const uint16_t port : {kApp, kPartner}) require_free_port(port);
 
     ScratchDir scratch{temp_dir("qs-retry-" + profile)};
     const std::string& dir = scratch.path;

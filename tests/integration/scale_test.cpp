@@ -131,9 +131,11 @@ TEST_CASE("10000 concurrent connections: tracked live and seeded; equal to ss", 
     const std::string& counters = counters_file.path;
     // 64 workers serve; the acceptor takes every connection regardless (they wait for a
     // worker in the server's own queue, accepted and open).
+    require_free_port(port);
     auto srv = start_target("qs_server", {"--port", std::to_string(port), "--workers", "64", "--backlog", "4096",
                                           "--counters-file", counters});
     // Live: attached before the first connection, it sees every handshake.
+    require_free_port(mport);
     auto exp = spawn({qscope_bin(), "export", "--pid", std::to_string(srv.proc.pid()), "--listen",
                       "127.0.0.1:" + std::to_string(mport), "--no-threads", "--interval", "0.5"});
     REQUIRE(wait_attached(exp.pid(), 20));
@@ -244,9 +246,11 @@ TEST_CASE("connection table smaller than the load: the excess is counted exactly
     const int n = 2000, table = 500;
     const ScratchFile counters_file(shm_path("full"));
     const std::string& counters = counters_file.path;
+    require_free_port(port);
     auto srv = start_target("qs_server", {"--port", std::to_string(port), "--workers", "64", "--backlog", "4096",
                                           "--counters-file", counters});
     const std::string pid = std::to_string(srv.proc.pid());
+    require_free_port(mport);
     auto exp = spawn({qscope_bin(), "export", "--pid", pid, "--listen", "127.0.0.1:" + std::to_string(mport),
                       "--no-threads", "--interval", "0.5", "--max-connections", std::to_string(table)});
     auto snap = start_snapshot(srv.proc.pid(), 12, {"--max-connections", std::to_string(table)});

@@ -127,6 +127,8 @@ TEST_CASE("HTTPS nginx: --tls reads status classes through libssl; without it pa
        &rc);
     REQUIRE(rc == 0);
     write_conf(prefix);
+    require_free_port(kH1);
+    require_free_port(kH2);
     Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
     REQUIRE(wait_for_port(kH1, 10));
     REQUIRE(wait_for_port(kH2, 10));

@@ -59,6 +59,7 @@ Nginx start_nginx(const std::string& bin, uint16_t port, uint16_t upstream_port,
                      "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
                      "                 proxy_set_header Connection \"\"; }\n"
                      "  }\n");
+    require_free_port(port);
     n.master = spawn({bin, "-c", n.prefix + "/nginx.conf", "-p", n.prefix});
     REQUIRE(wait_for_port(port, 10));
     for (int i = 0; i < 100 && static_cast<int>(children(n.master.pid()).size()) < workers; ++i) sleep_s(0.05);
@@ -328,6 +329,7 @@ TEST_CASE("gunicorn sync workers: in flight is the busy workers, then the accept
                                       "    time.sleep(0.2)\n"
                                       "    start_response('200 OK', [('Content-Length', '2')])\n"
                                       "    return [b'ok']\n";
+    require_free_port(18440);
     Proc master = spawn({"/usr/bin/gunicorn", "--chdir", dir, "-w", "3", "-b", "127.0.0.1:18440", "--backlog", "64",
                          "--graceful-timeout", "1", "app:app"});
     REQUIRE(wait_for_port(18440, 15));
@@ -386,6 +388,7 @@ TEST_CASE("a parent that exits leaves its children observed, and says so", "[tre
     if (!require_root()) return;
     // A shell that forks a server and is then killed: the server is re-parented and goes on.
     const std::string server = target_bin("qs_server");
+    require_free_port(18450);
     Proc parent = spawn({"/bin/bash", "-c", server + " --port 18450 --workers 2 & wait"});
     REQUIRE(wait_for_port(18450, 10));
     std::set<int> kids;

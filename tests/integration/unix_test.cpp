@@ -69,6 +69,7 @@ FpmNginx start_fpm_nginx(uint16_t port, int children, int sleep_ms = 100) {
                      "    }\n"
                      "  }\n");
     f.fpm = spawn({kFpm, "-F", "-R", "-n", "-y", f.dir + "/php-fpm.conf"});
+    require_free_port(port);
     for (int i = 0; i < 100 && access(f.sock().c_str(), F_OK) != 0; ++i) sleep_s(0.05);
     REQUIRE(access(f.sock().c_str(), F_OK) == 0);
     f.nginx = spawn({find_nginx(), "-c", f.dir + "/nginx.conf", "-p", f.dir});
@@ -177,6 +178,7 @@ TEST_CASE("nginx master PID: php-fpm over a Unix socket is a downstream peer nam
     CHECK(s["verdict"]["summary"].get<std::string>().find("requests wait on " + peer) != std::string::npos);
 
     // /metrics carries the path in the peer label.
+    require_free_port(27011);
     Proc exp = spawn({qscope_bin(), "export", "--pid", std::to_string(f.nginx.pid()), "--listen", "127.0.0.1:27011"});
     REQUIRE(wait_for_port(27011, 20));
     std::string metrics;

@@ -129,11 +129,20 @@ void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
 
 // --- inside in flight ----------------------------------------------------------------------
 
+struct GateGroup {
+    std::string name;
+    uint64_t futex_waiters = 0;
+    // Groups whose futex waiters are all a loop process's idle workers (Node's platform workers
+    // in uv_cond_wait): they wait for work, not at a gate.
+    std::set<std::string> idle;
+};
+
 // Futex waiters of the one group with the most of them: the request handlers. Other groups
 // (GC, housekeeping, idle carriers) park on futexes all the time.
-std::pair<std::string, uint64_t> gate_group(const Snapshot& s, const std::set<std::string>& carrier_groups) {
+GateGroup gate_group(const Snapshot& s, const std::set<std::string>& carrier_groups) {
     // Count from the live thread states (blocked_by, what /proc would say now): wait rows
     // split one gate across call sites and miss waits that began since the last tick.
+    GateGroup top;
     std::map<std::string, uint64_t> futex_by_group;
     bool idle_workers = false;  // futex waiters set aside as a loop process's idle workers
     for (const auto& g : s.thread_groups) {
@@ -141,8 +150,9 @@ std::pair<std::string, uint64_t> gate_group(const Snapshot& s, const std::set<st
         auto it = g.blocked_by.find("futex");
         const int idle = idle_futex_waiters(s, g);
         idle_workers |= idle > 0;
-        const int futex = it == g.blocked_by.end() ? 0 : it->second - idle;
-        if (futex > 0) futex_by_group[g.name] += static_cast<uint64_t>(futex);
+        const int blocked = it == g.blocked_by.end() ? 0 : it->second;
+        if (idle > 0 && idle >= blocked) top.idle.insert(g.name);
+        if (blocked - idle > 0) futex_by_group[g.name] += static_cast<uint64_t>(blocked - idle);
     }
     if (futex_by_group.empty() && !idle_workers)  // no thread view (e.g. --no-threads tests): fall back to wait rows
         for (const auto& w : s.waits)
@@ -152,9 +162,11 @@ std::pair<std::string, uint64_t> gate_group(const Snapshot& s, const std::set<st
     for (const auto& w : s.waits)
         if (w.kind != WaitKind::futex && at_a_gate(w) && !carrier_groups.count(w.group))
             futex_by_group[w.group] += static_cast<uint64_t>(waiting_now(w));
-    std::pair<std::string, uint64_t> top;
     for (const auto& [g, n] : futex_by_group)
-        if (n > top.second) top = {g, n};
+        if (n > top.futex_waiters) {
+            top.name = g;
+            top.futex_waiters = n;
+        }
     return top;
 }
 
@@ -197,8 +209,9 @@ Inside count_inside(const Snapshot& s) {
     Inside in;
     std::set<std::string> carrier_groups;
     for (const auto& c : s.carriers.per_carrier) carrier_groups.insert(thread_group_name(c.name));
-    const auto [group, futex_waiters] = gate_group(s, carrier_groups);
-    in.futex_waiters = futex_waiters;
+    const GateGroup gates = gate_group(s, carrier_groups);
+    const std::string& group = gates.name;
+    in.futex_waiters = gates.futex_waiters;
     for (const auto& w : s.waits) {
         const int now = waiting_now(w);
         if (now <= 0) continue;
@@ -226,15 +239,9 @@ Inside count_inside(const Snapshot& s) {
     }
     held_in_loops(s, in);
     // The gate group's futex time over the window (that group, else the one with the most).
-    // A group whose futex waiters are all a loop process's idle workers (Node's platform
-    // workers in uv_cond_wait) waits for work, not at a gate: its time would read as "5
-    // threads waiting on average" in front of a saturated pool the loop itself queues for.
-    std::set<std::string> idle_groups;
-    for (const auto& g : s.thread_groups) {
-        const int idle = idle_futex_waiters(s, g);
-        const auto it = g.blocked_by.find("futex");
-        if (idle > 0 && idle >= (it == g.blocked_by.end() ? 0 : it->second)) idle_groups.insert(g.name);
-    }
+    // Idle groups' time would read as "5 threads waiting on average" in front of a saturated
+    // pool the loop itself queues for.
+    const std::set<std::string>& idle_groups = gates.idle;
     std::map<std::string, double> futex_seconds;
     for (const auto& w : s.waits)
         if (w.kind == WaitKind::futex && at_a_gate(w) && !carrier_groups.count(w.group) && !idle_groups.count(w.group))

@@ -2561,6 +2561,18 @@ int qs_accept_exit(struct trace_event_raw_sys_exit *ctx)
  * writes them once the first tick is out (the file's read is not worth the first frame), each
  * start before its end. Zero until then, and where the addresses are hidden: nothing matches. */
 __u64 tcp_rcv_text[4];
+/* Set by user space once tcp_rcv_text is written (or known hidden). Until then a listener's
+ * drops are kept by location in early_drops, for user space to tell apart when it knows the
+ * ranges: counted as overflows meanwhile, a server that drops a segment per accepted
+ * connection (PgBouncer does) would show overflows for the first ticks of every attach. */
+__u32 tcp_rcv_text_settled;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);  /* distinct drop sites on listeners are a handful */
+	__type(key, struct qs_early_drop_key);
+	__type(value, __u64);     /* segments */
+} early_drops SEC(".maps");
 
 /* A drop made by tcp_v4_rcv/tcp_v6_rcv itself, where every drop of a segment whose socket is a
  * listener (or a request socket's listener) goes through sk_drops_skbadd, except a bad checksum.
@@ -2595,12 +2607,34 @@ int BPF_PROG(qs_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_re
 	__u64 now;
 	__u32 idx;
 	int overflow = (int)reason == qs_reason_listen_overflow();
+	int early = 0;
 
-	if (!rx_sk || (!overflow && !tcp_rcv_counted_drop(location, (int)reason)))
+	if (!rx_sk)
 		return 0;
+	if (!overflow && !tcp_rcv_counted_drop(location, (int)reason)) {
+		if ((int)reason == qs_reason_tcp_csum())
+			return 0;
+		/* User space writes the ranges, then settles: settled, they are in (maybe only now). */
+		if (*(volatile __u32 *)&tcp_rcv_text_settled) {
+			if (!tcp_rcv_counted_drop(location, (int)reason))
+				return 0;
+		} else {
+			early = 1;
+		}
+	}
 	/* A connection's own drops (its port is the listener's) are not the listener's sk_drops. */
 	if (rx_sk->__sk_common.skc_state != QS_TCP_LISTEN || !lookup_port(rx_sk->__sk_common.skc_num, &idx))
 		return 0;
+	if (early) {
+		struct qs_early_drop_key k = {.location = (__u64)location, .port_idx = idx};
+		__u64 zero = 0, *segs;
+
+		bpf_map_update_elem(&early_drops, &k, &zero, BPF_NOEXIST);
+		segs = bpf_map_lookup_elem(&early_drops, &k);
+		if (segs)
+			__sync_fetch_and_add(segs, skb_segments(skb));
+		return 0;
+	}
 	p = port_at(idx);
 	if (p)
 		__sync_fetch_and_add(&p->rcv_drops, skb_segments(skb));

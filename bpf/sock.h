@@ -58,6 +58,13 @@ struct qs_port_stats {
 	__u64 wire[QS_WIRES];         /* connections by what their first response began with (QS_WIRE_*) */
 };
 
+/* A listener's drop seen before tcp_rcv_text is known (early_drops): where, on which port. */
+struct qs_early_drop_key {
+	__u64 location;               /* kfree_skb's caller */
+	__u32 port_idx;
+	__u32 pad;
+};
+
 struct qs_peer_key {
 	__u16 family;                 /* AF_INET / AF_INET6 / AF_UNIX */
 	__u16 port;                   /* host order; 0 for AF_UNIX */

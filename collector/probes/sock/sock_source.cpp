@@ -147,6 +147,11 @@ public:
         scan_unix();  // Unix listeners before the hooks and the seeding walk need them
         choose_arrival_scope();
         attach_all();
+        // A listener's drops count from here: before, no program told tcp_v{4,6}_rcv's apart
+        // (at thousands a second, the attach's milliseconds would show as overflows).
+        refresh_listeners();
+        for (auto& [ino, ls] : listen_sockets_) ls.drops_at_first_sight = ls.drops_now;
+        rcv_drops_base_ = rcv_drops_at_dump_;
         // The links hold the copies' programs; the copies themselves (~4 MiB each of parsed
         // ELF and BTF) would only weigh on a process that runs for weeks.
         for (Skel& side : sides_) side.reset();
@@ -171,18 +176,53 @@ public:
     // one the sched family names kernel stacks with from tick 1). Until it is in, only
     // ACK-stage overflows are told apart (by their drop reason).
     void find_tcp_rcv_text() {
+        if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0) early_sweeps_left_ = 0;  // nothing keeps early drops
         if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0 || rcv_text_finder_.joinable()) return;
         rcv_text_finder_ = std::jthread([this] {
             const KernelSymbols& syms = kernel_symbols();
             __u64* slots = skel_->bss->tcp_rcv_text;
-            const KernelSymbols::Text texts[] = {syms.text_of("tcp_v4_rcv"), syms.text_of("tcp_v6_rcv")};
+            rcv_texts_ = {syms.text_of("tcp_v4_rcv"), syms.text_of("tcp_v6_rcv")};
             for (int i = 0; i < 2; i++) {
                 // The start first: a range with only its start set matches nothing.
-                __atomic_store_n(&slots[2 * i], texts[i].start, __ATOMIC_RELEASE);
-                __atomic_store_n(&slots[2 * i + 1], texts[i].end, __ATOMIC_RELEASE);
+                __atomic_store_n(&slots[2 * i], rcv_texts_[i].start, __ATOMIC_RELEASE);
+                __atomic_store_n(&slots[2 * i + 1], rcv_texts_[i].end, __ATOMIC_RELEASE);
             }
-            rcv_text_hidden_.store(texts[0].empty(), std::memory_order_release);
+            rcv_text_hidden_.store(rcv_texts_[0].empty(), std::memory_order_release);
+            // After the ranges: from here the kernel side counts by them, not in early_drops.
+            __atomic_store_n(&skel_->bss->tcp_rcv_text_settled, 1, __ATOMIC_RELEASE);
+            rcv_text_settled_.store(true, std::memory_order_release);
         });
+    }
+
+    // A listener's drops the kernel side kept by location while the ranges were unknown
+    // (early_drops): held back from overflows until then, and then told apart, those in
+    // tcp_v{4,6}_rcv going with rcv_drops. A program that read "not settled" just before the
+    // store may still add one, so the map is read for a few ticks after.
+    void sweep_early_drops() {
+        if (early_sweeps_left_ == 0) return;
+        const bool settled = rcv_text_settled_.load(std::memory_order_acquire);
+        const int fd = bpf_map__fd(skel_->maps.early_drops);
+        std::vector<qs_early_drop_key> keys;
+        qs_early_drop_key k{}, next{};
+        for (const void* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &k) {
+            keys.push_back(next);
+            k = next;
+        }
+        early_pending_.fill(0);
+        for (const auto& key : keys) {
+            __u64 segs = 0;
+            if (key.port_idx >= QS_MAX_PORTS) continue;
+            if (!settled) {
+                if (bpf_map_lookup_elem(fd, &key, &segs) == 0) early_pending_[key.port_idx] += segs;
+                continue;
+            }
+            if (bpf_map_lookup_and_delete_elem(fd, &key, &segs) != 0) continue;
+            // Outside both ranges (or with the addresses hidden): the listener's drops count
+            // as overflows, as they would have had the ranges been known.
+            if (rcv_texts_[0].contains(key.location) || rcv_texts_[1].contains(key.location))
+                early_rcv_drops_[key.port_idx] += segs;
+        }
+        if (settled) --early_sweeps_left_;
     }
 
     // Once, on the collector's thread: overflows then count a listener's other drops too.
@@ -945,8 +985,18 @@ private:
         listen_error_.clear();
         std::vector<DiagSocket> all;
         try {
-            for (int fam : {AF_INET, AF_INET6})
-                for (auto& d : sock_diag_dump(fam, kListenMask, true, pid_)) all.push_back(std::move(d));
+            // The kernel side's rcv_drops as of the dump's sk_drops (port_cumulative subtracts
+            // them): read later, a listener dropping a segment per connection (a bare ACK under
+            // TCP_DEFER_ACCEPT) at thousands a second would show the drops in between as
+            // overflows. The dump is read again while a drop lands during it.
+            for (int attempt = 0; attempt < 3; ++attempt) {
+                const auto before = rcv_drops_now();
+                all.clear();
+                for (int fam : {AF_INET, AF_INET6})
+                    for (auto& d : sock_diag_dump(fam, kListenMask, true, pid_)) all.push_back(std::move(d));
+                rcv_drops_at_dump_ = rcv_drops_now();
+                if (rcv_drops_at_dump_ == before) break;
+            }
         } catch (const Error& e) {
             listen_error_ = e.what();
             listen_diag_.clear();
@@ -1047,6 +1097,17 @@ private:
         port_index_[port] = idx;
     }
 
+    // Per port slot: the segments the kernel side saw tcp_v{4,6}_rcv drop on its listener,
+    // and those it kept aside while their site was unknown (sweep_early_drops).
+    std::array<uint64_t, QS_MAX_PORTS> rcv_drops_now() {
+        sweep_early_drops();
+        std::array<uint64_t, QS_MAX_PORTS> out{};
+        const uint32_t n = std::min<uint64_t>(load(skel_->bss->next_port_idx), QS_MAX_PORTS);
+        for (uint32_t i = 0; i < n; ++i)
+            out[i] = load(skel_->bss->port_stats[i].rcv_drops) + early_rcv_drops_[i] + early_pending_[i];
+        return out;
+    }
+
     // Overflows of a port since first sight: sk_drops of its sockets minus the segments
     // tcp_v{4,6}_rcv dropped on them (qs_port_stats.rcv_drops).
     uint64_t port_overflows(uint16_t port, uint64_t skb_drops) const {
@@ -1064,7 +1125,8 @@ private:
         for (int c = 0; c < QS_STATUS_CLASSES; ++c) w.status[c] = load(ps.status[c]);
         for (int h = 0; h < QS_PORT_HISTS; ++h) w.hists[h] = Histogram::from_kernel(skel_->bss->port_hists[i * QS_PORT_HISTS + h]);
         const uint16_t port = static_cast<uint16_t>(load(ps.port));
-        w.overflows = port_overflows(port, load(ps.rcv_drops));
+        // Saturating: early drops found outside tcp_v{4,6}_rcv leave the sum (they are overflows).
+        w.overflows = port_overflows(port, rcv_drops_at_dump_[i] - std::min(rcv_drops_at_dump_[i], rcv_drops_base_[i]));
         // A listener that closes takes its sk_drops with it: never let the total go back.
         overflow_floor_[port] = w.overflows;
         return w;
@@ -1495,6 +1557,13 @@ private:
     std::jthread walk_loader_;             // top's: after skel_, so it is joined before skel_ goes
     std::jthread rcv_text_finder_;         // after skel_, for the same reason
     std::atomic<bool> rcv_text_hidden_{false};  // set by the finder: kallsyms showed no address
+    std::array<KernelSymbols::Text, 2> rcv_texts_;  // tcp_v4_rcv's, tcp_v6_rcv's: written by the finder before
+    std::atomic<bool> rcv_text_settled_{false};     // this
+    int early_sweeps_left_ = 3;                     // sweep_early_drops, once settled
+    std::array<uint64_t, QS_MAX_PORTS> rcv_drops_at_dump_{};  // rcv_drops_now(), by refresh_listeners
+    std::array<uint64_t, QS_MAX_PORTS> rcv_drops_base_{};     // ... once attached (start)
+    std::array<uint64_t, QS_MAX_PORTS> early_pending_{};    // segments per port slot, not yet told apart
+    std::array<uint64_t, QS_MAX_PORTS> early_rcv_drops_{};  // ... told apart: tcp_v{4,6}_rcv's
     bool rcv_text_said_ = false;
     std::vector<Link> links_;
     std::map<int, TlsProcess> tls_procs_;    // by pid, the tree's processes seen so far (links die before skel_)

@@ -151,7 +151,7 @@ public:
         // (at thousands a second, the attach's milliseconds would show as overflows).
         refresh_listeners();
         for (auto& [ino, ls] : listen_sockets_) ls.drops_at_first_sight = ls.drops_now;
-        rcv_drops_base_ = rcv_drops_at_dump_;
+        rcv_drops_base_ = rcv_drops_before_dump_;  // a base: see port_cumulative
         // The links hold the copies' programs; the copies themselves (~4 MiB each of parsed
         // ELF and BTF) would only weigh on a process that runs for weeks.
         for (Skel& side : sides_) side.reset();
@@ -990,12 +990,12 @@ private:
             // TCP_DEFER_ACCEPT) at thousands a second would show the drops in between as
             // overflows. The dump is read again while a drop lands during it.
             for (int attempt = 0; attempt < 3; ++attempt) {
-                const auto before = rcv_drops_now();
+                rcv_drops_before_dump_ = rcv_drops_now();
                 all.clear();
                 for (int fam : {AF_INET, AF_INET6})
                     for (auto& d : sock_diag_dump(fam, kListenMask, true, pid_)) all.push_back(std::move(d));
                 rcv_drops_at_dump_ = rcv_drops_now();
-                if (rcv_drops_at_dump_ == before) break;
+                if (rcv_drops_at_dump_ == rcv_drops_before_dump_) break;
             }
         } catch (const Error& e) {
             listen_error_ = e.what();
@@ -1118,17 +1118,23 @@ private:
         return std::max(total, overflow_floor_.count(port) ? overflow_floor_.at(port) : 0);
     }
 
-    PortWindow port_cumulative(uint32_t i) {
+    // As a window's base, or at its end. The kernel side's drops are read on both sides of the
+    // sk_drops dump: when one landed during it, the base takes the reading before (overflows
+    // counted high, the window's low) and the end the reading after (counted low): a drop
+    // between the readings never shows as an overflow.
+    enum class Reading { base, end };
+    PortWindow port_cumulative(uint32_t i, Reading reading = Reading::end) {
         const qs_port_stats& ps = skel_->bss->port_stats[i];
         PortWindow w;
         w.accepted = load(ps.accepted);
         for (int c = 0; c < QS_STATUS_CLASSES; ++c) w.status[c] = load(ps.status[c]);
         for (int h = 0; h < QS_PORT_HISTS; ++h) w.hists[h] = Histogram::from_kernel(skel_->bss->port_hists[i * QS_PORT_HISTS + h]);
         const uint16_t port = static_cast<uint16_t>(load(ps.port));
+        const uint64_t rcv = reading == Reading::base ? rcv_drops_before_dump_[i] : rcv_drops_at_dump_[i];
         // Saturating: early drops found outside tcp_v{4,6}_rcv leave the sum (they are overflows).
-        w.overflows = port_overflows(port, rcv_drops_at_dump_[i] - std::min(rcv_drops_at_dump_[i], rcv_drops_base_[i]));
+        w.overflows = port_overflows(port, rcv - std::min(rcv, rcv_drops_base_[i]));
         // A listener that closes takes its sk_drops with it: never let the total go back.
-        overflow_floor_[port] = w.overflows;
+        if (reading == Reading::end) overflow_floor_[port] = w.overflows;
         return w;
     }
 
@@ -1169,7 +1175,7 @@ private:
         const uint32_t nports = std::min<uint64_t>(load(b->next_port_idx), QS_MAX_PORTS);
         for (uint32_t i = 0; i < nports; ++i) {
             qs_port_stats& ps = b->port_stats[i];
-            port_base_[i] = port_cumulative(i);
+            port_base_[i] = port_cumulative(i, Reading::base);
             __atomic_store_n(&ps.in_flight_max, load(ps.in_flight), __ATOMIC_RELAXED);
             __atomic_store_n(&ps.waiting_unread_max, load(ps.waiting_unread), __ATOMIC_RELAXED);
             int64_t depth = 0;
@@ -1560,8 +1566,9 @@ private:
     std::array<KernelSymbols::Text, 2> rcv_texts_;  // tcp_v4_rcv's, tcp_v6_rcv's: written by the finder before
     std::atomic<bool> rcv_text_settled_{false};     // this
     int early_sweeps_left_ = 3;                     // sweep_early_drops, once settled
-    std::array<uint64_t, QS_MAX_PORTS> rcv_drops_at_dump_{};  // rcv_drops_now(), by refresh_listeners
-    std::array<uint64_t, QS_MAX_PORTS> rcv_drops_base_{};     // ... once attached (start)
+    std::array<uint64_t, QS_MAX_PORTS> rcv_drops_before_dump_{};  // rcv_drops_now(), by refresh_listeners
+    std::array<uint64_t, QS_MAX_PORTS> rcv_drops_at_dump_{};      // ... after the dump
+    std::array<uint64_t, QS_MAX_PORTS> rcv_drops_base_{};         // the reading before, once attached (start)
     std::array<uint64_t, QS_MAX_PORTS> early_pending_{};    // segments per port slot, not yet told apart
     std::array<uint64_t, QS_MAX_PORTS> early_rcv_drops_{};  // ... told apart: tcp_v{4,6}_rcv's
     bool rcv_text_said_ = false;

@@ -81,9 +81,13 @@ struct Inside {
 // Apache): requests queue there when every worker is busy, so say how many share it and
 // whether the requests in flight account for all of them.
 std::string shared_accept_queue(const Snapshot& s, const Listener& l, const std::string& at, uint64_t accept_q) {
-    const uint64_t workers = l.workers;
-    return "requests queue in the accept queue of " + at + " shared by " + fmt_count(workers) +
-           " workers" + (s.requests.in_flight >= workers ? ", all " + fmt_count(workers) + " busy" : std::string()) +
+    const uint64_t workers = l.workers, in_flight = s.requests.in_flight;
+    // A worker that serves several at once (Apache's event MPM: a process of threads) is not
+    // "busy" at one request; how many it takes before it stops accepting is its own setting.
+    const std::string load = in_flight == workers ? ", all " + fmt_count(workers) + " busy"
+                             : in_flight > workers ? ", " + fmt_count(in_flight) + " requests in flight between them"
+                                                   : std::string();
+    return "requests queue in the accept queue of " + at + " shared by " + fmt_count(workers) + " workers" + load +
            ": " + fmt_count(accept_q) + " connections waiting (backlog " + std::to_string(l.backlog) + ")";
 }
 

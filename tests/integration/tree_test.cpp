@@ -317,6 +317,74 @@ TEST_CASE("PostgreSQL postmaster PID: queries of every backend", "[tree][integra
     }
 }
 
+TEST_CASE("Apache event MPM: 2 processes of 4 threads in front of a slow backend", "[tree][integration][apache]") {
+    if (!require_root()) return;
+    if (access("/usr/sbin/apache2", X_OK) != 0 || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("apache2 or wrk not installed (.ci/setup installs them)");
+        return;
+    }
+    // MaxRequestWorkers 8 across 2 child processes: the 8 threads call the backend (100 ms)
+    // and the listener threads stop accepting, so the rest of wrk's 24 keep-alive connections
+    // wait in the kernel's accept queue. A worker process holds 4 requests at once: it is not
+    // "busy" at one, and the verdict must not say "all 2 busy". Oracles: the backend's own
+    // in-flight count, ss's Recv-Q, /proc's process tree.
+    const std::string dir = temp_dir("qs-tree-apache");
+    ::chmod(dir.c_str(), 0755);
+    REQUIRE(::mkdir((dir + "/logs").c_str(), 0755) == 0);
+    const std::string mods = "/usr/lib/apache2/modules/";
+    std::ofstream(dir + "/httpd.conf")
+        << "ServerRoot " << dir << "\nPidFile " << dir << "/httpd.pid\nErrorLog " << dir << "/logs/error.log\n"
+        << "LoadModule mpm_event_module " << mods << "mod_mpm_event.so\n"
+        << "LoadModule authz_core_module " << mods << "mod_authz_core.so\n"
+        << "LoadModule proxy_module " << mods << "mod_proxy.so\n"
+        << "LoadModule proxy_http_module " << mods << "mod_proxy_http.so\n"
+           "User www-data\nGroup www-data\nServerName localhost\nListen 127.0.0.1:18460\n"
+           "StartServers 2\nServerLimit 2\nThreadsPerChild 4\nMaxRequestWorkers 8\n"
+           "MinSpareThreads 1\nMaxSpareThreads 8\n"
+           "ProxyPass /slow http://127.0.0.1:18461/\n";
+    const ScratchFile counters("/dev/shm/qscope-tree-apache-" + std::to_string(getpid()) + ".json");
+    require_free_port(18461);
+    auto backend = start_target("qs_server", {"--port", "18461", "--workers", "64", "--service-ms", "100",
+                                              "--counters-file", counters.path});
+    require_free_port(18460);
+    Proc httpd = spawn({"/usr/sbin/apache2", "-f", dir + "/httpd.conf", "-DFOREGROUND"});
+    if (!wait_for_port(18460, 15))
+        FAIL("apache2 does not listen: " << httpd.err() << read_text(dir + "/logs/error.log"));
+    for (int i = 0; i < 100 && children(httpd.pid()).size() < 2; ++i) sleep_s(0.1);
+    REQUIRE(children(httpd.pid()).size() == 2);
+
+    Proc load = spawn({"/usr/bin/wrk", "-t1", "-c24", "-d14s", "http://127.0.0.1:18460/slow"});
+    sleep_s(2);
+    auto r = run_qscope({"snapshot", "--pid", std::to_string(httpd.pid()), "--duration", "3", "--json"}, 40);
+    const int64_t recvq = ss_listen_recvq(18460);
+    const json c = read_counters(counters.path);
+    REQUIRE(r.rc == 0);
+    const json& s = r.json;
+    const json* peer = nullptr;
+    for (const auto& d : s["downstream"])
+        if (d["peer"] == "127.0.0.1:18461") peer = &d;
+    INFO(s["requests"].dump() << "\n" << s["verdict"].dump() << "\n" << s["listeners"].dump() << "\nss Recv-Q "
+                              << recvq << "\nbackend " << c.dump());
+    CHECK(s["target"]["processes"]["count"].get<int>() == 3);
+    REQUIRE(s["listeners"].size() == 1);  // held by the parent and both children
+    CHECK(s["listeners"][0]["processes"].get<int>() == 3);
+    CHECK(s["listeners"][0]["workers"].get<int>() == 2);
+    // Every worker thread is in a call to the backend: the backend's own count.
+    REQUIRE(c.is_object());
+    CHECK(c["in_flight_max"].get<int>() == 8);
+    REQUIRE(peer);
+    CHECK((*peer)["busy_max"].get<int>() == 8);
+    CHECK((*peer)["busy"].get<int>() >= 7);
+    CHECK(s["requests"]["in_flight_max"].get<int>() >= 8);
+    // 24 connections: 8 in calls, a few accepted and idle between requests, the rest queued.
+    CHECK(std::llabs(s["listeners"][0]["accept_queue"].get<int64_t>() - recvq) <= 2);
+    CHECK(recvq >= 10);
+    const std::string summary = s["verdict"]["summary"].get<std::string>();
+    CHECK(summary.find("127.0.0.1:18461") != std::string::npos);
+    CHECK(summary.find("accept queue of :18460 shared by 2 workers") != std::string::npos);
+    CHECK(summary.find("all 2 busy") == std::string::npos);
+}
+
 TEST_CASE("gunicorn sync workers: in flight is the busy workers, then the accept queue", "[tree][integration][gunicorn]") {
     if (!require_root()) return;
     if (access("/usr/bin/gunicorn", X_OK) != 0) {

@@ -158,6 +158,14 @@ TEST_CASE("prefork workers all busy: the accept queue they share is the limit, c
           "requests queue in the accept queue of :80 shared by 4 workers, all 4 busy: 12 connections waiting "
           "(backlog 511)");
 
+    // More in flight than workers (Apache's event MPM: 2 processes of 4 threads): each holds
+    // several, and how many before it stops accepting is not known here.
+    s.requests.in_flight = 8;
+    compute_verdict(s);
+    CHECK(s.verdict.summary ==
+          "requests queue in the accept queue of :80 shared by 4 workers, 8 requests in flight between them: 12 "
+          "connections waiting (backlog 511)");
+
     // Fewer in flight than workers: no claim that all are busy.
     s.requests.in_flight = 2;
     compute_verdict(s);

@@ -15,13 +15,11 @@
 #include "sys/proc_table.h"
 
 #include <catch2/catch.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -384,40 +382,30 @@ static uint16_t port_of(const std::string& addr) {
 }
 
 namespace {
-std::string cmdline_of(pid_t pid) {
-    std::string s = read_text("/proc/" + std::to_string(pid) + "/cmdline");
-    std::replace(s.begin(), s.end(), '\0', ' ');
-    return s;
-}
-// A process spawn() started, or one of its children (they inherit its output files), whose
-// test binary is gone: the output files' names carry the spawning binary's PID.
-bool orphan_of_a_killed_run(pid_t pid) {
+// The test binary whose spawn() started `pid` (or its parent: children inherit the output
+// files), by the PID the files' names carry; 0 when it holds none.
+int spawning_binary(int pid) {
     static const std::regex output(R"(^/tmp/qs-(?:out|err)-(\d+)-)");
     std::error_code ec;
-    const std::filesystem::path fds = "/proc/" + std::to_string(pid) + "/fd";
-    for (const auto& fd : std::filesystem::directory_iterator(fds, ec)) {
+    for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
         const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
         std::smatch m;
-        if (!std::regex_search(target, m, output)) continue;
-        // Gone, or a zombie its parent has not reaped yet.
-        const std::string stat = read_text("/proc/" + m[1].str() + "/stat");
-        const auto state = stat.rfind(") ");
-        return state == std::string::npos || stat.compare(state + 2, 1, "Z") == 0;
+        if (std::regex_search(target, m, output)) return std::stoi(m[1]);
     }
-    return false;
+    return 0;
 }
 // Stops what test binaries killed mid-test (a ctest timeout, a crash) left running: their
 // servers hold ports, and their load generators would load the next test's servers.
 void stop_orphans_of_killed_runs() {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-        const std::string name = e.path().filename();
-        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-        const pid_t pid = std::stoi(name);
-        if (orphan_of_a_killed_run(pid)) {
-            std::printf("harness: stopping %s (pid %d), left by a killed test run\n", cmdline_of(pid).c_str(), pid);
-            ::kill(pid, SIGKILL);
-        }
+    for (const qscope::ProcEntry& p : qscope::read_proc_table()) {
+        if (p.kernel_thread) continue;
+        const int binary = spawning_binary(p.pid);
+        if (binary == 0) continue;
+        // Gone, or a zombie its parent has not reaped yet.
+        const auto b = qscope::read_proc_entry(binary);
+        if (b && b->state != 'Z') continue;
+        std::printf("harness: stopping %s (pid %d), left by a killed test run\n", p.cmdline.c_str(), p.pid);
+        ::kill(p.pid, SIGKILL);
     }
 }
 }  // namespace

@@ -176,8 +176,11 @@ public:
     // one the sched family names kernel stacks with from tick 1). Until it is in, only
     // ACK-stage overflows are told apart (by their drop reason).
     void find_tcp_rcv_text() {
-        if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0) early_sweeps_left_ = 0;  // nothing keeps early drops
-        if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0 || rcv_text_finder_.joinable()) return;
+        if (bpf_program__fd(skel_->progs.qs_kfree_skb) < 0) {
+            early_sweeps_left_ = 0;  // nothing keeps early drops
+            return;
+        }
+        if (rcv_text_finder_.joinable()) return;
         rcv_text_finder_ = std::jthread([this] {
             const KernelSymbols& syms = kernel_symbols();
             __u64* slots = skel_->bss->tcp_rcv_text;
@@ -187,7 +190,6 @@ public:
                 __atomic_store_n(&slots[2 * i], rcv_texts_[i].start, __ATOMIC_RELEASE);
                 __atomic_store_n(&slots[2 * i + 1], rcv_texts_[i].end, __ATOMIC_RELEASE);
             }
-            rcv_text_hidden_.store(rcv_texts_[0].empty(), std::memory_order_release);
             // After the ranges: from here the kernel side counts by them, not in early_drops.
             __atomic_store_n(&skel_->bss->tcp_rcv_text_settled, 1, __ATOMIC_RELEASE);
             rcv_text_settled_.store(true, std::memory_order_release);
@@ -227,7 +229,7 @@ public:
 
     // Once, on the collector's thread: overflows then count a listener's other drops too.
     void say_rcv_text() {
-        if (rcv_text_said_ || !rcv_text_hidden_.load(std::memory_order_acquire)) return;
+        if (rcv_text_said_ || !rcv_text_settled_.load(std::memory_order_acquire) || !rcv_texts_[0].empty()) return;
         rcv_text_said_ = true;
         warnings_.push_back("sock: /proc/kallsyms hides tcp_v4_rcv's address (kptr_restrict, or no CAP_SYSLOG): a "
                             "listener's overflows also count its other drops (a SYN retransmitted to a request "
@@ -1562,7 +1564,6 @@ private:
     bool walk_said_ = false;
     std::jthread walk_loader_;             // top's: after skel_, so it is joined before skel_ goes
     std::jthread rcv_text_finder_;         // after skel_, for the same reason
-    std::atomic<bool> rcv_text_hidden_{false};  // set by the finder: kallsyms showed no address
     std::array<KernelSymbols::Text, 2> rcv_texts_;  // tcp_v4_rcv's, tcp_v6_rcv's: written by the finder before
     std::atomic<bool> rcv_text_settled_{false};     // this
     int early_sweeps_left_ = 3;                     // sweep_early_drops, once settled

@@ -357,6 +357,10 @@ struct EventLoop {
     uint64_t in_flight = 0;             // requests read on those connections, not yet answered
     uint64_t unread = 0;                // requests arrived on them, unread
     uint64_t accept_queue = 0;          // in its process's listeners' accept queues now
+    // window: requests unread on its connections or read behind the one in hand, averaged over
+    // the window's ticks (one instant can fall between a busy loop's turns, when every reply is
+    // written and the next requests are not yet sent)
+    double waiting_average = 0;
     std::vector<LoopStall> recent_stalls;  // longest first
     Histogram turn_total;               // since attach (exporter)
     uint64_t turns_total = 0;           // since attach
@@ -370,6 +374,18 @@ struct ThreadServing {
     uint64_t adopted_total = 0;         // since attach: connections it took over
     uint64_t connections_max = 0;       // since attach: the most it held open at once (per tick)
     uint64_t connections = 0, in_flight = 0, unread = 0;  // now
+    // Sampled at each tick since attach: the ticks it was seen at, and the sum of waiting() at them.
+    uint64_t waiting_samples_total = 0, waiting_sum_total = 0;
+    double waiting_average = 0;         // window: waiting() averaged over the window's ticks
+
+    // What waits on the thread now: requests unread, and those read behind the one in hand.
+    uint64_t waiting() const { return unread + (in_flight > 1 ? in_flight - 1 : 0); }
+    // The average of waiting() over the ticks since `base` (these totals at the window's start).
+    double waiting_average_since(const ThreadServing& base) const {
+        const uint64_t n = waiting_samples_total - std::min(waiting_samples_total, base.waiting_samples_total);
+        const uint64_t sum = waiting_sum_total - std::min(waiting_sum_total, base.waiting_sum_total);
+        return n ? static_cast<double>(sum) / static_cast<double>(n) : 0;
+    }
 };
 
 struct Carriers {

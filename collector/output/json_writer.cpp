@@ -211,6 +211,7 @@ static json loops_json(const std::vector<EventLoop>& loops) {
                        {"in_flight", l.in_flight},
                        {"unread", l.unread},
                        {"accept_queue", l.accept_queue},
+                       {"waiting_average", secs(l.waiting_average)},
                        {"recent_stalls", stalls}});
     }
     return out;

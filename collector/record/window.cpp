@@ -127,6 +127,16 @@ void threads_window(const Snapshot& a, Snapshot& out) {
         }
 }
 
+// The serving threads' waiting samples since the window's first tick (a thread first seen
+// later: all of its own).
+void serving_window(const Snapshot& a, Snapshot& out) {
+    static const ThreadServing none;
+    for (auto& t : out.serving) {
+        const ThreadServing* before = find(a.serving, t, [](const ThreadServing& x) { return x.tid; });
+        t.waiting_average = t.waiting_average_since(before ? *before : none);
+    }
+}
+
 void carriers_window(Span& sp, Snapshot& out) {
     const Carriers& a = sp.begin().carriers;
     Carriers& c = out.carriers;
@@ -193,6 +203,7 @@ WindowResult window(const std::vector<Snapshot>& ticks, const WindowBounds& b) {
     listeners_window(sp, out);
     downstream_window(sp, out);
     threads_window(sp.begin(), out);
+    serving_window(sp.begin(), out);
     carriers_window(sp, out);
     if (!out.downstream.empty() || !out.thread_groups.empty() || !out.waits.empty())
         out.partial.push_back(

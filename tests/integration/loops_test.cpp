@@ -409,6 +409,14 @@ TEST_CASE("redis: a slow Lua script holds the loop, as SLOWLOG says", "[loops][i
     CHECK((*loop)["p99_turn_seconds"].get<double>() >= 0.8 * per_call);
     CHECK((*loop)["stalls"].get<uint64_t>() > 0);
     check_utilization(*loop, o);
+    // What waits behind the loop, averaged over the ticks: PINGs sent while a script runs. One
+    // PING per redis-benchmark client at a time (no pipelining) and the one EVAL client's
+    // request in hand: at most the 20 clients.
+    const double waiting_average = (*loop)["waiting_average"].get<double>();
+    CHECK(waiting_average >= 1);
+    CHECK(waiting_average <= 20);
+    // The verdict names the loop even when its last tick fell between two turns (every reply
+    // written, no PING sent yet): CI once read "no queue" there.
     CHECK(s["verdict"]["stage"] == "carriers");
     CHECK(s["verdict"]["where"].get<std::string>() ==
           "event loop of redis-server (tid " + std::to_string(redis.pid()) + ")");

@@ -125,6 +125,50 @@ TEST_CASE("verdict: requests queue behind a saturated Node loop, not at uv_cond_
     CHECK(s.verdict.severity == Severity::critical);
 }
 
+// CI's Redis: busy 91% of the window with 228 stalls (a Lua script per turn, 20 PING clients),
+// and the last tick's scan landed between two turns: every reply written, no PING sent yet.
+// The window's ticks saw ~19 waiting on average; one quiet instant must not read "no queue".
+Snapshot redis_between_turns(double waiting_average) {
+    Snapshot s;
+    s.window_seconds = 6;
+    s.requests.in_flight = 16;  // the ports' counters, read a moment after the scan
+    s.carriers.loops.push_back(polling(314, 314, "redis-server", 0.91));
+    s.carriers.loops[0].stalls = 228;
+    s.carriers.loops[0].longest_turn_seconds = 0.028;
+    ThreadServing t = serving(314, 314, 24, 21, 0, 0);
+    t.waiting_average = waiting_average;
+    s.serving.push_back(t);
+    return s;
+}
+
+TEST_CASE("verdict: a busy loop read between two turns is still the limit, by the window's average", "[loops][verdict]") {
+    Snapshot s = redis_between_turns(18.6);
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::carriers);
+    CHECK(s.verdict.where == "event loop of redis-server (tid 314)");
+    CHECK(s.verdict.waiting == 19);
+    CHECK(s.verdict.summary.find("19 requests waiting behind it on average over the window, none at this instant") !=
+          std::string::npos);
+    // Nothing waited at any tick: an idle stretch, not a queue.
+    Snapshot quiet = redis_between_turns(0.4);
+    compute_verdict(quiet);
+    CHECK(quiet.verdict.stage == Stage::none);
+}
+
+TEST_CASE("loops: waiting on a serving thread, averaged over the window's ticks", "[loops]") {
+    ThreadServing base;
+    base.waiting_samples_total = 4;
+    base.waiting_sum_total = 10;
+    ThreadServing now = serving(1, 1, 0, 21, 3, 17);
+    CHECK(now.waiting() == 19);  // the 17 unread and 2 read behind the one in hand
+    now.waiting_samples_total = 7;
+    now.waiting_sum_total = 10 + 19 + 0 + 20;
+    CHECK(now.waiting_average_since(base) == Approx(13.0));
+    CHECK(now.waiting_average_since(now) == 0);  // no tick since: nothing to average
+    ThreadServing none;
+    CHECK(now.waiting_average_since(none) == Approx(49.0 / 7));
+}
+
 TEST_CASE("verdict: a loop thread on a futex while it holds requests is a gate", "[loops][verdict]") {
     Snapshot s = node_cpu_bound();
     s.carriers.loops[0].blocked_in = "futex";

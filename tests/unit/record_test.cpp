@@ -148,6 +148,12 @@ TEST_CASE("record: a later window is the difference of cumulative ticks", "[reco
         s.downstream = {d};
         s.requests.in_flight = 3;
         s.requests.in_flight_max = 9;  // reached before tick 0: not inside a later window
+        // A loop thread's waiting requests sampled at the ticks: 5, 10, 20.
+        ThreadServing t;
+        t.tid = 77;
+        t.waiting_samples_total = i + 1;
+        t.waiting_sum_total = std::vector<uint64_t>{5, 15, 35}[i];
+        s.serving = {t};
     }
     const WindowResult w = window(ticks, {2500, 3000});  // ticks (1, 2]
     REQUIRE(w.snap);
@@ -161,6 +167,8 @@ TEST_CASE("record: a later window is the difference of cumulative ticks", "[reco
     CHECK(s.requests.in_flight_max == 3);  // 9 is older than the window: the sampled gauge, and said so
     CHECK(std::any_of(s.partial.begin(), s.partial.end(),
                       [](const std::string& p) { return p.find("maxima") != std::string::npos; }));
+    REQUIRE(s.serving.size() == 1);
+    CHECK(s.serving[0].waiting_average == Approx(20));  // tick 2's sample alone
     CHECK(s.verdict.stage != Stage::none);  // computed again on the window
     CHECK(s.verdict.summary.find("127.0.0.1:5432") != std::string::npos);
 

@@ -1189,6 +1189,7 @@ private:
             __atomic_store_n(&ps.accept_queue_max, depth, __ATOMIC_RELAXED);
         }
         attribution_base_ = attribution_total();
+        serving_base_ = serving_held_;
         const uint32_t npeers = std::min<uint64_t>(load(b->next_peer_idx), QS_PEER_OTHER);
         for (uint32_t i = 0; i <= npeers && i < QS_MAX_PEERS; ++i) {
             qs_peer_stats& ps = b->peer_stats[i];
@@ -1591,7 +1592,7 @@ private:
 
     // Inbound connections per serving thread, for event-loop detection (model/loops.h).
     void collect_serving(Snapshot& snap) {
-        std::map<uint32_t, uint64_t> held_max;
+        std::map<uint32_t, ThreadServing> held;
         served_.for_each(bpf_map__fd(skel_->maps.served), [&](const __u32& tid, const qs_served& v) {
             ThreadServing t;
             auto it = serving_now_.find(tid);
@@ -1599,13 +1600,21 @@ private:
             t.tid = static_cast<int>(tid);
             t.pid = static_cast<int>(v.tgid);
             t.adopted_total = v.adopted;
-            t.connections_max = std::max(t.connections, serving_max_[tid]);
-            held_max[tid] = t.connections_max;
+            const ThreadServing none;
+            const auto held_it = serving_held_.find(tid), base_it = serving_base_.find(tid);
+            const ThreadServing& before = held_it == serving_held_.end() ? none : held_it->second;
+            t.connections_max = std::max(t.connections, before.connections_max);
+            t.waiting_samples_total = before.waiting_samples_total + 1;
+            t.waiting_sum_total = before.waiting_sum_total + t.waiting();
+            t.waiting_average = t.waiting_average_since(base_it == serving_base_.end() ? none : base_it->second);
+            held[tid] = t;
             snap.serving.push_back(t);
         });
-        serving_max_ = std::move(held_max);  // threads gone from `served` are forgotten
+        serving_held_ = std::move(held);  // threads gone from `served` are forgotten
     }
-    std::map<uint32_t, uint64_t> serving_max_;  // by server tid: ThreadServing::connections_max
+    // By server tid, as of the last tick: the running maximum and the waiting samples' totals.
+    std::map<uint32_t, ThreadServing> serving_held_;
+    std::map<uint32_t, ThreadServing> serving_base_;  // the same at the window's start
     int pid_ = 0;  // the tree's root: its network namespace is the one whose listeners we dump
     const Target* target_ = nullptr;
     Config cfg_;

@@ -285,6 +285,7 @@ struct ThreadGroup {
     double blocked_seconds_total = 0;   // since attach
     std::map<std::string, double> blocked_seconds_by_syscall_total;  // since attach
     std::map<int, int> futex_by_pid;    // process → threads blocked on a futex now (model/loops.h)
+    std::vector<int> on_cpu_tids;       // the running and runnable threads now; not rendered
 };
 
 // Threads waiting for a CPU, on average over a tick, from which the host starves the service:
@@ -463,6 +464,9 @@ struct Snapshot {
     std::vector<ParkedFrames> parked_virtual_threads;
     uint64_t parked_in_runtime = 0;     // in flight not explained by threads/sockets/CPU
     std::vector<ThreadServing> serving; // sock → settle_loops(); not rendered
+    // sock: the threads whose outbound calls are in progress now (each call's starter), so the
+    // verdict counts a thread on a CPU with a call of its own once; not rendered
+    std::vector<int> calling_tids;
 
     uint64_t lost_events = 0;           // since attach, all sources
     std::vector<std::string> partial;   // sections whose numbers are incomplete, and why

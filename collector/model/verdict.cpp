@@ -209,6 +209,15 @@ void held_in_loops(const Snapshot& s, Inside& in) {
                   (loops.size() == 1 ? std::string("event loop") : std::to_string(loops.size()) + " event loops");
 }
 
+// Of a group's threads on a CPU now, those whose outbound call is in progress.
+uint64_t on_cpu_calling(const Snapshot& s, const ThreadGroup& g) {
+    if (s.calling_tids.empty() || g.on_cpu_tids.empty()) return 0;
+    const std::set<int> calling(s.calling_tids.begin(), s.calling_tids.end());
+    uint64_t n = 0;
+    for (int tid : g.on_cpu_tids) n += calling.count(tid);
+    return std::min<uint64_t>(n, static_cast<uint64_t>(g.running + g.runnable));
+}
+
 Inside count_inside(const Snapshot& s) {
     Inside in;
     std::set<std::string> carrier_groups;
@@ -231,12 +240,16 @@ Inside count_inside(const Snapshot& s) {
     // flight can be requests waiting (when the request path is visible at all). The gate
     // group's threads on a CPU, or runnable, hold their requests there, not at a gate: eight
     // workers calling a partner in a loop had two between calls at the instant, and their
-    // idle colleagues' futexes read as "2 threads waiting" at a pool.
+    // idle colleagues' futexes read as "2 threads waiting" at a pool. A thread on a CPU whose
+    // own call is in progress (it just wrote it, or its reply just woke it) holds one request,
+    // not two: counted twice, four workers trading two connections left no room for the one
+    // in the pool's futex (record_test: in flight 4, 2 calls, 2 workers runnable, one of them
+    // a caller), and the verdict named the peer.
     const auto& r = s.requests;
     if (r.in_flight > 0 || !s.listeners.empty()) {
         uint64_t on_cpu = 0;
         for (const auto& g : s.thread_groups)
-            if (g.name == group) on_cpu = static_cast<uint64_t>(g.running + g.runnable);
+            if (g.name == group) on_cpu = static_cast<uint64_t>(g.running + g.runnable) - on_cpu_calling(s, g);
         const uint64_t held = in.downstream_busy + on_cpu;
         in.room = r.in_flight > held ? r.in_flight - held : 0;
         in.futex_waiters = std::min(in.futex_waiters, in.room);

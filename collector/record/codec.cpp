@@ -69,7 +69,7 @@ template <class V> void fields(V& v, DownstreamPeer& x) {
 template <class V> void fields(V& v, ThreadGroup& x) {
     v(x.name); v(x.threads); v(x.running); v(x.runnable); v(x.blocked); v(x.blocked_by); v(x.runqueue_wait);
     v(x.runqueue_wait_seconds); v(x.blocked_seconds_total); v(x.blocked_seconds_by_syscall_total);
-    v(x.futex_by_pid); v(x.waiting_for_cpu);
+    v(x.futex_by_pid); v(x.waiting_for_cpu); v(x.on_cpu_tids);
 }
 template <class V> void fields(V& v, Wait& x) {
     v(x.group); v(x.syscall); v(x.resource); v(x.kind); v(x.threads_now); v(x.blocked_seconds); v(x.count);
@@ -108,7 +108,7 @@ template <class V> void fields(V& v, Snapshot& x) {
     v(x.target); v(x.window_seconds); v(x.attached_seconds); v(x.taken_at_unix_ms); v(x.tick); v(x.listeners);
     v(x.requests); v(x.downstream); v(x.thread_groups); v(x.waits); v(x.carriers); v(x.verdict);
     v(x.parked_virtual_threads); v(x.parked_in_runtime); v(x.serving); v(x.lost_events); v(x.partial);
-    v(x.warnings); v(x.probes); v(x.probe_attach);
+    v(x.warnings); v(x.probes); v(x.probe_attach); v(x.calling_tids);
 }
 
 template <class T, class = void> struct is_record : std::false_type {};

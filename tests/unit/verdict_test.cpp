@@ -328,6 +328,37 @@ TEST_CASE("a saturated pool whose waiters are all between calls at the instant i
     CHECK(s.verdict.stage == Stage::downstream);
 }
 
+TEST_CASE("a runnable worker with its own call in progress is counted once, leaving room for the pool's waiter",
+          "[verdict]") {
+    // record_test on a busy machine: qs_server --workers 4 --pool 2. In flight 4: one worker in
+    // its call's read, one in the pool's futex, two runnable, one of which wrote the other call.
+    Snapshot s;
+    s.window_seconds = 3;
+    s.listeners.push_back(listener(18700, 0, 128));
+    s.requests.in_flight = 4;
+    s.downstream.push_back(peer("127.0.0.1:18701", 2, 2));
+    ThreadGroup g;
+    g.name = "qs-worker";
+    g.threads = 4;
+    g.blocked = 2;
+    g.runnable = 2;
+    g.blocked_by = {{"futex", 1}, {"read", 1}};
+    g.on_cpu_tids = {11, 12};
+    s.thread_groups.push_back(g);
+    s.calling_tids = {10, 12};  // 10 in its read, 12 runnable
+    s.waits.push_back(futex_wait("qs-worker", 1, {"pool_borrow"}));
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::gate);
+    CHECK(s.verdict.where == "pool to 127.0.0.1:18701");
+    CHECK(s.verdict.summary == "requests queue at the pool to 127.0.0.1:18701: 2 of 2 connections busy, 1 threads waiting");
+
+    // Neither runnable worker has a call: both hold requests on a CPU and the four are
+    // accounted for; the futex waiter may be an idle one.
+    s.calling_tids = {10, 13};
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::downstream);
+}
+
 TEST_CASE("connection ceiling: a lone parked thread beside one request in flight does not outrank the cap",
           "[verdict]") {
     // scenario_test's ceiling profile in CI: Tomcat at maxConnections 100 with virtual threads,

@@ -645,8 +645,14 @@ LiveView SchedSource::live_view(const std::vector<qs_thread_rec>& recs) {
         g.name = label;
         g.threads++;
         switch (thread_state(r)) {
-        case ThreadState::running: g.running++; break;
-        case ThreadState::runnable: g.runnable++; break;
+        case ThreadState::running:
+            g.running++;
+            g.on_cpu_tids.push_back(static_cast<int>(r.tid));
+            break;
+        case ThreadState::runnable:
+            g.runnable++;
+            g.on_cpu_tids.push_back(static_cast<int>(r.tid));
+            break;
         case ThreadState::blocked:
             g.blocked++;
             g.blocked_by[syscall_name(r.syscall)]++;

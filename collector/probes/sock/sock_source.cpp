@@ -268,6 +268,7 @@ public:
         std::map<uint32_t, double> oldest_busy;
         scan_conns(tick.now_ns, oldest_req, oldest_unread, oldest_busy);
         collect_serving(snap);
+        snap.calling_tids = calling_now_;
 
         // ---- listeners and requests, per port ------------------------------------------
         Requests& r = snap.requests;
@@ -1201,6 +1202,7 @@ private:
     // One pass over the connection table.
     void scan_conns(uint64_t now, double& oldest_req, double& oldest_unread, std::map<uint32_t, double>& oldest_busy) {
         serving_now_.clear();
+        calling_now_.clear();
         // HTTP/2 connections' open streams: they are its requests in flight (bpf/h2.h).
         h2_open_.clear();
         h2_.for_each(bpf_map__fd(skel_->maps.h2_conns), [&](const __u64& key, const qs_h2& h) {
@@ -1231,9 +1233,12 @@ private:
                     oldest_req = std::max(oldest_req, (now - c.t_req) / 1e9);
                 if ((c.aflags & QS_A_COUNTED) && c.t_unread && now > c.t_unread)
                     oldest_unread = std::max(oldest_unread, (now - c.t_unread) / 1e9);
-            } else if (c.dir == QS_DIR_OUT && c.state == QS_ST_BUSY && c.t_req && now > c.t_req) {
-                double& o = oldest_busy[c.idx];
-                o = std::max(o, (now - c.t_req) / 1e9);
+            } else if (c.dir == QS_DIR_OUT && c.state == QS_ST_BUSY) {
+                if (c.server_tid) calling_now_.push_back(static_cast<int>(c.server_tid));
+                if (c.t_req && now > c.t_req) {
+                    double& o = oldest_busy[c.idx];
+                    o = std::max(o, (now - c.t_req) / 1e9);
+                }
             }
         });
     }
@@ -1589,6 +1594,7 @@ private:
     bool h2_streams_ = false;            // the kernel runs the HTTP/2 frame walk (bpf_loop)
     MapReader<__u32, qs_served> served_;
     std::map<uint32_t, ThreadServing> serving_now_;  // by server tid, from scan_conns
+    std::vector<int> calling_now_;                    // Snapshot::calling_tids, from scan_conns
 
     // Inbound connections per serving thread, for event-loop detection (model/loops.h).
     void collect_serving(Snapshot& snap) {

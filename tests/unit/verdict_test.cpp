@@ -290,10 +290,9 @@ TEST_CASE("gate waiters come from live thread states; a pool whose window peak f
     CHECK(s.verdict.summary == "requests queue at the pool to 127.0.0.1:5432: 9 of 10 connections busy, 190 threads waiting");
 }
 
-TEST_CASE("a saturated pool whose waiters are all between calls at the instant is still the pool", "[verdict]") {
-    // qs_server --workers 4 --pool 2 (record_test): two workers in the pool's calls, two
-    // waiting for a connection most of the window, but at the snapshot's instant both of them
-    // just woke (or sleep their 2 ms of service). The window's futex time says they wait.
+// record_test's server, qs_server --workers 4 --pool 2, in the window: 4 requests in flight,
+// both pooled connections busy; the workers' states are each case's.
+static Snapshot pool_of_two_for_four_workers() {
     Snapshot s;
     s.window_seconds = 3;
     s.listeners.push_back(listener(18700, 0, 128));
@@ -302,9 +301,18 @@ TEST_CASE("a saturated pool whose waiters are all between calls at the instant i
     ThreadGroup g;
     g.name = "qs-worker";
     g.threads = 4;
+    s.thread_groups.push_back(g);
+    return s;
+}
+
+TEST_CASE("a saturated pool whose waiters are all between calls at the instant is still the pool", "[verdict]") {
+    // qs_server --workers 4 --pool 2 (record_test): two workers in the pool's calls, two
+    // waiting for a connection most of the window, but at the snapshot's instant both of them
+    // just woke (or sleep their 2 ms of service). The window's futex time says they wait.
+    Snapshot s = pool_of_two_for_four_workers();
+    ThreadGroup& g = s.thread_groups[0];
     g.blocked = 3;
     g.blocked_by = {{"read", 2}, {"clock_nanosleep", 1}};
-    s.thread_groups.push_back(g);
     Wait w = futex_wait("qs-worker", 0, {"pool_borrow"});
     w.waiters_now = 0;
     w.blocked_seconds = 5.1;  // 1.7 waiters on average over the 3 s
@@ -332,19 +340,12 @@ TEST_CASE("a runnable worker with its own call in progress is counted once, leav
           "[verdict]") {
     // record_test on a busy machine: qs_server --workers 4 --pool 2. In flight 4: one worker in
     // its call's read, one in the pool's futex, two runnable, one of which wrote the other call.
-    Snapshot s;
-    s.window_seconds = 3;
-    s.listeners.push_back(listener(18700, 0, 128));
-    s.requests.in_flight = 4;
-    s.downstream.push_back(peer("127.0.0.1:18701", 2, 2));
-    ThreadGroup g;
-    g.name = "qs-worker";
-    g.threads = 4;
+    Snapshot s = pool_of_two_for_four_workers();
+    ThreadGroup& g = s.thread_groups[0];
     g.blocked = 2;
     g.runnable = 2;
     g.blocked_by = {{"futex", 1}, {"read", 1}};
     g.on_cpu_tids = {11, 12};
-    s.thread_groups.push_back(g);
     s.calling_tids = {10, 12};  // 10 in its read, 12 runnable
     s.waits.push_back(futex_wait("qs-worker", 1, {"pool_borrow"}));
     compute_verdict(s);

@@ -83,7 +83,7 @@ TEST_CASE("a cgroup's subtree ids are its directories' inodes") {
     std::filesystem::create_directories(root + "/c");
     struct stat st {};
     std::set<uint64_t> want;
-    for (const std::string d : {root, root + "/a", root + "/a/b", root + "/c"}) {
+    for (const std::string& d : {root, root + "/a", root + "/a/b", root + "/c"}) {
         REQUIRE(stat(d.c_str(), &st) == 0);
         want.insert(st.st_ino);
     }

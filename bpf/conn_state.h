@@ -271,9 +271,10 @@ static __always_inline void qs_on_arrival(struct qs_conn *c, __u64 now, __u32 un
 		c->t_unread = now;
 }
 
-/* The app read `ret` bytes (sock_recv_length); unread_after: bytes still queued after it. */
+/* The app read `ret` bytes (sock_recv_length); unread_after: bytes still queued after it.
+ * send_shut: the app had already shut its sending side, so nothing it reads now is answered. */
 static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, int flags,
-				       __u32 unread_after, struct qs_effects *e)
+				       __u32 unread_after, int send_shut, struct qs_effects *e)
 {
 	if (ret <= 0 || (flags & QS_MSG_PEEK) || (c->aflags & QS_A_CLOSED))
 		return;
@@ -305,6 +306,11 @@ static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, in
 		qs_aflags_update(c, 0, QS_A_UNREAD, e);
 	if (c->proto != QS_PROTO_TURNS)
 		return;      /* its streams are its requests (h2.h) */
+	/* A lingering close: the server shut its side and drains what the client sent meanwhile
+	 * (Apache's event MPM closes keep-alive connections when every worker is busy, and reads
+	 * the request already on its way). Read, never answered: no request in flight. */
+	if (send_shut && c->state != QS_ST_REQUEST)
+		return;
 	if (c->state != QS_ST_REQUEST) {
 		c->state = QS_ST_REQUEST;
 		c->t_req = now;

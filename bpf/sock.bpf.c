@@ -503,6 +503,13 @@ static __always_inline __u32 sk_unread(struct sock *sk)
 	return qs_unread_bytes(tp->rcv_nxt, tp->copied_seq, sk->__sk_common.skc_flags);
 }
 
+/* The socket's owner has shut its sending side (shutdown(SHUT_WR), SEND_SHUTDOWN). Read as a
+ * bitfield: kernels have declared sk_shutdown inside one, and the probed read fits a u8 too. */
+static __always_inline int sk_send_shut(struct sock *sk)
+{
+	return (BPF_CORE_READ_BITFIELD_PROBED(sk, sk_shutdown) & 2 /* SEND_SHUTDOWN */) != 0;
+}
+
 /* The same from a kprobe's sk (bpf_skc_to_tcp_sock is not offered to kprobes): only called
  * for sockets found in conns, which are TCP. */
 static __always_inline __u32 sk_unread_probe(struct sock *sk)
@@ -1210,7 +1217,8 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	 * that arrives later sets it again (qs_data_ready). */
 	qs_on_read(c, bpf_ktime_get_ns(), ret, flags,
 		   c->dir == QS_DIR_IN && !(c->flags & QS_F_UNIX)
-			   ? (probe ? sk_unread_probe(sk) : sk_unread(sk)) : 0, &e);
+			   ? (probe ? sk_unread_probe(sk) : sk_unread(sk)) : 0,
+		   c->dir == QS_DIR_IN && sk_send_shut(sk), &e);
 	if (c->proto == QS_PROTO_H2 && !(flags & QS_MSG_PEEK))
 		h2_walk_or_lose(key, c, ret, 1, walk);
 	else if (c->dir == QS_DIR_IN && was != QS_ST_REQUEST && c->state == QS_ST_REQUEST)

@@ -375,7 +375,10 @@ TEST_CASE("Apache event MPM: 2 processes of 4 threads in front of a slow backend
     REQUIRE(peer);
     CHECK((*peer)["busy_max"].get<int>() == 8);
     CHECK((*peer)["busy"].get<int>() >= 7);
-    CHECK(s["requests"]["in_flight_max"].get<int>() >= 8);
+    // Apache closes idle keep-alive connections while every worker is busy, draining the
+    // request the client had sent meanwhile (wrk's read errors): read, never answered, never
+    // in flight, or the peak would pass the 8 threads (it read 10-11).
+    CHECK(s["requests"]["in_flight_max"].get<int>() == c["in_flight_max"].get<int>());
     // 24 connections: 8 in calls, a few accepted and idle between requests, the rest queued.
     CHECK(std::llabs(s["listeners"][0]["accept_queue"].get<int64_t>() - recvq) <= 2);
     CHECK(recvq >= 10);

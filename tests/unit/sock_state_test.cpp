@@ -45,9 +45,9 @@ struct Conn {
         qs_on_accept(&c, t, &x);
         g.apply(x);
     }
-    void read(unsigned long long t, int ret, unsigned left = 0, int flags = 0) {
+    void read(unsigned long long t, int ret, unsigned left = 0, int flags = 0, int send_shut = 0) {
         auto x = e();
-        qs_on_read(&c, t, ret, flags, left, &x);
+        qs_on_read(&c, t, ret, flags, left, send_shut, &x);
         g.apply(x);
     }
     int write(unsigned long long t, int ret) {
@@ -111,6 +111,37 @@ TEST_CASE("inbound keep-alive: request, response, next request", "[sock]") {
     CHECK(k.g.conns == 0);
     CHECK(k.g.in_flight == 0);
     CHECK(k.g.unread == 0);
+}
+
+TEST_CASE("a lingering close drains the client's next request: read, never answered, never in flight", "[sock]") {
+    // Apache's event MPM, every worker busy, closes an idle keep-alive connection: shutdown
+    // (SHUT_WR), then it reads what the client had sent meanwhile and closes (strace under wrk).
+    Conn k = inbound(0);
+    k.accept(10);
+    k.arrive(20, 45);
+    k.read(30, 45);
+    CHECK(k.write(40, 109) == 1);   // answered
+    k.arrive(50, 45);               // the client's next request
+    CHECK(k.g.unread == 1);
+    k.read(60, 45, 0, 0, 1);        // drained after shutdown(SHUT_WR)
+    CHECK(k.g.unread == 0);
+    CHECK(k.g.in_flight == 0);
+    CHECK(k.c.state != QS_ST_REQUEST);
+    k.close();
+    CHECK(k.g.in_flight == 0);
+    CHECK(k.g.latencies == 1);
+    CHECK(k.g.conns == 0);
+
+    // A request read before the shutdown stays in flight until the close ends it.
+    Conn r = inbound(0);
+    r.accept(10);
+    r.arrive(20, 45);
+    r.read(30, 20, 25);
+    r.read(35, 25, 0, 0, 1);        // the rest of it, read after the server gave up answering
+    CHECK(r.g.in_flight == 1);
+    r.close();
+    CHECK(r.g.in_flight == 0);
+    CHECK(r.g.latencies == 0);
 }
 
 TEST_CASE("a request read in several pieces is one request", "[sock]") {

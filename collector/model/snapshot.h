@@ -359,14 +359,19 @@ struct EventLoop {
     uint64_t unread = 0;                // requests arrived on them, unread
     uint64_t accept_queue = 0;          // in its process's listeners' accept queues now
     // window: requests unread on its connections or read behind the one in hand, averaged over
-    // the window's ticks (one instant can fall between a busy loop's turns, when every reply is
-    // written and the next requests are not yet sent)
+    // the window's last kWaitingAveragedTicks ticks (one instant can fall between a busy loop's
+    // turns, when every reply is written and the next requests are not yet sent)
     double waiting_average = 0;
     std::vector<LoopStall> recent_stalls;  // longest first
     Histogram turn_total;               // since attach (exporter)
     uint64_t turns_total = 0;           // since attach
     double busy_seconds_total = 0;      // since attach
 };
+
+// How many of a window's last ticks a serving thread's waiting is averaged over: all of a
+// snapshot's (a few seconds), and in an exporter or `top`, whose window runs since the attach
+// for weeks, the last ten, so a spike long gone never reads as a queue now.
+inline constexpr size_t kWaitingAveragedTicks = 10;
 
 // Inbound connections per serving thread (the sock family), joined to the polling threads
 // (the sched family) by settle_loops() (model/loops.h). Not part of the contract.
@@ -377,7 +382,7 @@ struct ThreadServing {
     uint64_t connections = 0, in_flight = 0, unread = 0;  // now
     // Sampled at each tick since attach: the ticks it was seen at, and the sum of waiting() at them.
     uint64_t waiting_samples_total = 0, waiting_sum_total = 0;
-    double waiting_average = 0;         // window: waiting() averaged over the window's ticks
+    double waiting_average = 0;         // window: waiting() averaged over its last kWaitingAveragedTicks ticks
 
     // What waits on the thread now: requests unread, and those read behind the one in hand.
     uint64_t waiting() const { return unread + (in_flight > 1 ? in_flight - 1 : 0); }

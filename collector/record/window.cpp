@@ -28,6 +28,8 @@ public:
     Span(const std::vector<Snapshot>& ticks, size_t begin, size_t end) : t_(ticks), b_(begin), e_(end) {}
     const Snapshot& begin() const { return t_[b_]; }
     const Snapshot& end() const { return t_[e_]; }
+    // The tick `k` ticks before the end, or the begin when the span is shorter.
+    const Snapshot& before_end(size_t k) const { return t_[e_ - std::min(k, e_ - b_)]; }
 
     // `get` reads (running max, gauge) from a tick, nullopt when the tick lacks the entity.
     uint64_t max_of(const std::function<std::optional<std::pair<uint64_t, uint64_t>>(const Snapshot&)>& get) {
@@ -127,10 +129,11 @@ void threads_window(const Snapshot& a, Snapshot& out) {
         }
 }
 
-// The serving threads' waiting samples since the window's first tick (a thread first seen
-// later: all of its own).
-void serving_window(const Snapshot& a, Snapshot& out) {
+// The serving threads' waiting samples over the window's last kWaitingAveragedTicks ticks, as
+// the live collector averages them (a thread first seen later: all of its own).
+void serving_window(const Span& sp, Snapshot& out) {
     static const ThreadServing none;
+    const Snapshot& a = sp.before_end(kWaitingAveragedTicks);
     for (auto& t : out.serving) {
         const ThreadServing* before = find(a.serving, t, [](const ThreadServing& x) { return x.tid; });
         t.waiting_average = t.waiting_average_since(before ? *before : none);
@@ -203,7 +206,7 @@ WindowResult window(const std::vector<Snapshot>& ticks, const WindowBounds& b) {
     listeners_window(sp, out);
     downstream_window(sp, out);
     threads_window(sp.begin(), out);
-    serving_window(sp.begin(), out);
+    serving_window(sp, out);
     carriers_window(sp, out);
     if (!out.downstream.empty() || !out.thread_groups.empty() || !out.waits.empty())
         out.partial.push_back(

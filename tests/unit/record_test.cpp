@@ -186,6 +186,31 @@ TEST_CASE("record: a later window is the difference of cumulative ticks", "[reco
     CHECK_FALSE(window(ticks, {std::nullopt, 500}).snap);
 }
 
+TEST_CASE("record: a loop thread's waiting is averaged over the window's last ten ticks, as live", "[record]") {
+    // 14 ticks: 20 requests waiting at each of the first 4, none after. Over the window's last
+    // 10 ticks nothing waited: a spike long gone is not averaged into the window's end.
+    std::vector<Snapshot> ticks(14);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < ticks.size(); ++i) {
+        Snapshot& s = ticks[i];
+        s.tick = i;
+        s.taken_at_unix_ms = 1000 * (i + 1);
+        s.window_seconds = i + 0.5;
+        sum += i < 4 ? 20 : 0;
+        ThreadServing t;
+        t.tid = 77;
+        t.waiting_samples_total = i + 1;
+        t.waiting_sum_total = sum;
+        s.serving = {t};
+    }
+    const WindowResult all = window(ticks, {1000, 14000});  // ticks (0, 13]
+    REQUIRE(all.snap);
+    CHECK(all.snap->serving[0].waiting_average == 0);
+    const WindowResult spike = window(ticks, {1000, 9000});  // ticks (0, 8]: 3 of its last 8 samples
+    REQUIRE(spike.snap);
+    CHECK(spike.snap->serving[0].waiting_average == Approx(60.0 / 8));
+}
+
 TEST_CASE("record: times are seconds since the start, @unix seconds or a UTC time of day", "[record]") {
     const int64_t start = 1764459600000;  // 2025-11-29 23:40:00 UTC
     CHECK(parse_time("12.5", start) == start + 12500);

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -1599,6 +1600,7 @@ private:
     // Inbound connections per serving thread, for event-loop detection (model/loops.h).
     void collect_serving(Snapshot& snap) {
         std::map<uint32_t, ThreadServing> held;
+        std::map<uint32_t, std::deque<ThreadServing>> held_past;
         served_.for_each(bpf_map__fd(skel_->maps.served), [&](const __u32& tid, const qs_served& v) {
             ThreadServing t;
             auto it = serving_now_.find(tid);
@@ -1612,15 +1614,26 @@ private:
             t.connections_max = std::max(t.connections, before.connections_max);
             t.waiting_samples_total = before.waiting_samples_total + 1;
             t.waiting_sum_total = before.waiting_sum_total + t.waiting();
-            t.waiting_average = t.waiting_average_since(base_it == serving_base_.end() ? none : base_it->second);
+            // The later of the window's start and the totals kWaitingAveragedTicks ticks ago.
+            std::deque<ThreadServing> past;
+            if (auto p = serving_past_.find(tid); p != serving_past_.end()) past = std::move(p->second);
+            const ThreadServing* base = base_it == serving_base_.end() ? &none : &base_it->second;
+            if (past.size() == kWaitingAveragedTicks && past.front().waiting_samples_total > base->waiting_samples_total)
+                base = &past.front();
+            t.waiting_average = t.waiting_average_since(*base);
+            past.push_back(t);
+            if (past.size() > kWaitingAveragedTicks) past.pop_front();
+            held_past[tid] = std::move(past);
             held[tid] = t;
             snap.serving.push_back(t);
         });
         serving_held_ = std::move(held);  // threads gone from `served` are forgotten
+        serving_past_ = std::move(held_past);
     }
     // By server tid, as of the last tick: the running maximum and the waiting samples' totals.
     std::map<uint32_t, ThreadServing> serving_held_;
     std::map<uint32_t, ThreadServing> serving_base_;  // the same at the window's start
+    std::map<uint32_t, std::deque<ThreadServing>> serving_past_;  // the same at each of the last ticks
     int pid_ = 0;  // the tree's root: its network namespace is the one whose listeners we dump
     const Target* target_ = nullptr;
     Config cfg_;

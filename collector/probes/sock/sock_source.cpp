@@ -16,7 +16,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -1600,7 +1599,7 @@ private:
     // Inbound connections per serving thread, for event-loop detection (model/loops.h).
     void collect_serving(Snapshot& snap) {
         std::map<uint32_t, ThreadServing> held;
-        std::map<uint32_t, std::deque<ThreadServing>> held_past;
+        std::map<uint32_t, WaitingRing> held_past;
         served_.for_each(bpf_map__fd(skel_->maps.served), [&](const __u32& tid, const qs_served& v) {
             ThreadServing t;
             auto it = serving_now_.find(tid);
@@ -1614,16 +1613,17 @@ private:
             t.connections_max = std::max(t.connections, before.connections_max);
             t.waiting_samples_total = before.waiting_samples_total + 1;
             t.waiting_sum_total = before.waiting_sum_total + t.waiting();
-            // The later of the window's start and the totals kWaitingAveragedTicks ticks ago.
-            std::deque<ThreadServing> past;
-            if (auto p = serving_past_.find(tid); p != serving_past_.end()) past = std::move(p->second);
-            const ThreadServing* base = base_it == serving_base_.end() ? &none : &base_it->second;
-            if (past.size() == kWaitingAveragedTicks && past.front().waiting_samples_total > base->waiting_samples_total)
-                base = &past.front();
-            t.waiting_average = t.waiting_average_since(*base);
-            past.push_back(t);
-            if (past.size() > kWaitingAveragedTicks) past.pop_front();
-            held_past[tid] = std::move(past);
+            // From the later of the window's start and the totals kWaitingAveragedTicks ticks ago.
+            ThreadServing base = base_it == serving_base_.end() ? none : base_it->second;
+            WaitingRing ring;
+            if (auto p = serving_past_.find(tid); p != serving_past_.end()) ring = p->second;
+            if (const WaitingTotals* o = ring.oldest(); o && o->samples > base.waiting_samples_total) {
+                base.waiting_samples_total = o->samples;
+                base.waiting_sum_total = o->sum;
+            }
+            t.waiting_average = t.waiting_average_since(base);
+            ring.push({t.waiting_samples_total, t.waiting_sum_total});
+            held_past[tid] = ring;
             held[tid] = t;
             snap.serving.push_back(t);
         });
@@ -1633,7 +1633,22 @@ private:
     // By server tid, as of the last tick: the running maximum and the waiting samples' totals.
     std::map<uint32_t, ThreadServing> serving_held_;
     std::map<uint32_t, ThreadServing> serving_base_;  // the same at the window's start
-    std::map<uint32_t, std::deque<ThreadServing>> serving_past_;  // the same at each of the last ticks
+    // A serving thread's waiting totals at each of its last kWaitingAveragedTicks ticks: a ring
+    // of 16-byte pairs, as a server may run 10,000 threads that serve connections.
+    struct WaitingTotals {
+        uint64_t samples = 0, sum = 0;
+    };
+    struct WaitingRing {
+        std::array<WaitingTotals, kWaitingAveragedTicks> at{};
+        size_t count = 0, next = 0;
+        const WaitingTotals* oldest() const { return count == at.size() ? &at[next] : nullptr; }
+        void push(WaitingTotals w) {
+            at[next] = w;
+            next = (next + 1) % at.size();
+            count = std::min(count + 1, at.size());
+        }
+    };
+    std::map<uint32_t, WaitingRing> serving_past_;
     int pid_ = 0;  // the tree's root: its network namespace is the one whose listeners we dump
     const Target* target_ = nullptr;
     Config cfg_;

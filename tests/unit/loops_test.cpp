@@ -307,6 +307,24 @@ TEST_CASE("verdict: requests two idle loops hold with no call out wait inside th
     CHECK(s.verdict.ranking[1].stage == Stage::downstream);
     CHECK(s.verdict.ranking[1].waiting == 8);
 
+    // CI's instant: both loops in their turns, on a CPU, 28 read and 8 in calls. Each loop
+    // holds one request once, not once as a turn and again as a thread on a CPU: 18 wait.
+    s.carriers.loops[0].state = CarrierState::running;
+    s.carriers.loops[1].state = CarrierState::runnable;
+    s.serving = {serving(100, 100, 16, 16, 12, 4), serving(101, 100, 16, 16, 16, 0)};
+    s.requests.in_flight = 28;
+    s.thread_groups[0].running = 1;
+    s.thread_groups[0].runnable = 1;
+    s.thread_groups[0].blocked = 0;
+    s.thread_groups[0].blocked_by.clear();
+    s.thread_groups[0].on_cpu_tids = {100, 101};
+    compute_verdict(s);
+    CHECK(s.verdict.where == "haproxy's 2 event loops");
+    CHECK(s.verdict.waiting == 18);
+    s.thread_groups[0].on_cpu_tids.clear();  // a recording without the tids: counted twice, a floor
+    compute_verdict(s);
+    CHECK(s.verdict.waiting == 16);
+
     // A saturated loop is its own stage: what waits behind it is not held in a queue.
     s.carriers.loops[0].utilization = 0.95;
     compute_verdict(s);

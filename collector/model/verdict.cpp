@@ -182,6 +182,15 @@ bool holds_request_in_syscall(const Wait& w) {
     return w.kind == WaitKind::other && !waiting_for_work_syscall(syscall_number(w.syscall));
 }
 
+// A group's threads on a CPU now, less those in `counted` (already holding their request
+// elsewhere: a call in progress, a loop's turn). A snapshot without the tids subtracts none.
+uint64_t on_cpu_besides(const ThreadGroup& g, const std::set<int>& counted) {
+    const uint64_t on_cpu = static_cast<uint64_t>(g.running + g.runnable);
+    uint64_t already = 0;
+    for (int tid : g.on_cpu_tids) already += counted.count(tid);
+    return on_cpu - std::min(already, on_cpu);
+}
+
 // Event loops hold requests without a thread: read, not yet answered, with no call out and
 // no turn running on them. While calls to a peer are in progress, what the calls, the
 // blocked threads and the threads on a CPU do not account for waits in the loop's own queue
@@ -207,26 +216,12 @@ void held_in_loops(const Snapshot& s, Inside& in) {
     // there. Counted twice, HAProxy's two loops in their turns read 16 held against its
     // queue's 24 (CI).
     uint64_t on_cpu = 0;
-    for (const auto& g : s.thread_groups) {
-        uint64_t turning_here = 0;
-        for (int tid : g.on_cpu_tids) turning_here += turning.count(tid);
-        on_cpu += static_cast<uint64_t>(g.running + g.runnable) -
-                  std::min<uint64_t>(turning_here, static_cast<uint64_t>(g.running + g.runnable));
-    }
+    for (const auto& g : s.thread_groups) on_cpu += on_cpu_besides(g, turning);
     const uint64_t explained = in.downstream_busy + in.syscall_waiters + in.futex_waiters + on_cpu + in_turn;
     if (in_flight <= explained) return;
     in.held_in_loops = in_flight - explained;
     in.loops_of = loops.front().name + "'s " +
                   (loops.size() == 1 ? std::string("event loop") : std::to_string(loops.size()) + " event loops");
-}
-
-// Of a group's threads on a CPU now, those whose outbound call is in progress.
-uint64_t on_cpu_calling(const Snapshot& s, const ThreadGroup& g) {
-    if (s.calling_tids.empty() || g.on_cpu_tids.empty()) return 0;
-    const std::set<int> calling(s.calling_tids.begin(), s.calling_tids.end());
-    uint64_t n = 0;
-    for (int tid : g.on_cpu_tids) n += calling.count(tid);
-    return std::min<uint64_t>(n, static_cast<uint64_t>(g.running + g.runnable));
 }
 
 Inside count_inside(const Snapshot& s) {
@@ -258,9 +253,10 @@ Inside count_inside(const Snapshot& s) {
     // a caller), and the verdict named the peer.
     const auto& r = s.requests;
     if (r.in_flight > 0 || !s.listeners.empty()) {
+        const std::set<int> calling(s.calling_tids.begin(), s.calling_tids.end());
         uint64_t on_cpu = 0;
         for (const auto& g : s.thread_groups)
-            if (g.name == group) on_cpu = static_cast<uint64_t>(g.running + g.runnable) - on_cpu_calling(s, g);
+            if (g.name == group) on_cpu = on_cpu_besides(g, calling);
         const uint64_t held = in.downstream_busy + on_cpu;
         in.room = r.in_flight > held ? r.in_flight - held : 0;
         in.futex_waiters = std::min(in.futex_waiters, in.room);

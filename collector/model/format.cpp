@@ -16,4 +16,6 @@ std::string fmt_count(uint64_t n) {
     return out;
 }
 
+std::string counted(uint64_t n, const std::string& noun) { return fmt_count(n) + " " + noun + (n == 1 ? "" : "s"); }
+
 }  // namespace qscope

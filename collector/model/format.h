@@ -6,5 +6,7 @@
 namespace qscope {
 
 std::string fmt_count(uint64_t n);
+// "1 call", "6 calls": a count and its noun (a regular plural), as a sentence needs them.
+std::string counted(uint64_t n, const std::string& noun);
 
 }  // namespace qscope

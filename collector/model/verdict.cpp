@@ -85,10 +85,10 @@ std::string shared_accept_queue(const Snapshot& s, const Listener& l, const std:
     // A worker that serves several at once (Apache's event MPM: a process of threads) is not
     // "busy" at one request; how many it takes before it stops accepting is its own setting.
     const std::string load = in_flight == workers ? ", all " + fmt_count(workers) + " busy"
-                             : in_flight > workers ? ", " + fmt_count(in_flight) + " requests in flight between them"
+                             : in_flight > workers ? ", " + counted(in_flight, "request") + " in flight between them"
                                                    : std::string();
-    return "requests queue in the accept queue of " + at + " shared by " + fmt_count(workers) + " workers" + load +
-           ": " + fmt_count(accept_q) + " connections waiting (backlog " + std::to_string(l.backlog) + ")";
+    return "requests queue in the accept queue of " + at + " shared by " + counted(workers, "worker") + load +
+           ": " + counted(accept_q, "connection") + " waiting (backlog " + std::to_string(l.backlog) + ")";
 }
 
 // A server that caps its open connections (Tomcat's maxConnections, 8,192 by default) parks
@@ -97,8 +97,8 @@ std::string shared_accept_queue(const Snapshot& s, const Listener& l, const std:
 std::string connection_limit(const Listener& l, const std::string& at, uint64_t accept_q) {
     char idle[32];
     std::snprintf(idle, sizeof idle, "%.0f s", l.seconds_since_accept);
-    return "connection limit reached on " + at + ": " + fmt_count(l.connections) + " connections open, nothing accepted for " + idle +
-           " (e.g. Tomcat maxConnections); " + fmt_count(accept_q) + " connections in the accept queue (backlog " +
+    return "connection limit reached on " + at + ": " + counted(l.connections, "connection") + " open, nothing accepted for " + idle +
+           " (e.g. Tomcat maxConnections); " + counted(accept_q, "connection") + " in the accept queue (backlog " +
            std::to_string(l.backlog) + ")";
 }
 
@@ -117,7 +117,7 @@ void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
             stages.push_back({Stage::accept_queue, at, shared_accept_queue(s, *top, at, accept_q), accept_q});
         else
             stages.push_back({Stage::accept_queue, at,
-                              fmt_count(accept_q) + " connections in the accept queue of " + at +
+                              counted(accept_q, "connection") + " in the accept queue of " + at +
                                   " (backlog " + std::to_string(top->backlog) + ")",
                               accept_q});
     }
@@ -127,7 +127,7 @@ void door_stages(const Snapshot& s, std::vector<Candidate>& stages) {
         if (s.listeners.size() == 1)
             where = "connector " + (s.listeners[0].unix_path.empty() ? ":" + std::to_string(s.listeners[0].port)
                                                                     : "unix:" + s.listeners[0].unix_path);
-        stages.push_back({Stage::connector, where, fmt_count(unread) + " requests unread in the connector", unread});
+        stages.push_back({Stage::connector, where, counted(unread, "request") + " unread in the connector", unread});
     }
 }
 
@@ -314,16 +314,16 @@ uint64_t parked_at_gate(const Snapshot& s, bool pool_is_saturated) {
 Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const PoolGate& pool) {
     std::vector<std::string> parts;
     if (in.futex_waiters)
-        parts.push_back(fmt_count(in.futex_waiters) + (in.averaged ? " threads waiting on average" : " threads waiting"));
-    if (in.held_in_loops) parts.push_back(fmt_count(in.held_in_loops) + " requests waiting in " + in.loops_of);
+        parts.push_back(counted(in.futex_waiters, "thread") + (in.averaged ? " waiting on average" : " waiting"));
+    if (in.held_in_loops) parts.push_back(counted(in.held_in_loops, "request") + " waiting in " + in.loops_of);
     if (s.parked_in_runtime)
-        parts.push_back(fmt_count(s.parked_in_runtime) + (parts.empty() ? " requests parked in " : " parked in ") +
+        parts.push_back((parts.empty() ? counted(s.parked_in_runtime, "request") : fmt_count(s.parked_in_runtime)) + " parked in " +
                         parked_where(s));
     std::string how;
     for (const auto& p : parts) how += (how.empty() ? "" : ", ") + p;
     return {Stage::gate, "pool to " + pool.peer,
             "requests queue at the pool to " + pool.peer + ": " + fmt_count(pool.busy) + " of " +
-                fmt_count(pool.connections) + " connections busy, " + how,
+                counted(pool.connections, "connection") + " busy, " + how,
             pool.waiters + pool.busy};
 }
 
@@ -332,8 +332,8 @@ Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_to
         const DownstreamPeer* peer = busiest_peer(s);
         return {Stage::gate, in.loops_of,
                 "requests wait inside " + in.loops_of + ": " + fmt_count(in.held_in_loops) +
-                    " in flight with no call out and no turn running, beside " + fmt_count(in.downstream_busy) +
-                    " calls in progress" + (peer ? " to " + peer->peer : std::string()) +
+                    " in flight with no call out and no turn running, beside " + counted(in.downstream_busy, "call") +
+                    " in progress" + (peer ? " to " + peer->peer : std::string()) +
                     " (a cap on them, as a pool's size or a connection limit sets; or another wait of the "
                     "application)",
                 gate_total};
@@ -341,10 +341,12 @@ Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_to
     const std::string where = in.top_gate ? gate_name(*in.top_gate) : "the runtime";
     const bool lock = in.top_gate && in.top_gate->kind != WaitKind::futex;
     const std::string detail = in.futex_waiters ? std::string(lock ? "requests queue at a lock: " : "requests wait at a gate: ") +
-                                                      fmt_count(in.futex_waiters) +
-                                                      (lock ? " waiting in " : in.averaged ? " threads blocked on average in " : " threads blocked in ") + where +
+                                                      (lock ? fmt_count(in.futex_waiters) + " waiting in "
+                                                            : counted(in.futex_waiters, "thread") +
+                                                                  (in.averaged ? " blocked on average in " : " blocked in ")) +
+                                                      where +
                                                       (in.top_gate ? " (" + in.top_gate->group + ")" : "")
-                                                : fmt_count(s.parked_in_runtime) + " requests parked in " + parked_where(s);
+                                                : counted(s.parked_in_runtime, "request") + " parked in " + parked_where(s);
     return {Stage::gate, where, detail, gate_total};
 }
 
@@ -352,8 +354,8 @@ Candidate downstream_stage(const DownstreamPeer& peer) {
     char age[64];
     std::snprintf(age, sizeof age, "%.1fs", peer.oldest_busy_seconds);
     // Over HTTP/2 a busy connection carries any number of calls: the count is a floor.
-    const std::string calls = peer.h2_per_connection() ? fmt_count(peer.busy) + " HTTP/2 connections with calls"
-                                                  : fmt_count(peer.busy) + " calls";
+    const std::string calls = peer.h2_per_connection() ? counted(peer.busy, "HTTP/2 connection") + " with calls"
+                                                  : counted(peer.busy, "call");
     return {Stage::downstream, peer.peer,
             "requests wait on " + peer.peer + ": " + calls + " awaiting a reply" +
                 (peer.oldest_busy_seconds >= 1 ? std::string(", oldest ") + age : std::string()),
@@ -392,7 +394,7 @@ std::optional<Candidate> syscall_stage(const Inside& in) {
     if (!in.syscall_waiters || !in.top_syscall) return std::nullopt;
     const Wait& w = *in.top_syscall;
     return Candidate{Stage::syscall, w.syscall + " " + w.resource,
-                     fmt_count(in.syscall_waiters) + " threads blocked in " + w.syscall +
+                     counted(in.syscall_waiters, "thread") + " blocked in " + w.syscall +
                          (w.resource.empty() ? "" : " on " + w.resource),
                      in.syscall_waiters};
 }
@@ -405,8 +407,8 @@ std::optional<Candidate> saturated_carriers_stage(const Snapshot& s, uint64_t pa
     const std::string procs = std::to_string(c.procs);
     return Candidate{Stage::carriers, c.pattern,
                      "requests queue for the Go scheduler's " + procs + " Ps (GOMAXPROCS=" + procs + "): carriers busy " +
-                         busy + " of " + procs + " over the window, " + fmt_count(parked_elsewhere) +
-                         " requests parked in the Go runtime",
+                         busy + " of " + procs + " over the window, " + counted(parked_elsewhere, "request") +
+                         " parked in the Go runtime",
                      parked_elsewhere + static_cast<uint64_t>(c.running + c.runnable)};
 }
 
@@ -435,7 +437,7 @@ std::optional<Candidate> cpu_stage(const Snapshot& s) {
     if (waiting < kCpuStarvedThreads || !hungry) return std::nullopt;
     const auto n = static_cast<uint64_t>(std::llround(waiting));
     return Candidate{Stage::cpu, hungry->name,
-                     fmt_count(n) + " threads runnable on average, waiting for a CPU (most in " + hungry->name + ")",
+                     counted(n, "thread") + " runnable on average, waiting for a CPU (most in " + hungry->name + ")",
                      n};
 }
 
@@ -463,10 +465,10 @@ const Candidate* choose_limit(const std::vector<Candidate>& ranked) {
 void describe_no_limit(const Snapshot& s, uint64_t overflows, Verdict& v) {
     const uint64_t in_flight = s.requests.in_flight;
     v.stage = Stage::none;
-    v.summary = in_flight ? "no queue: " + fmt_count(in_flight) + " requests in flight, none waiting"
+    v.summary = in_flight ? "no queue: " + counted(in_flight, "request") + " in flight, none waiting"
                           : "no queue: nothing is waiting";
     if (overflows) {
-        v.summary += "; but " + fmt_count(overflows) + " connections overflowed the accept queue in this window";
+        v.summary += "; but " + counted(overflows, "connection") + " overflowed the accept queue in this window";
         v.severity = Severity::warn;
     }
 }
@@ -481,7 +483,7 @@ void describe_limit(const Candidate& limit, const std::vector<Candidate>& stages
     for (Stage door : {Stage::connector, Stage::accept_queue})
         for (const auto& c : stages)
             if (c.stage == door && c.stage != limit.stage) v.summary += "; " + c.detail;
-    if (overflows) v.summary += "; " + fmt_count(overflows) + " connections overflowed the accept queue";
+    if (overflows) v.summary += "; " + counted(overflows, "connection") + " overflowed the accept queue";
     v.severity = (overflows || pool_is_saturated || limit.waiting >= 10) ? Severity::critical : Severity::warn;
 }
 
@@ -498,8 +500,9 @@ std::string retry_clause(const Snapshot& s) {
         }
     }
     if (!worst) return {};
-    return "each failing request makes " + fmt_count(worst_r.calls_per_failing_request) + " calls to " + worst->peer +
-           " (" + fmt_count(worst_r.retries_per_failing_request) + " retries)";
+    return "each failing request makes " + counted(worst_r.calls_per_failing_request, "call") + " to " + worst->peer +
+           " (" + fmt_count(worst_r.retries_per_failing_request) +
+           (worst_r.retries_per_failing_request == 1 ? " retry)" : " retries)");
 }
 
 constexpr const char* kInsideLater = "where requests wait inside shows after the first interval";
@@ -508,10 +511,10 @@ constexpr const char* kInsideLater = "where requests wait inside shows after the
 void describe_first_look(const Snapshot& s, uint64_t overflows, Verdict& v) {
     const uint64_t in_flight = s.requests.in_flight;
     v.stage = Stage::none;
-    v.summary = "first look: " + (in_flight ? fmt_count(in_flight) + " requests in flight, " : std::string()) +
+    v.summary = "first look: " + (in_flight ? counted(in_flight, "request") + " in flight, " : std::string()) +
                 "none waiting at the door; " + kInsideLater;
     if (overflows) {
-        v.summary += "; " + fmt_count(overflows) + " connections overflowed the accept queue";
+        v.summary += "; " + counted(overflows, "connection") + " overflowed the accept queue";
         v.severity = Severity::warn;
     }
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "model/format.h"
 #include "model/processes.h"
 
 namespace qscope {
@@ -394,7 +395,7 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
 static void render_threads(std::ostringstream& o, const Snapshot& s) {
     o << "\nTHREAD GROUPS\n";
     for (const auto& g : s.thread_groups) {
-        o << "  " << g.name << ": " << g.threads << " threads, " << g.running << " running, " << g.runnable
+        o << "  " << g.name << ": " << counted(g.threads, "thread") << ", " << g.running << " running, " << g.runnable
           << " runnable, " << g.blocked << " blocked";
         for (const auto& [k, v] : g.blocked_by) o << " " << k << "=" << v;
         o << "\n";

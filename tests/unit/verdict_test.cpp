@@ -351,7 +351,7 @@ TEST_CASE("a runnable worker with its own call in progress is counted once, leav
     compute_verdict(s);
     CHECK(s.verdict.stage == Stage::gate);
     CHECK(s.verdict.where == "pool to 127.0.0.1:18701");
-    CHECK(s.verdict.summary == "requests queue at the pool to 127.0.0.1:18701: 2 of 2 connections busy, 1 threads waiting");
+    CHECK(s.verdict.summary == "requests queue at the pool to 127.0.0.1:18701: 2 of 2 connections busy, 1 thread waiting");
 
     // Neither runnable worker has a call: both hold requests on a CPU and the four are
     // accounted for; the futex waiter may be an idle one.

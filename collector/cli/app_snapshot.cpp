@@ -97,7 +97,9 @@ int run_snapshot(const Config& given, const SnapshotOptions& opt) {
     Collector col(cfg);
     for (auto& s : default_sources(cfg)) col.add_source(std::move(s));
     col.start();
-    if (!opt.json) std::fprintf(stderr, "qscope: observing PID %d for %.1fs...\n", cfg.pid, opt.duration_seconds);
+    // On stderr in both modes: JSON on stdout stays clean, and a script (or a test) waiting
+    // for the window to open has a line to wait for.
+    std::fprintf(stderr, "qscope: observing PID %d for %.1fs...\n", cfg.pid, opt.duration_seconds);
     const uint64_t start = monotonic_ns();
     const uint64_t end = start + static_cast<uint64_t>(opt.duration_seconds * 1e9);
     std::shared_ptr<const Snapshot> snap = col.tick();

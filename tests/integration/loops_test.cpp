@@ -482,7 +482,7 @@ namespace {
 // The requests the verdict says an idle loop holds: "N requests waiting in X's event loop"
 // (at a saturated pool) or "N in flight with no call out" (inside the loops); -1 if neither.
 long held_in_loops(const json& snap) {
-    static const std::regex re("(\\d+) (?:requests waiting in \\S+ event loop|in flight with no call out)");
+    static const std::regex re("(\\d+) (?:requests? waiting in \\S+ event loop|in flight with no call out)");
     std::smatch m;
     const std::string summary = snap["verdict"]["summary"].get<std::string>();
     return std::regex_search(summary, m, re) ? std::stol(m[1]) : -1;
@@ -508,13 +508,20 @@ public:
         stop_ = true;
         if (th_.joinable()) th_.join();
     }
-    // The last sample at or before time t ({-1, -1} if none).
-    std::pair<long, long> at(double t) {
+    // The median of each count over the samples taken between times t0 and t1 ({-1, -1} if
+    // none): the count's steady value, which one sample taken during a dip can miss.
+    std::pair<long, long> median_between(double t0, double t1) {
         std::lock_guard<std::mutex> g(mu_);
-        std::pair<long, long> v{-1, -1};
+        std::vector<long> a, b;
         for (const auto& [ts, x] : samples_)
-            if (ts <= t) v = x;
-        return v;
+            if (ts >= t0 && ts <= t1) {
+                a.push_back(x.first);
+                b.push_back(x.second);
+            }
+        if (a.empty()) return {-1, -1};
+        std::nth_element(a.begin(), a.begin() + a.size() / 2, a.end());
+        std::nth_element(b.begin(), b.begin() + b.size() / 2, b.end());
+        return {a[a.size() / 2], b[b.size() / 2]};
     }
 
 private:
@@ -621,7 +628,7 @@ TEST_CASE("node behind a 4-socket http.Agent: requests wait in the loop for the 
     REQUIRE(queued >= 20);  // 32 clients, 4 sockets: the queue really formed
     CHECK(s["verdict"]["stage"] == "gate");
     CHECK(s["verdict"]["where"] == "pool to 127.0.0.1:26061");
-    CHECK(s["verdict"]["summary"].get<std::string>().find("threads waiting") == std::string::npos);
+    CHECK(s["verdict"]["summary"].get<std::string>().find("thread") == std::string::npos);
     const long held = held_or_unread(s);
     // The agent's count is up to 100 ms apart from the verdict's instant; a request between
     // its answer and wrk's next one is in neither.
@@ -655,37 +662,50 @@ TEST_CASE("haproxy with a backend maxconn of 8: requests wait inside its loops, 
     });
     Proc wrk;
     const Observed o = observe(hx.pid(), hx.pid(), hx.pid(), 5, [&] {
-        wrk = spawn({"/usr/bin/wrk", "-t1", "-c32", "-d14s", "--timeout", "20s", "http://127.0.0.1:26066/"});
+        wrk = spawn({"/usr/bin/wrk", "-t1", "-c32", "-d40s", "--timeout", "20s", "http://127.0.0.1:26066/"});
         sleep_s(1.0);
     }, kNoContentionStalls);
+    // Under this closed loop (32 clients, 8 served) HAProxy's queue holds 24 but for moments:
+    // a burst of replies HAProxy has yet to forward (no call out, so held in its loops) or a
+    // few requests back in wrk between a reply and the next. Any one instant, qscope's or the
+    // stats socket's, can land in such a moment: each side is read at several, and medians
+    // are compared. qscope: this snapshot's last tick and those of four short ones after it.
+    std::vector<long> helds{held_or_unread(o.snap)};
+    for (int i = 0; i < 4 && wrk.running(); ++i) {
+        auto r = run_qscope({"snapshot", "--pid", std::to_string(hx.pid()), "--duration", "0.5", "--json"}, 60);
+        REQUIRE(r.rc == 0);
+        helds.push_back(held_or_unread(r.json));
+    }
+    const double last_end = now_s();
     sampler.finish();
-    const auto [queued, busy] = sampler.at(o.end_s);
+    const auto [queued, busy] = sampler.median_between(o.end_s - 0.3, last_end);
+    std::string held_list;
+    for (const long h : helds) held_list += std::to_string(h) + " ";
+    std::nth_element(helds.begin(), helds.begin() + helds.size() / 2, helds.end());
+    const long held = helds[helds.size() / 2];
     wrk.kill_and_wait();
     hx.kill_and_wait();
     std::system(("rm -rf " + dir).c_str());
     const json& s = o.snap;
     INFO("verdict: " << s["verdict"].dump());
     INFO("loops: " << s["carriers"]["loops"].dump());
-    INFO("haproxy: backend qcur " << queued << ", s1 scur " << busy);
-    std::printf("loops_test haproxy: qcur %ld scur %ld; qscope: %s\n", queued, busy,
-                s["verdict"]["summary"].get<std::string>().c_str());
+    INFO("haproxy: backend qcur " << queued << ", s1 scur " << busy << " (medians); qscope held " << held
+                                   << " (median of " << held_list << ")");
+    std::printf("loops_test haproxy: qcur %ld scur %ld; held %ld (median of %s); qscope: %s\n", queued, busy, held,
+                held_list.c_str(), s["verdict"]["summary"].get<std::string>().c_str());
     REQUIRE(queued >= 16);  // 32 clients, 8 sessions on the server at most: the queue formed
     CHECK(s["verdict"]["stage"] == "gate");
     // The server's maxconn is no pool qscope can see (HAProxy keeps a ninth connection idle):
     // the requests are said to wait inside the loops, beside the calls in progress.
-    CHECK(s["verdict"]["summary"].get<std::string>().find("calls in progress to 127.0.0.1:26065") != std::string::npos);
-    const long held = held_or_unread(s);
-    CHECK(std::labs(held - queued) <= std::max(4L, queued / 5));
+    CHECK(s["verdict"]["summary"].get<std::string>().find(" in progress to 127.0.0.1:26065") != std::string::npos);
     // The calls in progress, ranked behind: never more than the server's maxconn (8), as
     // HAProxy's own session count for it never is.
-    bool calls_ranked = false;
+    long calls = -1;
     for (const auto& r : s["verdict"]["ranking"])
-        if (r["stage"] == "downstream" && r["where"] == "127.0.0.1:26065") {
-            calls_ranked = true;
-            CHECK(r["waiting"].get<long>() >= 1);
-            CHECK(r["waiting"].get<long>() <= 8);
-        }
-    CHECK(calls_ranked);
+        if (r["stage"] == "downstream" && r["where"] == "127.0.0.1:26065") calls = r["waiting"].get<long>();
+    REQUIRE(calls >= 1);
+    CHECK(calls <= 8);
+    CHECK(std::labs(held - queued) <= std::max(4L, queued / 5));
 }
 
 // PgBouncer in transaction mode with 4 server connections, 20 pgbench clients each running
@@ -748,7 +768,7 @@ TEST_CASE("pgbouncer with a pool of 4: clients wait in its loop, as SHOW POOLS' 
         sleep_s(1.5);  // 20 clients connected, each in its transaction loop
     }, kNoContentionStalls);
     sampler.finish();
-    const auto [waiting, active] = sampler.at(o.end_s);
+    const auto [waiting, active] = sampler.median_between(o.end_s - 0.3, o.end_s + 0.3);  // as for HAProxy
     const uint64_t overflows = netstat_counter("ListenOverflows") - overflows_before;
     bench.kill_and_wait();
     ::kill(pid, SIGTERM);
@@ -761,7 +781,7 @@ TEST_CASE("pgbouncer with a pool of 4: clients wait in its loop, as SHOW POOLS' 
     REQUIRE(waiting >= 10);  // the queue formed
     CHECK(s["verdict"]["stage"] == "gate");
     CHECK(s["verdict"]["where"] == "pool to 127.0.0.1:26070");
-    CHECK(s["verdict"]["summary"].get<std::string>().find("threads waiting") == std::string::npos);
+    CHECK(s["verdict"]["summary"].get<std::string>().find("thread") == std::string::npos);
     const long held = held_or_unread(s);
     CHECK(std::labs(held - waiting) <= std::max(4L, waiting / 5));
     // Its listener drops a segment of every connection it accepts (sk_drops, not

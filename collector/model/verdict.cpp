@@ -301,6 +301,18 @@ const DownstreamPeer* busiest_peer(const Snapshot& s) {
     return best && best->busy > 0 ? best : nullptr;
 }
 
+// The busiest peer is a pool its callers wait for. pool_saturated() allows a connection or
+// more free at this instant, as a pool hands one over, when every one was busy once in the
+// window. Requests loops hold, with no thread blocked and nothing parked, wait for no pool
+// while at least as many connections are free (a stream read and not yet sent, a reply in
+// hand): nginx's on-demand upstream connections, one per stream, were each busy once too.
+bool pool_waited_on(const Snapshot& s, const Inside& in, const DownstreamPeer* peer) {
+    if (!peer || !pool_saturated(*peer)) return false;
+    const uint64_t free_connections = peer->connections > peer->busy ? peer->connections - peer->busy : 0;
+    const bool only_loops_hold = in.held_in_loops > 0 && in.futex_waiters == 0 && s.parked_in_runtime == 0;
+    return !(only_loops_hold && in.held_in_loops <= free_connections);
+}
+
 // Parked virtual threads and goroutines wait for whatever is scarce: a saturated pool if
 // there is one, else the carriers when they are stalled or (Go) every P is busy (counted
 // there), else an unnamed gate in the runtime.
@@ -532,7 +544,7 @@ void compute_verdict(Snapshot& s, Seen seen) {
         const Inside in = count_inside(s);
         s.parked_in_runtime = parked_in_runtime(s, in);
         const DownstreamPeer* peer = busiest_peer(s);
-        saturated = peer && pool_saturated(*peer);
+        saturated = pool_waited_on(s, in, peer);
         gate_and_downstream_stages(s, in, peer, saturated, stages, v);
         if (auto c = syscall_stage(in)) stages.push_back(*c);
         if (auto c = carriers_stage(s, s.parked_in_runtime - parked_at_gate(s, saturated))) stages.push_back(*c);

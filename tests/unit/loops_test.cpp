@@ -277,6 +277,40 @@ TEST_CASE("verdict: requests an idle loop holds for a saturated pool are the poo
     CHECK(s.verdict.pool->waiters == 26);
 }
 
+TEST_CASE("verdict: a request a loop holds while a connection is free waits for no pool", "[loops][verdict]") {
+    // h2_test's instant: nginx, 100 HTTP/2 streams, one upstream connection opened per stream
+    // (each busy once: busy_max 100), 99 calls out and 1 stream between its reply and its next
+    // call. The peer is the limit; there is no pool.
+    Snapshot s = node_at_a_pool();
+    s.thread_groups[0].name = "nginx";
+    s.thread_groups[0].threads = 1;
+    s.thread_groups[0].blocked = 1;
+    s.thread_groups[0].blocked_by = {{"epoll_wait", 1}};
+    s.thread_groups[0].futex_by_pid.clear();
+    s.waits.clear();
+    s.carriers.loops[0].name = "nginx";
+    s.downstream[0].connections = 100;
+    s.downstream[0].busy = 99;
+    s.downstream[0].busy_max = 100;
+    s.requests.in_flight = 100;
+    s.serving = {serving(100, 100, 2, 2, 100, 0)};
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::downstream);
+    CHECK(s.verdict.where == "127.0.0.1:5432");
+    CHECK_FALSE(s.verdict.pool);
+
+    // More held than connections free: they wait for the pool, as in PgBouncer's hand-over.
+    s.downstream[0].connections = 4;
+    s.downstream[0].busy = 3;
+    s.downstream[0].busy_max = 4;
+    s.requests.in_flight = 19;
+    s.serving = {serving(100, 100, 20, 20, 19, 0)};
+    compute_verdict(s);
+    CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
+    REQUIRE(s.verdict.pool);
+    CHECK(s.verdict.pool->waiters == 16);
+}
+
 TEST_CASE("verdict: requests two idle loops hold with no call out wait inside them, ahead of the peer's calls",
           "[loops][verdict]") {
     // HAProxy, 2 threads, a backend server with maxconn 8 and one more connection kept idle:

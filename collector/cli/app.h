@@ -20,6 +20,7 @@ struct ExportOptions {
     std::vector<NamedTarget> targets;  // at least one; a lone --pid has no service name
     std::string listen = "127.0.0.1:9464";
     bool allow_remote = false;   // a non-loopback bind must be asked for explicitly
+    double verdict_window_seconds = 60;  // the verdict's window (record/recent.h)
     RingOptions ring;            // --ring: each target's last minutes, written on SIGUSR1
 };
 

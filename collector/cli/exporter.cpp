@@ -81,7 +81,10 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
     // attach on. The cost, arena contention, is nil for a process that ticks once a second.
     mallopt(M_ARENA_MAX, 1);
     std::vector<std::unique_ptr<Follower>> followers;
-    for (const auto& t : opt.targets) followers.push_back(std::make_unique<Follower>(t, cfg));
+    for (const auto& t : opt.targets) {
+        followers.push_back(std::make_unique<Follower>(t, cfg));
+        followers.back()->verdict_over(opt.verdict_window_seconds);
+    }
     // Bind before attaching: a bad or busy address fails in milliseconds, not after the
     // probes load.
     MetricsServer server(

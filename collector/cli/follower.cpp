@@ -39,6 +39,7 @@ void Follower::say_once(const std::string& msg) {
 }
 
 void Follower::publish(std::shared_ptr<const Snapshot> s) {
+    if (recent_) s = recent_->apply(std::move(s));
     std::lock_guard<std::mutex> g(latest_mu_);
     latest_ = std::move(s);
 }

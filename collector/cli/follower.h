@@ -10,12 +10,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "cli/targets.h"
 #include "engine/collector.h"
 #include "model/config.h"
+#include "record/recent.h"
 
 namespace qscope {
 
@@ -38,6 +40,9 @@ public:
     // `on_tick` runs after each publish, also with the snapshot that says the target left.
     using OnTick = std::function<void(const std::shared_ptr<const Snapshot>&)>;
     void run_in_background(OnTick on_tick = {});
+    // Before start(): publish each snapshot with its verdict over the last `seconds` rather
+    // than since the attach (record/recent.h; `export`, whose window runs for weeks).
+    void verdict_over(double seconds) { recent_.emplace(seconds); }
     void stop();
 
     const NamedTarget& target() const { return target_; }
@@ -67,6 +72,7 @@ private:
     std::unique_ptr<Collector> col_;
     mutable std::mutex latest_mu_;
     std::shared_ptr<const Snapshot> latest_;
+    std::optional<record::RecentVerdict> recent_;  // touched by publish() alone
     std::string last_said_;
     std::atomic<bool> finished_{false};
     std::atomic<int> attaches_{0};

@@ -337,6 +337,11 @@ int main(int argc, char** argv) {
     add_common(exp, cfg);
     exp->add_option("--listen", eopt.listen, "ADDR:PORT to serve /metrics on")->capture_default_str();
     exp->add_flag("--allow-remote", eopt.allow_remote, "permit a non-loopback --listen address (prints a warning)");
+    exp->add_option("--verdict-window", eopt.verdict_window_seconds,
+                    "seconds the verdict (qscope_verdict) looks back over; the exporter's counters run from the "
+                    "attach, and a stall or a busy hour long gone must not read as the limit now")
+        ->capture_default_str()
+        ->check(CLI::Range(1.0, 86400.0));
     add_ring_flags(exp, eopt.ring, true);
 
     DiffOptions dopt;

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "model/format.h"
 #include "model/runtime_frames.h"
 
 namespace qscope {
@@ -125,10 +126,10 @@ std::optional<LoopLimit> loop_limit(const Snapshot& s) {
     out.detail = "requests queue behind the " + out.where + ": busy " + busy + " of the window, longest turn " +
                  ms_text(l.longest_turn_seconds) + stall_where(l);
     if (l.current_turn_seconds >= threshold) out.detail += ", in a turn for " + ms_text(l.current_turn_seconds) + " now";
-    if (l.in_flight > 1) out.detail += "; " + std::to_string(l.in_flight - 1) + " requests read and waiting behind it";
+    if (l.in_flight > 1) out.detail += "; " + counted(l.in_flight - 1, "request") + " read and waiting behind it";
     if (top_load.averaged)
-        out.detail += "; " + std::to_string(top_load.waiting) +
-                      " requests waiting behind it on average over the window, none at this instant";
+        out.detail += "; " + counted(top_load.waiting, "request") +
+                      " waiting behind it on average over the window, none at this instant";
     out.waiting = top_load.waiting;
     return out;
 }

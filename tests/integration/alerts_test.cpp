@@ -126,8 +126,10 @@ TEST_CASE("alerts: a real pool gate fires QscopePoolSaturated; the target's exit
         REQUIRE(c.value("pool_waiters_max", 0) >= 1);  // workers really queue at the pool
     }
 
+    // --verdict-window 2: the pool alert's 5 s `for:` then holds only if the verdict over the
+    // last 2 s (record/recent.h, computed as a replay's window) names the pool at every scrape.
     Proc exporter = spawn({qscope_bin(), "export", "--pid", std::to_string(server.proc.pid()), "--listen",
-                           "127.0.0.1:" + std::to_string(kExportPort)});
+                           "127.0.0.1:" + std::to_string(kExportPort), "--verdict-window", "2"});
     REQUIRE(wait_for_metrics(kExportPort, 20));
 
     {

@@ -7,8 +7,10 @@
 #include <iterator>
 #include <random>
 
+#include "model/verdict.h"
 #include "output/json_writer.h"
 #include "record/format.h"
+#include "record/recent.h"
 #include "record/ring.h"
 #include "record/window.h"
 #include "tui_fixtures.h"
@@ -209,6 +211,74 @@ TEST_CASE("record: a loop thread's waiting is averaged over the window's last te
     const WindowResult spike = window(ticks, {1000, 9000});  // ticks (0, 8]: 3 of its last 8 samples
     REQUIRE(spike.snap);
     CHECK(spike.snap->serving[0].waiting_average == Approx(60.0 / 8));
+}
+
+// An exporter's tick `t` seconds after its attach: one event loop 20% busy, with 22 requests
+// unread on its connections now, which stalled 3 times in its first seconds and again
+// `late_stalls` times from t = 80 on. Its verdict is the live collector's, since the attach.
+static Snapshot exporter_tick(int t, uint64_t late_stalls = 0) {
+    Snapshot s;
+    s.probes = {ProbeFamily::sock, ProbeFamily::sched};
+    s.tick = static_cast<uint64_t>(t);
+    s.taken_at_unix_ms = 1'000'000 + 1000 * t;
+    s.window_seconds = t + 0.5;
+    s.requests.in_flight = 1;
+    s.requests.waiting_unread = 22;
+    ThreadGroup g;
+    g.name = "node";
+    g.threads = 1;
+    g.blocked = 1;
+    g.blocked_by["epoll_pwait"] = 1;
+    s.thread_groups.push_back(g);
+    EventLoop l;
+    l.tid = l.pid = 100;
+    l.name = "node";
+    l.poll = "epoll_pwait";
+    l.state = CarrierState::idle;
+    l.turns_total = l.turns = 100 * static_cast<uint64_t>(t);
+    l.busy_seconds_total = 0.2 * s.window_seconds;
+    l.utilization = 0.2;
+    l.stalls_total = l.stalls = (t >= 2 ? 3 : 0) + (t >= 80 ? late_stalls : 0);
+    l.longest_turn_seconds = l.stalls ? 1.0 : 0.004;
+    s.carriers.loops.push_back(l);
+    ThreadServing sv;
+    sv.tid = sv.pid = 100;
+    sv.connections = sv.connections_max = 23;
+    sv.in_flight = 1;
+    sv.unread = 22;
+    s.serving.push_back(sv);
+    compute_verdict(s);
+    return s;
+}
+
+TEST_CASE("record: an exporter's verdict looks back over its horizon, not to the attach", "[record]") {
+    RecentVerdict recent(60);
+    std::shared_ptr<const Snapshot> out;
+    for (int t = 0; t <= 100; ++t) {
+        auto live = std::make_shared<const Snapshot>(exporter_tick(t));
+        out = recent.apply(live);
+        REQUIRE(out);
+        // Within the first horizon the attach is recent: the live verdict stands.
+        if (t == 30) CHECK(out->verdict.summary == live->verdict.summary);
+    }
+    // Since the attach the loop has stalled: the live verdict names it 98 s later.
+    const Snapshot live = exporter_tick(100);
+    CHECK(live.verdict.stage == Stage::carriers);
+    CHECK(live.verdict.where.find("event loop of node") != std::string::npos);
+    // Over the last minute it never stalled and was 20% busy: the loop is not the limit.
+    CHECK(out->verdict.where.find("event loop") == std::string::npos);
+    CHECK(out->verdict.stage != Stage::none);  // the 22 unread requests still are a queue
+    CHECK(out->carriers.loops[0].stalls == 3);  // only the verdict changes; the rest is live
+
+    // A stall inside the horizon names the loop again.
+    RecentVerdict again(60);
+    for (int t = 0; t <= 100; ++t) out = again.apply(std::make_shared<const Snapshot>(exporter_tick(t, 2)));
+    CHECK(out->verdict.stage == Stage::carriers);
+
+    // A re-attach starts the window again: its first ticks' verdicts are their own.
+    const auto fresh = std::make_shared<const Snapshot>(exporter_tick(1));
+    CHECK(again.apply(fresh)->verdict.summary == fresh->verdict.summary);
+    CHECK_FALSE(again.apply(nullptr));
 }
 
 TEST_CASE("record: times are seconds since the start, @unix seconds or a UTC time of day", "[record]") {

@@ -248,6 +248,19 @@ static Snapshot node_at_a_pool() {
     return s;
 }
 
+// The same shape for a process with no idle workers: `threads` threads, all in epoll_wait.
+static Snapshot loop_process_at_a_pool(const std::string& name, int threads) {
+    Snapshot s = node_at_a_pool();
+    ThreadGroup& g = s.thread_groups[0];
+    g.name = name;
+    g.threads = g.blocked = threads;
+    g.blocked_by = {{"epoll_wait", threads}};
+    g.futex_by_pid.clear();
+    s.waits.clear();
+    s.carriers.loops[0].name = name;
+    return s;
+}
+
 TEST_CASE("verdict: requests an idle loop holds for a saturated pool are the pool's waiters, not its idle workers",
           "[loops][verdict]") {
     Snapshot s = node_at_a_pool();
@@ -281,31 +294,23 @@ TEST_CASE("verdict: a request a loop holds while a connection is free waits for 
     // h2_test's instant: nginx, 100 HTTP/2 streams, one upstream connection opened per stream
     // (each busy once: busy_max 100), 99 calls out and 1 stream between its reply and its next
     // call. The peer is the limit; there is no pool.
-    Snapshot s = node_at_a_pool();
-    s.thread_groups[0].name = "nginx";
-    s.thread_groups[0].threads = 1;
-    s.thread_groups[0].blocked = 1;
-    s.thread_groups[0].blocked_by = {{"epoll_wait", 1}};
-    s.thread_groups[0].futex_by_pid.clear();
-    s.waits.clear();
-    s.carriers.loops[0].name = "nginx";
-    s.downstream[0].connections = 100;
-    s.downstream[0].busy = 99;
-    s.downstream[0].busy_max = 100;
-    s.requests.in_flight = 100;
-    s.serving = {serving(100, 100, 2, 2, 100, 0)};
-    compute_verdict(s);
+    // Every connection busy once in the window, `busy` of them now, `in_flight` requests read.
+    const auto at = [](uint64_t connections, uint64_t busy, uint64_t in_flight) {
+        Snapshot s = loop_process_at_a_pool("nginx", 1);
+        s.downstream[0].connections = s.downstream[0].busy_max = connections;
+        s.downstream[0].busy = busy;
+        s.requests.in_flight = in_flight;
+        s.serving = {serving(100, 100, 2, 2, in_flight, 0)};
+        compute_verdict(s);
+        return s;
+    };
+    Snapshot s = at(100, 99, 100);
     CHECK(s.verdict.stage == Stage::downstream);
     CHECK(s.verdict.where == "127.0.0.1:5432");
     CHECK_FALSE(s.verdict.pool);
 
     // More held than connections free: they wait for the pool, as in PgBouncer's hand-over.
-    s.downstream[0].connections = 4;
-    s.downstream[0].busy = 3;
-    s.downstream[0].busy_max = 4;
-    s.requests.in_flight = 19;
-    s.serving = {serving(100, 100, 20, 20, 19, 0)};
-    compute_verdict(s);
+    s = at(4, 3, 19);
     CHECK(s.verdict.where == "pool to 127.0.0.1:5432");
     REQUIRE(s.verdict.pool);
     CHECK(s.verdict.pool->waiters == 16);
@@ -315,17 +320,10 @@ TEST_CASE("verdict: requests two idle loops hold with no call out wait inside th
           "[loops][verdict]") {
     // HAProxy, 2 threads, a backend server with maxconn 8 and one more connection kept idle:
     // the pool is not seen as saturated (8 busy of 9), and 24 requests sit in its queue.
-    Snapshot s = node_at_a_pool();
-    s.thread_groups[0].name = "haproxy";
-    s.thread_groups[0].threads = 2;
-    s.thread_groups[0].blocked = 2;
-    s.thread_groups[0].blocked_by = {{"epoll_wait", 2}};
-    s.thread_groups[0].futex_by_pid.clear();
-    s.waits.clear();
+    Snapshot s = loop_process_at_a_pool("haproxy", 2);
     s.downstream[0].connections = 9;
     s.downstream[0].busy = 8;
     s.downstream[0].busy_max = 8;
-    s.carriers.loops[0].name = "haproxy";
     EventLoop second = s.carriers.loops[0];
     second.tid = 101;
     s.carriers.loops.push_back(second);

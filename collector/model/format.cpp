@@ -16,6 +16,9 @@ std::string fmt_count(uint64_t n) {
     return out;
 }
 
-std::string counted(uint64_t n, const std::string& noun) { return fmt_count(n) + " " + noun + (n == 1 ? "" : "s"); }
+std::string counted(uint64_t n, const std::string& noun, const std::string& plural) {
+    if (n == 1) return fmt_count(n) + " " + noun;
+    return fmt_count(n) + " " + (plural.empty() ? noun + "s" : plural);
+}
 
 }  // namespace qscope

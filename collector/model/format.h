@@ -6,7 +6,8 @@
 namespace qscope {
 
 std::string fmt_count(uint64_t n);
-// "1 call", "6 calls": a count and its noun (a regular plural), as a sentence needs them.
-std::string counted(uint64_t n, const std::string& noun);
+// "1 call", "6 calls": a count and its noun, as a sentence needs them. `plural`: for a noun
+// whose plural is not noun + "s" ("retries").
+std::string counted(uint64_t n, const std::string& noun, const std::string& plural = {});
 
 }  // namespace qscope

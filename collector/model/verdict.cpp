@@ -182,12 +182,12 @@ bool holds_request_in_syscall(const Wait& w) {
     return w.kind == WaitKind::other && !waiting_for_work_syscall(syscall_number(w.syscall));
 }
 
-// A group's threads on a CPU now, less those in `counted` (already holding their request
+// A group's threads on a CPU now, less those in `holding` (already holding their request
 // elsewhere: a call in progress, a loop's turn). A snapshot without the tids subtracts none.
-uint64_t on_cpu_besides(const ThreadGroup& g, const std::set<int>& counted) {
+uint64_t on_cpu_besides(const ThreadGroup& g, const std::set<int>& holding) {
     const uint64_t on_cpu = static_cast<uint64_t>(g.running + g.runnable);
     uint64_t already = 0;
-    for (int tid : g.on_cpu_tids) already += counted.count(tid);
+    for (int tid : g.on_cpu_tids) already += holding.count(tid);
     return on_cpu - std::min(already, on_cpu);
 }
 
@@ -513,8 +513,7 @@ std::string retry_clause(const Snapshot& s) {
     }
     if (!worst) return {};
     return "each failing request makes " + counted(worst_r.calls_per_failing_request, "call") + " to " + worst->peer +
-           " (" + fmt_count(worst_r.retries_per_failing_request) +
-           (worst_r.retries_per_failing_request == 1 ? " retry)" : " retries)");
+           " (" + counted(worst_r.retries_per_failing_request, "retry", "retries") + ")";
 }
 
 constexpr const char* kInsideLater = "where requests wait inside shows after the first interval";

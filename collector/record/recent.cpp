@@ -1,5 +1,6 @@
 #include "record/recent.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 

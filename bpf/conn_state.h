@@ -86,7 +86,8 @@ struct qs_conn {
 	__u8 state;      /* QS_ST_* */
 	__u8 flags;      /* QS_F_* */
 	__u8 proto;      /* QS_PROTO_*: how requests are told apart on it */
-	__u8 wire;       /* inbound: 1 + QS_WIRE_* once counted in its listener's mix, else 0 */
+	__u8 wire;       /* inbound: 1 + QS_WIRE_* once counted in its listener's mix, else 0; an
+	                  * HTTP/1.x one becomes OTHER at a response that is no status line read */
 	__u8 pad;
 	__u32 server_tid; /* inbound: the thread that last read or wrote it (event-loop detection);
 	                   * outbound: the thread that started its current call or connect */
@@ -108,7 +109,9 @@ struct qs_effects {
 	__u8 accepted;        /* count an accept (with or without a wait) */
 	__u8 connect_ok;
 	__u8 connect_fail;
-	__u8 pad[2];
+	__u8 dropped;         /* an HTTP/1.x request dropped unanswered: drained by a lingering close
+	                       * (qs_on_read), or left unread at the close (qs_on_close) */
+	__u8 pad;
 };
 
 static __always_inline __u64 qs_age(__u64 now, __u64 since)
@@ -272,9 +275,12 @@ static __always_inline void qs_on_arrival(struct qs_conn *c, __u64 now, __u32 un
 }
 
 /* The app read `ret` bytes (sock_recv_length); unread_after: bytes still queued after it.
- * send_shut: the app had already shut its sending side, so nothing it reads now is answered. */
+ * send_shut: the app had already shut its sending side, so nothing it reads now is answered.
+ * http1_request: the bytes begin an HTTP/1.x request line, on a connection not known to speak
+ * another protocol (the caller looks only when send_shut: a copy of the user's buffer). */
 static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, int flags,
-				       __u32 unread_after, int send_shut, struct qs_effects *e)
+				       __u32 unread_after, int send_shut, int http1_request,
+				       struct qs_effects *e)
 {
 	if (ret <= 0 || (flags & QS_MSG_PEEK) || (c->aflags & QS_A_CLOSED))
 		return;
@@ -308,9 +314,14 @@ static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, in
 		return;      /* its streams are its requests (h2.h) */
 	/* A lingering close: the server shut its side and drains what the client sent meanwhile
 	 * (Apache's event MPM closes keep-alive connections when every worker is busy, and reads
-	 * the request already on its way). Read, never answered: no request in flight. */
-	if (send_shut && c->state != QS_ST_REQUEST)
+	 * the request already on its way). Read, never answered: no request in flight, but a
+	 * request dropped when its bytes are one. Other bytes drained there (the rest of a body
+	 * a server answered early, a TLS alert, a protocol's goodbye) are no request. */
+	if (send_shut && c->state != QS_ST_REQUEST) {
+		if (http1_request)
+			e->dropped = 1;
 		return;
+	}
 	if (c->state != QS_ST_REQUEST) {
 		c->state = QS_ST_REQUEST;
 		c->t_req = now;
@@ -357,8 +368,10 @@ static __always_inline void qs_on_established(struct qs_conn *c, __u64 now, stru
 	e->d_conns += 1;
 }
 
-/* -> TCP_CLOSE: undo every gauge this connection holds. The entry is deleted after. */
-static __always_inline void qs_on_close(struct qs_conn *c, struct qs_effects *e)
+/* -> TCP_CLOSE: undo every gauge this connection holds. The entry is deleted after.
+ * http1: the connection answered in HTTP/1.x, so bytes its client sent after an answer are
+ * its next request: left unread at the close, that request is dropped. */
+static __always_inline void qs_on_close(struct qs_conn *c, int http1, struct qs_effects *e)
 {
 	__u64 old;
 	if (c->dir == QS_DIR_OUT) {
@@ -380,6 +393,8 @@ static __always_inline void qs_on_close(struct qs_conn *c, struct qs_effects *e)
 	old = qs_aflags_update(c, QS_A_CLOSED, QS_A_UNREAD | QS_A_ACCEPTED, e);
 	if (old != QS_A_RACED && (old & QS_A_ACCEPTED))
 		e->d_conns -= 1;
+	if (http1 && old != QS_A_RACED && (old & QS_A_UNREAD) && c->state != QS_ST_REQUEST)
+		e->dropped = 1;
 	c->state = QS_ST_IDLE;
 }
 
@@ -407,6 +422,20 @@ static __always_inline int qs_http_status_code(const unsigned char *b, int n)
 	if (b[9] < '0' || b[9] > '9' || b[10] < '0' || b[10] > '9' || b[11] < '0' || b[11] > '9')
 		return 0;
 	return (b[9] - '0') * 100 + (b[10] - '0') * 10 + (b[11] - '0');
+}
+
+/* Do b's n bytes begin an HTTP/1.x request line, a method and a space? A method is 3 to 10
+ * upper-case letters (RFC 9110's, WebDAV's PROPFIND). Only these bytes are looked at. */
+static __always_inline int qs_http_request_line(const unsigned char *b, int n)
+{
+	int i;
+	for (i = 0; i < 11 && i < n; i++) {
+		if (b[i] == ' ')
+			return i >= 3;
+		if (b[i] < 'A' || b[i] > 'Z')
+			return 0;
+	}
+	return 0;
 }
 
 /* The status line at the start of a response -> QS_STATUS_*; anything else (HTTP/2 frames,

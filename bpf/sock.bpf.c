@@ -276,6 +276,8 @@ static __always_inline void apply(const struct qs_conn *c, const struct qs_effec
 		gauge_add(&p->connections, 0, e->d_conns);
 		if (e->accepted)
 			__sync_fetch_and_add(&p->accepted, 1);
+		if (e->dropped)
+			__sync_fetch_and_add(&p->dropped, 1);
 		if (e->record_accept_wait)
 			hist_add(port_hist(c->idx, QS_PH_ACCEPT_WAIT), e->accept_wait_ns);
 		if (e->record_latency) {
@@ -901,7 +903,7 @@ static __always_inline void conn_close_stale(__u64 key)
 	struct qs_effects e = {};
 	if (!c)
 		return;
-	qs_on_close(c, &e);
+	qs_on_close(c, 0, &e);
 	apply(c, &e, 0);
 	bpf_map_delete_elem(&conns, &key);
 }
@@ -1138,7 +1140,7 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 		}
 		if (c->proto != QS_PROTO_TURNS)
 			h2_forget(key, c->dir == QS_DIR_OUT, &e);
-		qs_on_close(c, &e);
+		qs_on_close(c, c->dir == QS_DIR_IN && c->wire == 1 + QS_WIRE_HTTP1, &e);
 		apply(c, &e, status);
 		bpf_map_delete_elem(&conns, &key);
 		return 0;
@@ -1184,6 +1186,7 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	struct qs_conn *c;
 	struct qs_effects e = {};
 	struct io_head head = {};
+	int send_shut;
 	__u8 was;
 
 	if (ret <= 0)
@@ -1211,14 +1214,20 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	    io_head(&head, ret) >= QS_H2_HEADER && qs_h2_plausible(head.b, 0, 1))
 		h2_follow(key, c, 0, &e);
 	was = c->state;
+	send_shut = c->dir == QS_DIR_IN && sk_send_shut(sk);
 	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
 	 * php-fpm leaves FastCGI's empty STDIN record queued until its script ends, which would
 	 * read as a request unread in the connector behind every one in flight. A request
-	 * that arrives later sets it again (qs_data_ready). */
+	 * that arrives later sets it again (qs_data_ready). Bytes drained after the shutdown
+	 * are looked at (12 copied) only there, on a connection not known to speak anything
+	 * but HTTP/1.x (nothing answered yet, or status lines). */
 	qs_on_read(c, bpf_ktime_get_ns(), ret, flags,
 		   c->dir == QS_DIR_IN && !(c->flags & QS_F_UNIX)
 			   ? (probe ? sk_unread_probe(sk) : sk_unread(sk)) : 0,
-		   c->dir == QS_DIR_IN && sk_send_shut(sk), &e);
+		   send_shut,
+		   send_shut && (!c->wire || c->wire == 1 + QS_WIRE_HTTP1) && !(flags & QS_MSG_PEEK) &&
+			   io_head(&head, ret) && qs_http_request_line(head.b, (int)head.n),
+		   &e);
 	if (c->proto == QS_PROTO_H2 && !(flags & QS_MSG_PEEK))
 		h2_walk_or_lose(key, c, ret, 1, walk);
 	else if (c->dir == QS_DIR_IN && was != QS_ST_REQUEST && c->state == QS_ST_REQUEST)
@@ -2121,6 +2130,12 @@ static __always_inline void on_send(struct sock *sk, int ret, const int walk)
 		__u8 proto;
 		status = response_status();
 		note_wire(c, wire_of(status));
+		/* A response that is no status line qscope reads (101 Switching Protocols to a
+		 * WebSocket, 100 Continue, a status line written in pieces) ends what is known of the
+		 * connection's HTTP/1.x: the bytes its client sends later are not taken for requests
+		 * when a close drops them (qs_on_close's http1). Its mix stays as first counted. */
+		if (status == QS_STATUS_UNKNOWN && c->wire == 1 + QS_WIRE_HTTP1)
+			c->wire = 1 + QS_WIRE_OTHER;
 		/* HTTP/2 met mid-way (its preface was before the attach): the turn just ended was no
 		 * request, and from this write on its streams are. */
 		if (walk && status == QS_STATUS_H2 && !(c->flags & QS_F_H2) && h2_follow(key, c, 0, &e)) {

@@ -74,6 +74,14 @@ void add_tls(Line& l, const TlsSeen& t) {
                  hidden ? Role::warn : Role::dim});
 }
 
+// Requests a lingering close drained unanswered (Requests::dropped): the clients saw their
+// connections end. Shown only once there are some.
+void add_dropped(Line& l, uint64_t dropped) {
+    if (!dropped) return;
+    l.push_back({"  dropped ", Role::dim});
+    l.push_back({fmt_count(dropped), Role::critical});
+}
+
 // HTTP/2 connections, whose streams are the requests counted above (a warning colour while
 // some are counted per connection instead).
 void add_h2(Line& l, const Http2Seen& h) {
@@ -195,6 +203,7 @@ PanelBody requests_panel(const Snapshot& s, const UiState& ui, int) {
     add_text_row(b, rate_line(r, d));
     add_text_row(b, latency_line(r, d, u));
     Line status = status_line(r.status);
+    add_dropped(status, r.dropped);
     add_tls(status, r.tls);
     add_h2(status, r.h2);
     add_text_row(b, status);

@@ -194,6 +194,10 @@ void request_families(const Snapshot& s, const LabelCapper& port_label, Families
     Fam unread("qscope_requests_waiting_unread",
                "Accepted connections whose request bytes arrived but nobody has read them, now", kGauge, {"port"});
     Fam done("qscope_requests_completed_total", "Requests completed, since attach", kCounter, {"port"});
+    Fam dropped("qscope_requests_dropped_total",
+                "HTTP/1.x requests their connection's close dropped unanswered (drained by a lingering close, or "
+                "left unread), since attach",
+                kCounter, {"port"});
     Fam dur("qscope_request_duration_seconds", "Time from the first request byte read to the response written", kHist,
             {"port", "status_class"}, &kRequestBuckets);
     if (!s.requests.ports.empty()) {
@@ -202,6 +206,7 @@ void request_families(const Snapshot& s, const LabelCapper& port_label, Families
             infl.add({pl}, static_cast<double>(p.in_flight));
             unread.add({pl}, static_cast<double>(p.waiting_unread));
             done.add({pl}, static_cast<double>(p.completed_total));
+            dropped.add({pl}, static_cast<double>(p.dropped_total));
             for (int c = 0; c < 5; ++c) dur.add_hist({pl, kStatusClass[c]}, p.duration_total[c]);
         }
     } else {
@@ -220,7 +225,7 @@ void request_families(const Snapshot& s, const LabelCapper& port_label, Families
         infl.add({port(l.port, l.unix_path)}, 0);
         unread.add({port(l.port, l.unix_path)}, 0);
     }
-    for (auto* f : {&infl, &unread, &done, &dur}) out.push_back(std::move(*f).finish());
+    for (auto* f : {&infl, &unread, &done, &dropped, &dur}) out.push_back(std::move(*f).finish());
 
     Fam oldest("qscope_requests_oldest_in_flight_seconds", "Age of the oldest request in flight, now", kGauge, {});
     oldest.add({}, s.requests.oldest_in_flight_seconds);

@@ -177,6 +177,7 @@ struct PortRequests {
     uint64_t completed_total = 0;
     // index: 0 2xx, 1 3xx, 2 4xx, 3 5xx, 4 unknown; cumulative since attach
     Histogram duration_total[5];
+    uint64_t dropped_total = 0;       // cumulative since attach; see Requests::dropped
 };
 
 // Inbound TLS: how many connections encrypt their responses, and how many of those --tls
@@ -224,6 +225,12 @@ struct Requests {
     double oldest_in_flight_seconds = 0;
     double oldest_unread_seconds = 0;
     StatusCounts status;                // window
+    // Window: HTTP/1.x requests their connection's close dropped unanswered, never in flight
+    // nor completed: read after the server shut its sending side (a lingering close), or left
+    // unread at the close of a connection that had answered in HTTP/1.x. The client sees its
+    // connection end (wrk: a read error). A lower bound: one per drain read or close however
+    // many requests it held, and a connection's first request is not known to be HTTP/1.x.
+    uint64_t dropped = 0;
     uint64_t connections = 0;           // open accepted connections now
     std::vector<PortRequests> ports;
     TlsSeen tls;

@@ -566,6 +566,13 @@ void compute_verdict(Snapshot& s, Seen seen) {
     } else {
         describe_no_limit(s, overflows, v);
     }
+    // Requests lost without an answer, whatever limits the rest: clients saw their
+    // connections end (a lingering close while every worker is busy, Requests::dropped).
+    if (s.requests.dropped) {
+        v.summary += "; " + counted(s.requests.dropped, "request") + " dropped unanswered at " +
+                     (s.requests.dropped == 1 ? "its connection's close" : "their connections' close");
+        v.severity = std::max(v.severity, v.stage == Stage::none ? Severity::warn : Severity::critical);
+    }
     if (seen == Seen::window) {
         if (const std::string r = retry_clause(s); !r.empty()) {
             // Nothing queues when requests fail fast: then the amplification is the news.

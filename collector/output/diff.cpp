@@ -210,6 +210,7 @@ void requests(std::ostringstream& o, const DiffSide& a, const DiffSide& b) {
         plain("latency p50", Unit::seconds, {"latency_seconds", "p50"}),
         plain("p99", Unit::seconds, {"latency_seconds", "p99"}),
         rate("5xx", {"status", "5xx"}),
+        rate("dropped", {"dropped"}),
         plain("oldest in flight", Unit::seconds, {"oldest_in_flight_seconds"}),
     };
     const json* ra = a.snap.contains("requests") ? &a.snap["requests"] : nullptr;

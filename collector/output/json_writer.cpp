@@ -98,7 +98,8 @@ static json requests_json(const Requests& r) {
               {"3xx", r.status.c3xx},
               {"4xx", r.status.c4xx},
               {"5xx", r.status.c5xx},
-              {"unknown", r.status.unknown}}}};
+              {"unknown", r.status.unknown}}},
+            {"dropped", r.dropped}};
     if (r.tls.present()) j["tls"] = tls_json(r.tls);
     if (r.h2.present()) j["h2"] = h2_json(r.h2);
     j["attribution"] = {{"attributed", r.attribution.attributed}, {"across_threads", r.attribution.across_threads}};
@@ -365,6 +366,10 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
       << " max " << ms(r.latency.max) << ", oldest in flight " << ms(r.oldest_in_flight_seconds) << "\n"
       << "  status 2xx " << r.status.c2xx << "  3xx " << r.status.c3xx << "  4xx " << r.status.c4xx << "  5xx "
       << r.status.c5xx << "  unknown " << r.status.unknown << "\n";
+    if (r.dropped)
+        o << "  dropped " << counted(r.dropped, "request") << " unanswered at "
+          << (r.dropped == 1 ? "its connection's close" : "their connections' close")
+          << " (drained by a lingering close, or left unread)\n";
     if (r.tls.present())
         o << "  tls " << r.tls.connections << " connections, plaintext seen on " << r.tls.plaintext_connections
           << " (HTTP/2 " << r.tls.h2_connections << ", streams followed on " << r.tls.h2_followed_connections << ")"

@@ -37,11 +37,13 @@ template <class V> void fields(V& v, Listener& x) {
 template <class V> void fields(V& v, PortRequests& x) {
     v(x.port); v(x.unix_path); v(x.in_flight); v(x.waiting_unread); v(x.completed_total);
     for (auto& h : x.duration_total) v(h);
+    v(x.dropped_total);
 }
 template <class V> void fields(V& v, Requests& x) {
     v(x.in_flight); v(x.in_flight_max); v(x.waiting_unread); v(x.waiting_unread_max); v(x.completed);
     v(x.rate_per_second); v(x.latency); v(x.oldest_in_flight_seconds); v(x.oldest_unread_seconds); v(x.status);
     v(x.connections); v(x.ports); v(x.tls); v(x.attribution); v(x.attribution_total); v(x.h2);
+    v(x.dropped);
 }
 template <class V> void fields(V& v, Http2Seen& x) {
     v(x.connections); v(x.followed_connections); v(x.joined_connections); v(x.client_resets);

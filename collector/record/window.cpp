@@ -58,10 +58,12 @@ void requests_window(Span& sp, Snapshot& out) {
     Histogram latency;
     StatusCounts st;
     uint64_t* by_class[5] = {&st.c2xx, &st.c3xx, &st.c4xx, &st.c5xx, &st.unknown};
+    r.dropped = 0;
     for (const auto& p : r.ports) {
         const PortRequests* before = find(a.ports, p, [](const PortRequests& x) {
             return endpoint_name(x.port, x.unix_path);
         });
+        r.dropped += before ? minus(p.dropped_total, before->dropped_total) : p.dropped_total;
         for (int c = 0; c < 5; ++c) {
             const Histogram d = before ? p.duration_total[c].delta(before->duration_total[c]) : p.duration_total[c];
             latency.merge(d);

@@ -71,6 +71,7 @@ Snapshot busy_snapshot() {
     p.in_flight = 9;
     p.waiting_unread = 4;
     p.completed_total = 50;
+    p.dropped_total = 3;
     p.duration_total[0].add(3000000, 40);   // 3 ms 2xx
     p.duration_total[3].add(2000000000, 10);  // 2 s 5xx
     s.requests.ports.push_back(p);
@@ -266,6 +267,7 @@ TEST_CASE("the metric contract: every family, HELP and TYPE, _total counters, va
     CHECK(value(fams, "qscope_requests_in_flight", {{"port", "8080"}}) == 9);
     CHECK(value(fams, "qscope_requests_waiting_unread", {{"port", "8080"}}) == 4);
     CHECK(value(fams, "qscope_requests_completed_total", {{"port", "8080"}}) == 50);
+    CHECK(value(fams, "qscope_requests_dropped_total", {{"port", "8080"}}) == 3);
     CHECK(value(fams, "qscope_downstream_busy", {{"peer", "127.0.0.1:5432"}}) == 10);
     CHECK(value(fams, "qscope_threads", {{"group", "worker"}, {"state", "blocked"}}) == 5);
     CHECK(value(fams, "qscope_threads_blocked", {{"group", "worker"}, {"syscall", "futex"}}) == 4);

@@ -139,6 +139,7 @@ TEST_CASE("record: a later window is the difference of cumulative ticks", "[reco
         PortRequests p;
         p.port = 8080;
         for (int k = 0; k <= i; ++k) p.duration_total[0].add(1'000'000 * (k + 1) * 10, 100);  // 10, 20, 30 ms
+        p.dropped_total = std::vector<uint64_t>{2, 3, 7}[i];
         s.requests.ports = {p};
         s.requests.completed = 100 * (i + 1);
         DownstreamPeer d;
@@ -163,6 +164,7 @@ TEST_CASE("record: a later window is the difference of cumulative ticks", "[reco
     CHECK(s.window_seconds == 1);
     CHECK(s.requests.completed == 100);
     CHECK(s.requests.status.c2xx == 100);
+    CHECK(s.requests.dropped == 4);
     CHECK(s.requests.latency.p50 == Approx(0.030).epsilon(0.07));  // only the 30 ms requests
     CHECK(s.downstream[0].calls == 50);
     CHECK(s.downstream[0].busy_max == 4);  // sampled at tick 2

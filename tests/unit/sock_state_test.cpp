@@ -15,7 +15,7 @@ namespace {
 // What the kernel's per-port / per-peer aggregates would hold after applying effects.
 struct Gauges {
     long in_flight = 0, unread = 0, busy = 0, conns = 0;
-    int latencies = 0, calls = 0, accept_waits = 0, accepted = 0, connects = 0, connect_failures = 0;
+    int latencies = 0, calls = 0, accept_waits = 0, accepted = 0, connects = 0, connect_failures = 0, dropped = 0;
     unsigned long long last_latency = 0, last_call = 0, last_accept_wait = 0, last_connect = 0;
     void apply(const qs_effects& e) {
         in_flight += e.d_in_flight;
@@ -28,6 +28,7 @@ struct Gauges {
         if (e.accepted) ++accepted;
         if (e.connect_ok) ++connects, last_connect = e.connect_ns;
         if (e.connect_fail) ++connect_failures;
+        if (e.dropped) ++dropped;
     }
 };
 
@@ -45,9 +46,12 @@ struct Conn {
         qs_on_accept(&c, t, &x);
         g.apply(x);
     }
-    void read(unsigned long long t, int ret, unsigned left = 0, int flags = 0, int send_shut = 0) {
+    // http1_request: the caller found the bytes begin an HTTP/1.x request line on a
+    // connection that answered in HTTP/1.x (sock.bpf.c looks only when send_shut).
+    void read(unsigned long long t, int ret, unsigned left = 0, int flags = 0, int send_shut = 0,
+              int http1_request = 0) {
         auto x = e();
-        qs_on_read(&c, t, ret, flags, left, send_shut, &x);
+        qs_on_read(&c, t, ret, flags, left, send_shut, http1_request, &x);
         g.apply(x);
     }
     int write(unsigned long long t, int ret) {
@@ -61,9 +65,10 @@ struct Conn {
         qs_on_established(&c, t, &x);
         g.apply(x);
     }
-    void close() {
+    // http1: the connection answered in HTTP/1.x (sock.bpf.c: its wire).
+    void close(int http1 = 0) {
         auto x = e();
-        qs_on_close(&c, &x);
+        qs_on_close(&c, http1, &x);
         g.apply(x);
     }
 };
@@ -123,14 +128,30 @@ TEST_CASE("a lingering close drains the client's next request: read, never answe
     CHECK(k.write(40, 109) == 1);   // answered
     k.arrive(50, 45);               // the client's next request
     CHECK(k.g.unread == 1);
-    k.read(60, 45, 0, 0, 1);        // drained after shutdown(SHUT_WR)
+    k.read(60, 45, 0, 0, 1, 1);     // drained after shutdown(SHUT_WR): "GET /slow HTTP/1.1"
     CHECK(k.g.unread == 0);
     CHECK(k.g.in_flight == 0);
     CHECK(k.c.state != QS_ST_REQUEST);
+    CHECK(k.g.dropped == 1);        // the client's request, never to be answered
     k.close();
     CHECK(k.g.in_flight == 0);
     CHECK(k.g.latencies == 1);
     CHECK(k.g.conns == 0);
+    CHECK(k.g.dropped == 1);
+
+    // Drained bytes that begin no request (the rest of a body answered early with 413, a TLS
+    // alert, a protocol's goodbye): nothing dropped, nothing in flight.
+    Conn b = inbound(0);
+    b.accept(10);
+    b.read(30, 4096, 0);
+    CHECK(b.write(40, 120) == 1);
+    b.read(50, 4096, 0, 0, 1, 0);
+    CHECK(b.g.dropped == 0);
+    CHECK(b.g.in_flight == 0);
+    // Bytes that begin a request, read before the shutdown: a request in flight, not dropped.
+    b.read(60, 45, 0, 0, 0, 1);
+    CHECK(b.g.dropped == 0);
+    CHECK(b.g.in_flight == 1);
 
     // A request read before the shutdown stays in flight until the close ends it.
     Conn r = inbound(0);
@@ -142,6 +163,48 @@ TEST_CASE("a lingering close drains the client's next request: read, never answe
     r.close();
     CHECK(r.g.in_flight == 0);
     CHECK(r.g.latencies == 0);
+}
+
+TEST_CASE("a close drops the HTTP/1.x request its client sent after an answer, left unread", "[sock]") {
+    // Apache again, when the request had not arrived at its drain read: the close finds it
+    // queued, and the kernel resets the connection (wrk: a read error).
+    Conn k = inbound(0);
+    k.accept(10);
+    k.arrive(20, 45);
+    k.read(30, 45);
+    CHECK(k.write(40, 109) == 1);
+    k.arrive(50, 45);
+    k.close(1);
+    CHECK(k.g.dropped == 1);
+    CHECK(k.g.unread == 0);
+    CHECK(k.g.in_flight == 0);
+
+    // Not HTTP/1.x (PostgreSQL, a WebSocket after its 101): queued bytes are no known request.
+    Conn o = inbound(0);
+    o.accept(10);
+    o.read(30, 45);
+    CHECK(o.write(40, 109) == 1);
+    o.arrive(50, 45);
+    o.close(0);
+    CHECK(o.g.dropped == 0);
+
+    // Answered, nothing queued: a plain keep-alive close drops nothing.
+    Conn q = inbound(0);
+    q.accept(10);
+    q.read(30, 45);
+    CHECK(q.write(40, 109) == 1);
+    q.close(1);
+    CHECK(q.g.dropped == 0);
+
+    // Closed mid-request, the rest of it queued: in flight until the close, not a second request.
+    Conn m = inbound(0);
+    m.accept(10);
+    m.arrive(20, 300);
+    m.read(30, 100, 200);
+    m.close(1);
+    CHECK(m.g.dropped == 0);
+    CHECK(m.g.in_flight == 0);
+    CHECK(m.g.latencies == 0);
 }
 
 TEST_CASE("a request read in several pieces is one request", "[sock]") {
@@ -405,6 +468,24 @@ TEST_CASE("the connector gauge follows the COUNTED bit exactly", "[sock]") {
 
 static int status_of(const std::string& s) {
     return qs_http_status_class(reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
+}
+
+TEST_CASE("an HTTP/1.x request line: a method of capital letters, then a space", "[sock]") {
+    auto line = [](const std::string& s) {
+        return qs_http_request_line(reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
+    };
+    CHECK(line("GET /slow HT") == 1);
+    CHECK(line("POST /api HT") == 1);
+    CHECK(line("OPTIONS * HT") == 1);
+    CHECK(line("PROPFIND /da") == 1);
+    CHECK(line("GET /") == 1);       // a 5-byte copy (io_head)
+    CHECK(line("PATCH") == 0);       // no space within the bytes seen
+    CHECK(line("GE /") == 0);        // too short a method
+    CHECK(line("get / HTTP/1") == 0);
+    CHECK(line(std::string("\x15\x03\x03\x00\x02", 5)) == 0);  // a TLS alert record (close_notify)
+    CHECK(line(std::string("X\0\0\0\x04", 5)) == 0);            // PostgreSQL's Terminate
+    CHECK(line("{\"a\": 1}") == 0);  // the rest of a JSON body
+    CHECK(line("") == 0);
 }
 
 TEST_CASE("HTTP status class from the status line only", "[sock]") {

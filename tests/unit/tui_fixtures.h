@@ -151,6 +151,7 @@ inline Snapshot pool_saturated() {
     r.oldest_in_flight_seconds = 2.9;
     r.status.c2xx = 3150;
     r.status.c5xx = 37;
+    r.dropped = 12;
     r.connections = 1440;
     s.downstream = {peer("127.0.0.1:6379", 4, 0, 2, 9104, 0.00021, 0.0009, 0),
                     peer("127.0.0.1:5432", 10, 10, 10, 3187, 0.251, 0.262, 0.26),

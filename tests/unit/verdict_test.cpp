@@ -93,6 +93,28 @@ TEST_CASE("silent partner: every worker waits on one peer", "[verdict]") {
           "requests wait on 10.0.0.7:443: 200 calls awaiting a reply, oldest 31.5s; 40 requests unread in the connector");
 }
 
+TEST_CASE("requests dropped at a close are named, with a queue or without", "[verdict]") {
+    Snapshot s;
+    s.listeners.push_back(listener(8080, 0, 128));
+    s.requests.dropped = 1;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::none);
+    CHECK(s.verdict.summary == "no queue: nothing is waiting; 1 request dropped unanswered at its connection's close");
+    CHECK(s.verdict.severity == Severity::warn);
+
+    // Apache's event MPM with every worker busy: the accept queue backs up, and the lingering
+    // closes of idle keep-alive connections drop the requests their clients had sent.
+    Snapshot q;
+    q.listeners.push_back(listener(9000, 16, 511));
+    q.requests.dropped = 25;
+    compute_verdict(q);
+    CHECK(q.verdict.stage == Stage::accept_queue);
+    CHECK(q.verdict.summary ==
+          "16 connections in the accept queue of :9000 (backlog 511); 25 requests dropped unanswered at their "
+          "connections' close");
+    CHECK(q.verdict.severity == Severity::critical);
+}
+
 TEST_CASE("slow acceptor: the accept queue is the limit and overflows are named", "[verdict]") {
     Snapshot s;
     s.listeners.push_back(listener(9000, 129, 128, 57));

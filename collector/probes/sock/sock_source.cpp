@@ -48,7 +48,7 @@ namespace qscope {
 
 static_assert(sizeof(qs_served) == 16, "qs_served layout shared with bpf/sock.h");
 static_assert(sizeof(qs_conn) == 48, "qs_conn layout shared with bpf/conn_state.h");
-static_assert(sizeof(qs_port_stats) == 144, "qs_port_stats layout shared with bpf/sock.h");
+static_assert(sizeof(qs_port_stats) == 152, "qs_port_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_key) == 20, "qs_peer_key layout shared with bpf/sock.h");
 static_assert(sizeof(qs_peer_stats) == 208, "qs_peer_stats layout shared with bpf/sock.h");
 static_assert(sizeof(qs_unix_name) == 128, "qs_unix_name layout shared with bpf/sock.h");
@@ -73,7 +73,7 @@ T load(const T& v) {
 uint64_t u(int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; }
 
 struct PortWindow {
-    uint64_t accepted = 0, overflows = 0;
+    uint64_t accepted = 0, overflows = 0, dropped = 0;
     uint64_t status[QS_STATUS_CLASSES] = {};
     Histogram hists[QS_PORT_HISTS];
 };
@@ -307,6 +307,8 @@ public:
                 pr.completed_total += cum.status[c];
                 pr.duration_total[c] = cum.hists[QS_PH_LATENCY + c];
             }
+            pr.dropped_total = cum.dropped;
+            r.dropped += cum.dropped - std::min(cum.dropped, base.dropped);
             r.in_flight += pr.in_flight;
             r.in_flight_max += u(load(ps.in_flight_max));
             r.waiting_unread += pr.waiting_unread;
@@ -1130,6 +1132,7 @@ private:
         const qs_port_stats& ps = skel_->bss->port_stats[i];
         PortWindow w;
         w.accepted = load(ps.accepted);
+        w.dropped = load(ps.dropped);
         for (int c = 0; c < QS_STATUS_CLASSES; ++c) w.status[c] = load(ps.status[c]);
         for (int h = 0; h < QS_PORT_HISTS; ++h) w.hists[h] = Histogram::from_kernel(skel_->bss->port_hists[i * QS_PORT_HISTS + h]);
         const uint16_t port = static_cast<uint16_t>(load(ps.port));

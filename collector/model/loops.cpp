@@ -28,6 +28,7 @@ void settle_loops(Snapshot& s) {
         l.in_flight = it->second->in_flight;
         l.unread = it->second->unread;
         l.waiting_average = it->second->waiting_average;
+        l.waiting_average_seconds = it->second->waiting_average_seconds;
     }
     loops.erase(std::remove_if(loops.begin(), loops.end(),
                                [](const EventLoop& l) { return l.connections_max < kLoopMinConnections; }),
@@ -68,6 +69,14 @@ std::string ms_text(double seconds) {
         std::snprintf(b, sizeof b, "%.2f s", seconds);
     else
         std::snprintf(b, sizeof b, "%.0f ms", seconds * 1e3);
+    return b;
+}
+
+// A span of ticks, whole seconds once it is a few of them ("10 s"): it is no measurement.
+std::string span_text(double seconds) {
+    if (seconds < 2) return ms_text(seconds);
+    char b[32];
+    std::snprintf(b, sizeof b, "%.0f s", seconds);
     return b;
 }
 
@@ -128,8 +137,8 @@ std::optional<LoopLimit> loop_limit(const Snapshot& s) {
     if (l.current_turn_seconds >= threshold) out.detail += ", in a turn for " + ms_text(l.current_turn_seconds) + " now";
     if (l.in_flight > 1) out.detail += "; " + counted(l.in_flight - 1, "request") + " read and waiting behind it";
     if (top_load.averaged)
-        out.detail += "; " + counted(top_load.waiting, "request") +
-                      " waiting behind it on average over the window, none at this instant";
+        out.detail += "; " + counted(top_load.waiting, "request") + " waiting behind it on average over the last " +
+                      span_text(l.waiting_average_seconds) + ", none at this instant";
     out.waiting = top_load.waiting;
     return out;
 }

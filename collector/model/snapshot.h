@@ -369,6 +369,7 @@ struct EventLoop {
     // the window's last kWaitingAveragedTicks ticks (one instant can fall between a busy loop's
     // turns, when every reply is written and the next requests are not yet sent)
     double waiting_average = 0;
+    double waiting_average_seconds = 0;  // the span that average covers (ThreadServing's)
     std::vector<LoopStall> recent_stalls;  // longest first
     Histogram turn_total;               // since attach (exporter)
     uint64_t turns_total = 0;           // since attach
@@ -390,6 +391,7 @@ struct ThreadServing {
     // Sampled at each tick since attach: the ticks it was seen at, and the sum of waiting() at them.
     uint64_t waiting_samples_total = 0, waiting_sum_total = 0;
     double waiting_average = 0;         // window: waiting() averaged over its last kWaitingAveragedTicks ticks
+    double waiting_average_seconds = 0; // the span those ticks cover: the window's, or less in a long one
 
     // What waits on the thread now: requests unread, and those read behind the one in hand.
     uint64_t waiting() const { return unread + (in_flight > 1 ? in_flight - 1 : 0); }

@@ -214,6 +214,7 @@ static json loops_json(const std::vector<EventLoop>& loops) {
                        {"unread", l.unread},
                        {"accept_queue", l.accept_queue},
                        {"waiting_average", secs(l.waiting_average)},
+                       {"waiting_average_seconds", secs(l.waiting_average_seconds)},
                        {"recent_stalls", stalls}});
     }
     return out;

@@ -94,6 +94,7 @@ template <class V> void fields(V& v, EventLoop& x) {
 template <class V> void fields(V& v, ThreadServing& x) {
     v(x.tid); v(x.pid); v(x.adopted_total); v(x.connections_max); v(x.connections); v(x.in_flight); v(x.unread);
     v(x.waiting_samples_total); v(x.waiting_sum_total); v(x.waiting_average);
+    v(x.waiting_average_seconds);
 }
 template <class V> void fields(V& v, Carriers& x) {
     v(x.detected); v(x.pattern); v(x.runtime); v(x.mount_state_known); v(x.threads); v(x.running); v(x.idle);

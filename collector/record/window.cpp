@@ -139,6 +139,8 @@ void serving_window(const Span& sp, Snapshot& out) {
     for (auto& t : out.serving) {
         const ThreadServing* before = find(a.serving, t, [](const ThreadServing& x) { return x.tid; });
         t.waiting_average = t.waiting_average_since(before ? *before : none);
+        t.waiting_average_seconds =
+            before ? std::max<int64_t>(0, out.taken_at_unix_ms - a.taken_at_unix_ms) / 1e3 : out.window_seconds;
     }
 }
 

@@ -137,6 +137,7 @@ Snapshot redis_between_turns(double waiting_average) {
     s.carriers.loops[0].longest_turn_seconds = 0.028;
     ThreadServing t = serving(314, 314, 24, 21, 0, 0);
     t.waiting_average = waiting_average;
+    t.waiting_average_seconds = 6;  // the whole window's ticks
     s.serving.push_back(t);
     return s;
 }
@@ -147,7 +148,7 @@ TEST_CASE("verdict: a busy loop read between two turns is still the limit, by th
     CHECK(s.verdict.stage == Stage::carriers);
     CHECK(s.verdict.where == "event loop of redis-server (tid 314)");
     CHECK(s.verdict.waiting == 19);
-    CHECK(s.verdict.summary.find("19 requests waiting behind it on average over the window, none at this instant") !=
+    CHECK(s.verdict.summary.find("19 requests waiting behind it on average over the last 6 s, none at this instant") !=
           std::string::npos);
     // Nothing waited at any tick: an idle stretch, not a queue.
     Snapshot quiet = redis_between_turns(0.4);

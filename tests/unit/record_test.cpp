@@ -173,6 +173,7 @@ TEST_CASE("record: a later window is the difference of cumulative ticks", "[reco
                       [](const std::string& p) { return p.find("maxima") != std::string::npos; }));
     REQUIRE(s.serving.size() == 1);
     CHECK(s.serving[0].waiting_average == Approx(20));  // tick 2's sample alone
+    CHECK(s.serving[0].waiting_average_seconds == Approx(1));  // from tick 1 to tick 2
     CHECK(s.verdict.stage != Stage::none);  // computed again on the window
     CHECK(s.verdict.summary.find("127.0.0.1:5432") != std::string::npos);
 

@@ -267,7 +267,7 @@ public:
         double oldest_req = 0, oldest_unread = 0;
         std::map<uint32_t, double> oldest_busy;
         scan_conns(tick.now_ns, oldest_req, oldest_unread, oldest_busy);
-        collect_serving(snap);
+        collect_serving(snap, tick);
         snap.calling_tids = calling_now_;
 
         // ---- listeners and requests, per port ------------------------------------------
@@ -1600,7 +1600,7 @@ private:
     std::vector<int> calling_now_;                    // Snapshot::calling_tids, from scan_conns
 
     // Inbound connections per serving thread, for event-loop detection (model/loops.h).
-    void collect_serving(Snapshot& snap) {
+    void collect_serving(Snapshot& snap, const Tick& tick) {
         std::map<uint32_t, ThreadServing> held;
         std::map<uint32_t, WaitingRing> held_past;
         served_.for_each(bpf_map__fd(skel_->maps.served), [&](const __u32& tid, const qs_served& v) {
@@ -1618,14 +1618,17 @@ private:
             t.waiting_sum_total = before.waiting_sum_total + t.waiting();
             // From the later of the window's start and the totals kWaitingAveragedTicks ticks ago.
             ThreadServing base = base_it == serving_base_.end() ? none : base_it->second;
+            uint64_t since_ns = tick.window_start_ns;
             WaitingRing ring;
             if (auto p = serving_past_.find(tid); p != serving_past_.end()) ring = p->second;
             if (const WaitingTotals* o = ring.oldest(); o && o->samples > base.waiting_samples_total) {
                 base.waiting_samples_total = o->samples;
                 base.waiting_sum_total = o->sum;
+                since_ns = std::max(since_ns, o->ns);
             }
             t.waiting_average = t.waiting_average_since(base);
-            ring.push({t.waiting_samples_total, t.waiting_sum_total});
+            t.waiting_average_seconds = tick.now_ns > since_ns ? (tick.now_ns - since_ns) / 1e9 : 0;
+            ring.push({t.waiting_samples_total, t.waiting_sum_total, tick.now_ns});
             held_past[tid] = ring;
             held[tid] = t;
             snap.serving.push_back(t);
@@ -1637,9 +1640,10 @@ private:
     std::map<uint32_t, ThreadServing> serving_held_;
     std::map<uint32_t, ThreadServing> serving_base_;  // the same at the window's start
     // A serving thread's waiting totals at each of its last kWaitingAveragedTicks ticks: a ring
-    // of 16-byte pairs, as a server may run 10,000 threads that serve connections.
+    // of 24-byte entries, as a server may run 10,000 threads that serve connections.
     struct WaitingTotals {
         uint64_t samples = 0, sum = 0;
+        uint64_t ns = 0;  // the tick's time (CLOCK_MONOTONIC)
     };
     struct WaitingRing {
         std::array<WaitingTotals, kWaitingAveragedTicks> at{};

@@ -327,11 +327,12 @@ static void render_fan_out(std::ostringstream& o, const FanOut& f) {
         return;
     }
     if (!w.requests) return;
-    o << "    per request: " << f.per_request_p50 << " calls (p50), p99 " << f.per_request_p99 << ", max "
-      << f.per_request_max << ", " << w.retries << " retries over " << w.requests << " requests";
+    o << "    per request: " << counted(f.per_request_p50, "call") << " (p50), p99 " << f.per_request_p99 << ", max "
+      << f.per_request_max << ", " << counted(w.retries, "retry", "retries") << " over "
+      << counted(w.requests, "request");
     if (w.failing_requests)
-        o << "; answered 5xx: " << w.failing_requests << " requests, " << w.failing_calls << " calls, "
-          << w.failing_retries << " retries";
+        o << "; answered 5xx: " << counted(w.failing_requests, "request") << ", " << counted(w.failing_calls, "call")
+          << ", " << counted(w.failing_retries, "retry", "retries");
     o << "; failed calls " << w.failed_calls << "\n";
 }
 

@@ -109,7 +109,7 @@ AP
 apache2 -f "$work/ap/httpd.conf" -DFOREGROUND >"$work/ap/out.log" 2>&1 & pids+=($!)
 parent=$!
 for _ in $(seq 100); do [[ $(cat /proc/$parent/task/*/children 2>/dev/null | wc -w) -ge 2 ]] && break; sleep 0.1; done
-wrk -t1 -c24 -d10s http://127.0.0.1:25350/slow >/dev/null 2>&1 & pids+=($!)
+wrk -t1 -c24 -d10s http://127.0.0.1:25350/slow >"$work/apache_wrk.txt" 2>&1 & pids+=($!)
 sleep 2
 $Q snapshot --pid "$parent" --duration 5 >"$work/apache.txt" 2>/dev/null
 ss -lnt "sport = :25350" >"$work/apache_ss.txt"
@@ -199,6 +199,14 @@ wait "${pids[-1]}" 2>/dev/null || true
   echo
   echo '```'
   cat "$work/apache_ss.txt"
+  echo '```'
+  echo
+  echo "The client's (wrk, over its whole 10 s; the snapshot saw 5 of them). Its read errors are the"
+  echo "connections Apache closed under a request, \"dropped\" above; qscope counts a lower bound, as a"
+  echo "request that reaches the host after the close finds no socket of Apache's (docs/json.md):"
+  echo
+  echo '```'
+  grep -E 'requests in|Socket errors' "$work/apache_wrk.txt" || echo "(no socket errors)"
   echo '```'
 } >"$out"
 echo "wrote $out"

@@ -99,7 +99,13 @@ void draw_header(Grid& g, const Snapshot& s, const UiState& ui) {
 int draw_verdict(Grid& g, int y, const Snapshot& s, const UiState& ui, int lines) {
     const Role r = severity_role(s.verdict.severity);
     const std::string badge = r == Role::critical ? " CRITICAL " : r == Role::warn ? " WARN " : " OK ";
-    const std::string summary = s.verdict.summary.empty() ? "no verdict yet" : s.verdict.summary;
+    std::string summary = s.verdict.summary.empty() ? "no verdict yet" : s.verdict.summary;
+    // Taken over the last --verdict-window, not the window the panels show (record/recent.h).
+    if (s.verdict.window_seconds > 0 && !s.verdict.summary.empty()) {
+        char span[48];
+        std::snprintf(span, sizeof span, "over the last %.0f s: ", s.verdict.window_seconds);
+        summary = span + summary;
+    }
     const Role text = r == Role::ok ? Role::normal : r;
     const int indent = cell_width(badge) + 1;
     const int room = g.width() - indent;

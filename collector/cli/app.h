@@ -30,6 +30,7 @@ struct TopOptions {
     bool allow_remote = false;
     int iterations = 0;          // 0: until 'q'; N: draw N frames and exit (CI, scripts)
     bool no_color = false;
+    double verdict_window_seconds = 60;  // the verdict's window once the window is longer (record/recent.h)
     RingOptions ring;            // --ring: the last minutes, written on `w` or SIGUSR1
 };
 

@@ -38,10 +38,11 @@ void Follower::say_once(const std::string& msg) {
     say(msg);
 }
 
-void Follower::publish(std::shared_ptr<const Snapshot> s) {
+std::shared_ptr<const Snapshot> Follower::publish(std::shared_ptr<const Snapshot> s) {
     if (recent_) s = recent_->apply(std::move(s));
     std::lock_guard<std::mutex> g(latest_mu_);
-    latest_ = std::move(s);
+    latest_ = s;
+    return s;
 }
 
 std::shared_ptr<const Snapshot> Follower::latest() const {
@@ -132,7 +133,7 @@ void Follower::loop(OnTick on_tick) {
         }
         auto snap = col_->tick();
         if (col_->target_alive()) {
-            publish(snap);
+            snap = publish(std::move(snap));
             if (on_tick) on_tick(snap);
             wait_for(interval);
             continue;
@@ -140,7 +141,7 @@ void Follower::loop(OnTick on_tick) {
         if (!target_.selector.follows_restarts()) {
             // --pid: the last snapshot stays (qscope_up 0 with the final counts) and the
             // subcommand decides when to exit.
-            publish(snap);
+            snap = publish(std::move(snap));
             if (on_tick) on_tick(snap);
             finished_ = true;
             return;

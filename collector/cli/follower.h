@@ -59,7 +59,8 @@ public:
 
 private:
     bool try_attach(const Collector::StartProgress& progress);
-    void publish(std::shared_ptr<const Snapshot> s);
+    // Returns what it published: `s`, or a copy with its verdict over the recent window.
+    std::shared_ptr<const Snapshot> publish(std::shared_ptr<const Snapshot> s);
     void say_once(const std::string& msg);
     void loop(OnTick on_tick);
     bool wait_for(double seconds);

@@ -280,6 +280,12 @@ int main(int argc, char** argv) {
     top->add_flag("--allow-remote", topt.allow_remote, "permit a non-loopback --listen address");
     top->add_option("-n,--iterations", topt.iterations, "draw N frames, then exit (scripts, CI)");
     top->add_flag("--no-color", topt.no_color, "monochrome (also honoured: NO_COLOR=1)");
+    top->add_option("--verdict-window", topt.verdict_window_seconds,
+                    "seconds the verdict looks back over once the window (since the attach, or `r`) is longer: "
+                    "the panels keep the whole window, but a stall or a busy spell long gone must not read as the "
+                    "limit now")
+        ->capture_default_str()
+        ->check(CLI::Range(1.0, 86400.0));
     add_ring_flags(top, topt.ring, true);
     TopReplayOptions tropt;
     top->add_option("--replay", tropt.file,

@@ -75,6 +75,7 @@ int run_top(const Config& given, const TopOptions& opt) {
     // (which queues the snapshots) outlives the collector thread on every way out.
     tui::Dashboard dash(cfg.pid, cfg.interval_seconds, !opt.no_color);
     Follower follower(opt.target, cfg, /*say=*/false);  // the dashboard owns the terminal
+    follower.verdict_over(opt.verdict_window_seconds);
     follower.start(false, [&](const auto& progress) { dash.attaching(progress); });
     std::unique_ptr<MetricsServer> server;
     if (!opt.listen.empty())

@@ -453,6 +453,10 @@ struct Verdict {
     // Set when the gate stage (the limit or not) is a saturated pool; its ranking entry
     // counts waiters + busy, every request held up by the pool.
     std::optional<PoolGate> pool;
+    // The span the verdict was computed over when it is not the snapshot's window: `export`
+    // and `top`, whose windows run from the attach, take theirs over the last
+    // --verdict-window (record/recent.h). 0: the snapshot's window.
+    double window_seconds = 0;
 };
 
 // On-demand JVM enrichment (jcmd Thread.dump_to_file): what parked virtual threads wait in.

@@ -257,12 +257,14 @@ static json verdict_json(const Verdict& v) {
     json rk = json::array();
     for (const auto& st : v.ranking)
         rk.push_back({{"stage", contract_name(st.stage)}, {"where", st.where}, {"waiting", st.waiting}});
-    return {{"stage", contract_name(v.stage)},
-            {"where", v.where},
-            {"waiting", v.waiting},
-            {"summary", v.summary},
-            {"severity", contract_name(v.severity)},
-            {"ranking", rk}};
+    json j = {{"stage", contract_name(v.stage)},
+              {"where", v.where},
+              {"waiting", v.waiting},
+              {"summary", v.summary},
+              {"severity", contract_name(v.severity)},
+              {"ranking", rk}};
+    if (v.window_seconds > 0) j["window_seconds"] = secs(v.window_seconds);
+    return j;
 }
 
 static json probes_json(const ProbeFamilies& probes) {

@@ -105,6 +105,7 @@ template <class V> void fields(V& v, StageCount& x) { v(x.stage); v(x.where); v(
 template <class V> void fields(V& v, PoolGate& x) { v(x.peer); v(x.busy); v(x.connections); v(x.waiters); }
 template <class V> void fields(V& v, Verdict& x) {
     v(x.stage); v(x.where); v(x.waiting); v(x.summary); v(x.severity); v(x.ranking); v(x.pool);
+    v(x.window_seconds);
 }
 template <class V> void fields(V& v, ParkedFrames& x) { v(x.frames); v(x.count); }
 template <class V> void fields(V& v, Snapshot& x) {

@@ -27,6 +27,7 @@ std::shared_ptr<const Snapshot> RecentVerdict::apply(std::shared_ptr<const Snaps
     if (!w.snap) return now;
     auto out = std::make_shared<Snapshot>(*now);
     out->verdict = w.snap->verdict;
+    out->verdict.window_seconds = w.snap->window_seconds;
     return out;
 }
 

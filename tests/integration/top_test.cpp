@@ -129,9 +129,10 @@ void expect_restored(Tmux& t, const std::string& why) {
 
 // Starts `qscope top` in the pane and waits for its first full screen (the header's tick).
 bool start_top(Tmux& t, pid_t target, double* first_frame_s = nullptr, double* attaching_s = nullptr,
-               const std::string& env = "", long* first_tick = nullptr) {
+               const std::string& env = "", long* first_tick = nullptr, const std::string& args = "") {
     const double t0 = now_s();
-    t.type(env + qscope_bin() + " top --pid " + std::to_string(target) + " --interval 0.5; echo EXIT=$?");
+    t.type(env + qscope_bin() + " top --pid " + std::to_string(target) + " --interval 0.5" + args +
+           "; echo EXIT=$?");
     t.keys("Enter");
     bool attaching = false;
     const bool ok = t.wait_for(
@@ -169,7 +170,8 @@ TEST_CASE("qscope top in a real terminal: verdict, stages, peers, keys, resize, 
     REQUIRE(t.ok());
     double first = 0, attaching = 0;
     long first_tick = -1;
-    REQUIRE(start_top(t, srv.proc.pid(), &first, &attaching, "", &first_tick));
+    // A 2 s verdict window, so that a section sees the verdict taken over it.
+    REQUIRE(start_top(t, srv.proc.pid(), &first, &attaching, "", &first_tick, " --verdict-window 2"));
     WARN("first frame after " << attaching << " s, first full screen after " << first << " s");
     // The attach's own look is the first frame (tick 0), not a second tick taken at once after
     // it; the next comes 0.5 s later, and the screen is read every 0.1 s.
@@ -208,6 +210,14 @@ TEST_CASE("qscope top in a real terminal: verdict, stages, peers, keys, resize, 
 
         const long tick1 = tick_of(s);
         REQUIRE(t.wait_for([&](const std::string& x) { return tick_of(x) > tick1; }, 5));
+
+        // Past --verdict-window the verdict is taken over its last 2-2.5 s, and says so; the
+        // panels keep the window since the attach. Still the pool: the load has not changed.
+        const std::regex recent("^ (WARN|CRITICAL)  over the last [23] s: .*127\\.0\\.0\\.1:" + std::to_string(ds.port));
+        CHECK(t.wait_for([&](const std::string&) {
+            const auto l = t.capture();
+            return l.size() > 1 && std::regex_search(l[1], recent);
+        }, 10));
     }
 
     SECTION("? opens the help overlay listing the keys; any key closes it") {

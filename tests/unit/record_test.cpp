@@ -272,6 +272,10 @@ TEST_CASE("record: an exporter's verdict looks back over its horizon, not to the
     CHECK(out->verdict.where.find("event loop") == std::string::npos);
     CHECK(out->verdict.stage != Stage::none);  // the 22 unread requests still are a queue
     CHECK(out->carriers.loops[0].stalls == 3);  // only the verdict changes; the rest is live
+    // ... and says so: its span, one to one and a quarter horizons (ticks kept 15 s apart).
+    CHECK(out->verdict.window_seconds >= 60);
+    CHECK(out->verdict.window_seconds <= 75);
+    CHECK(out->window_seconds > 99);
 
     // A stall inside the horizon names the loop again.
     RecentVerdict again(60);
@@ -281,6 +285,7 @@ TEST_CASE("record: an exporter's verdict looks back over its horizon, not to the
     // A re-attach starts the window again: its first ticks' verdicts are their own.
     const auto fresh = std::make_shared<const Snapshot>(exporter_tick(1));
     CHECK(again.apply(fresh)->verdict.summary == fresh->verdict.summary);
+    CHECK(again.apply(fresh)->verdict.window_seconds == 0);
     CHECK_FALSE(again.apply(nullptr));
 }
 

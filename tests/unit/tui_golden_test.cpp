@@ -61,6 +61,14 @@ TEST_CASE("golden: idle server", "[tui][golden]") {
     check_golden("idle_200x50", &s, 200, 50, ui_at(), h);
 }
 
+TEST_CASE("golden: a verdict taken over the last --verdict-window says its span", "[tui][golden]") {
+    Snapshot s = accept_overflow();
+    s.window_seconds = s.attached_seconds = 1860;  // top attached half an hour ago
+    s.verdict.window_seconds = 62;
+    const History h = history_for(s);
+    check_golden("verdict_window_120x40", &s, 120, 40, ui_at(Panel::listeners), h);
+}
+
 TEST_CASE("golden: accept-queue overflow", "[tui][golden]") {
     const Snapshot s = accept_overflow();
     const History h = history_for(s);

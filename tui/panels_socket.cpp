@@ -74,8 +74,8 @@ void add_tls(Line& l, const TlsSeen& t) {
                  hidden ? Role::warn : Role::dim});
 }
 
-// Requests a lingering close drained unanswered (Requests::dropped): the clients saw their
-// connections end. Shown only once there are some.
+// Requests their connection's close dropped unanswered (Requests::dropped): the clients saw
+// their connections end. Shown only once there are some.
 void add_dropped(Line& l, uint64_t dropped) {
     if (!dropped) return;
     l.push_back({"  dropped ", Role::dim});

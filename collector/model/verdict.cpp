@@ -532,6 +532,11 @@ void describe_first_look(const Snapshot& s, uint64_t overflows, Verdict& v) {
 
 }  // namespace
 
+std::string dropped_text(uint64_t dropped) {
+    return counted(dropped, "request") + " dropped unanswered at " +
+           (dropped == 1 ? "its connection's close" : "their connections' close");
+}
+
 void compute_verdict(Snapshot& s, Seen seen) {
     settle_loops(s);
     Verdict v;
@@ -569,8 +574,7 @@ void compute_verdict(Snapshot& s, Seen seen) {
     // Requests lost without an answer, whatever limits the rest: clients saw their
     // connections end (a lingering close while every worker is busy, Requests::dropped).
     if (s.requests.dropped) {
-        v.summary += "; " + counted(s.requests.dropped, "request") + " dropped unanswered at " +
-                     (s.requests.dropped == 1 ? "its connection's close" : "their connections' close");
+        v.summary += "; " + dropped_text(s.requests.dropped);
         v.severity = std::max(v.severity, v.stage == Stage::none ? Severity::warn : Severity::critical);
     }
     if (seen == Seen::window) {

@@ -14,4 +14,8 @@ enum class Seen { first_look, window };
 // Fills snap.verdict (and parked_in_runtime) from the rest of the snapshot. Pure.
 void compute_verdict(Snapshot& snap, Seen seen = Seen::window);
 
+// "25 requests dropped unanswered at their connections' close" (Requests::dropped): the
+// verdict's clause and the report's line.
+std::string dropped_text(uint64_t dropped);
+
 }  // namespace qscope

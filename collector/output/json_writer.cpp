@@ -7,6 +7,7 @@
 
 #include "model/format.h"
 #include "model/processes.h"
+#include "model/verdict.h"
 
 namespace qscope {
 
@@ -335,7 +336,7 @@ static void render_fan_out(std::ostringstream& o, const FanOut& f) {
     if (w.failing_requests)
         o << "; answered 5xx: " << counted(w.failing_requests, "request") << ", " << counted(w.failing_calls, "call")
           << ", " << counted(w.failing_retries, "retry", "retries");
-    o << "; failed calls " << w.failed_calls << "\n";
+    o << "; failed calls " << fmt_count(w.failed_calls) << "\n";
 }
 
 // "http1 12, tls 3" for the kinds seen, "" when none.
@@ -371,9 +372,7 @@ static void render_requests(std::ostringstream& o, const Snapshot& s) {
       << "  status 2xx " << r.status.c2xx << "  3xx " << r.status.c3xx << "  4xx " << r.status.c4xx << "  5xx "
       << r.status.c5xx << "  unknown " << r.status.unknown << "\n";
     if (r.dropped)
-        o << "  dropped " << counted(r.dropped, "request") << " unanswered at "
-          << (r.dropped == 1 ? "its connection's close" : "their connections' close")
-          << " (drained by a lingering close, or left unread)\n";
+        o << "  " << dropped_text(r.dropped) << " (drained by a lingering close, or left unread)\n";
     if (r.tls.present())
         o << "  tls " << r.tls.connections << " connections, plaintext seen on " << r.tls.plaintext_connections
           << " (HTTP/2 " << r.tls.h2_connections << ", streams followed on " << r.tls.h2_followed_connections << ")"

@@ -109,9 +109,9 @@ struct qs_effects {
 	__u8 accepted;        /* count an accept (with or without a wait) */
 	__u8 connect_ok;
 	__u8 connect_fail;
-	__u8 dropped;         /* an HTTP/1.x request dropped unanswered: drained by a lingering close
-	                       * (qs_on_read), or left unread at the close (qs_on_close) */
-	__u8 pad;
+	__u8 dropped;         /* an HTTP/1.x request dropped unanswered: left unread at the close
+	                       * (qs_on_close), or drained, and its bytes a request (sock.bpf.c) */
+	__u8 drained;         /* read after the app shut its sending side: never answered (qs_on_read) */
 };
 
 static __always_inline __u64 qs_age(__u64 now, __u64 since)
@@ -275,12 +275,11 @@ static __always_inline void qs_on_arrival(struct qs_conn *c, __u64 now, __u32 un
 }
 
 /* The app read `ret` bytes (sock_recv_length); unread_after: bytes still queued after it.
- * send_shut: the app had already shut its sending side, so nothing it reads now is answered.
- * http1_request: the bytes begin an HTTP/1.x request line, on a connection not known to speak
- * another protocol (the caller looks only when send_shut: a copy of the user's buffer). */
+ * send_shut: the app had already shut its sending side, so nothing it reads now is answered:
+ * e->drained, and the caller looks at the bytes (a copy of the user's buffer, made only then)
+ * to tell a dropped request from the rest of a body or a goodbye. */
 static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, int flags,
-				       __u32 unread_after, int send_shut, int http1_request,
-				       struct qs_effects *e)
+				       __u32 unread_after, int send_shut, struct qs_effects *e)
 {
 	if (ret <= 0 || (flags & QS_MSG_PEEK) || (c->aflags & QS_A_CLOSED))
 		return;
@@ -315,11 +314,10 @@ static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, in
 	/* A lingering close: the server shut its side and drains what the client sent meanwhile
 	 * (Apache's event MPM closes keep-alive connections when every worker is busy, and reads
 	 * the request already on its way). Read, never answered: no request in flight, but a
-	 * request dropped when its bytes are one. Other bytes drained there (the rest of a body
-	 * a server answered early, a TLS alert, a protocol's goodbye) are no request. */
+	 * request dropped when its bytes are one (the caller's to tell: the rest of a body a
+	 * server answered early, a TLS alert or a protocol's goodbye drained there is none). */
 	if (send_shut && c->state != QS_ST_REQUEST) {
-		if (http1_request)
-			e->dropped = 1;
+		e->drained = 1;
 		return;
 	}
 	if (c->state != QS_ST_REQUEST) {

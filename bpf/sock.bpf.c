@@ -1175,6 +1175,7 @@ static __always_inline void h2_walk_syscall(__u64 key, struct qs_conn *c, int re
 static __always_inline void h2_walk_or_lose(__u64 key, struct qs_conn *c, int ret, __u32 rx, const int walk);
 static __always_inline int h2_follow(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 int io_is_h2_preface(void);
+int io_is_request_line(void);
 static __always_inline void peer_speaks_h2(struct qs_conn *c, int followed);
 static __always_inline int h2_follow_tls(__u64 key, struct qs_conn *c, int preface, struct qs_effects *e);
 
@@ -1186,7 +1187,6 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	struct qs_conn *c;
 	struct qs_effects e = {};
 	struct io_head head = {};
-	int send_shut;
 	__u8 was;
 
 	if (ret <= 0)
@@ -1214,20 +1214,20 @@ static __always_inline void on_recv(struct sock *sk, int ret, int flags, const i
 	    io_head(&head, ret) >= QS_H2_HEADER && qs_h2_plausible(head.b, 0, 1))
 		h2_follow(key, c, 0, &e);
 	was = c->state;
-	send_shut = c->dir == QS_DIR_IN && sk_send_shut(sk);
 	/* On a Unix connection the bytes a read leaves are the rest of the request being read:
 	 * php-fpm leaves FastCGI's empty STDIN record queued until its script ends, which would
 	 * read as a request unread in the connector behind every one in flight. A request
-	 * that arrives later sets it again (qs_data_ready). Bytes drained after the shutdown
-	 * are looked at (12 copied) only there, on a connection not known to speak anything
-	 * but HTTP/1.x (nothing answered yet, or status lines). */
+	 * that arrives later sets it again (qs_data_ready). */
 	qs_on_read(c, bpf_ktime_get_ns(), ret, flags,
 		   c->dir == QS_DIR_IN && !(c->flags & QS_F_UNIX)
 			   ? (probe ? sk_unread_probe(sk) : sk_unread(sk)) : 0,
-		   send_shut,
-		   send_shut && (!c->wire || c->wire == 1 + QS_WIRE_HTTP1) && !(flags & QS_MSG_PEEK) &&
-			   io_head(&head, ret) && qs_http_request_line(head.b, (int)head.n),
-		   &e);
+		   c->dir == QS_DIR_IN && sk_send_shut(sk), &e);
+	/* Drained after the shutdown: a dropped request when the bytes begin a request line, on
+	 * a connection not known to speak anything but HTTP/1.x (nothing answered yet, or
+	 * status lines). Looked at only here: a lingering close's reads are rare. */
+	if (e.drained && (!c->wire || c->wire == 1 + QS_WIRE_HTTP1) && !(flags & QS_MSG_PEEK) &&
+	    io_is_request_line())
+		e.dropped = 1;
 	if (c->proto == QS_PROTO_H2 && !(flags & QS_MSG_PEEK))
 		h2_walk_or_lose(key, c, ret, 1, walk);
 	else if (c->dir == QS_DIR_IN && was != QS_ST_REQUEST && c->state == QS_ST_REQUEST)
@@ -1933,6 +1933,23 @@ __noinline int io_is_h2_preface(void)
 	if (!syscall_buffer(&base, &len) || !base || len < sizeof(b) || bpf_probe_read_user(b, sizeof(b), base))
 		return 0;
 	return qs_h2_is_preface(b, sizeof(b));
+}
+
+/* Does the current read begin an HTTP/1.x request line (qs_http_request_line)? Global, as
+ * io_is_h2_preface: its 12 bytes sit in its own frame, not in the read program's, whose
+ * call chain to the HTTP/2 walk 6.1 holds to 512 bytes of stack together. */
+__noinline int io_is_request_line(void)
+{
+	unsigned char b[12];
+	const void *base = 0;
+	__u64 len = 0, n;
+	if (!syscall_buffer(&base, &len) || !base)
+		return 0;
+	n = len < sizeof(b) ? len : sizeof(b);
+	barrier_var(n);
+	if (n < 5 || n > sizeof(b) || bpf_probe_read_user(b, n, base))
+		return 0;
+	return qs_http_request_line(b, (int)n);
 }
 
 /* h2_follow for HTTP/2 inside TLS (inbound, --tls): the connection is counted as TLS with its

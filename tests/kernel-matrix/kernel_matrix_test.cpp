@@ -9,6 +9,7 @@
 // default Debian 12's 6.1 cloud kernel).
 // QSCOPE_KM_MODES: the attach types the socket cases run under (default "auto kprobe"): auto is
 // qscope's own choice, checked against the guest kernel's own list of sock tracepoints.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -260,7 +261,10 @@ TEST_CASE("kernel matrix: connections and unread requests (connector queue) vs /
         CHECK(t.established == 12);
         CHECK(r["connections"].get<int>() == t.established);
         CHECK(t.with_unread >= 8);
-        CHECK(std::abs(r["waiting_unread"].get<double>() - t.with_unread) <= 0.10 * t.with_unread);
+        // Two instants, qscope's last tick then /proc's read: a worker that answers in between
+        // turns its connection's next request from unread to read (a 12-connection TCG guest
+        // read 9 unread and 3 in flight against the server's 8 queued and 4 busy).
+        CHECK(std::abs(r["waiting_unread"].get<double>() - t.with_unread) <= std::max(1.0, 0.10 * t.with_unread));
         CHECK(r["waiting_unread_max"].get<int>() >= 8);
         CHECK(r["oldest_unread_seconds"].get<double>() > 0);
     }

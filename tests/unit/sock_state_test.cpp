@@ -35,6 +35,7 @@ struct Gauges {
 struct Conn {
     qs_conn c{};
     Gauges g;
+    int drained = 0;  // reads qs_on_read found drained after the shutdown
     qs_effects e() { return qs_effects{}; }
     void arrive(unsigned long long t, unsigned bytes) {
         auto x = e();
@@ -46,12 +47,14 @@ struct Conn {
         qs_on_accept(&c, t, &x);
         g.apply(x);
     }
-    // http1_request: the caller found the bytes begin an HTTP/1.x request line on a
-    // connection that answered in HTTP/1.x (sock.bpf.c looks only when send_shut).
+    // request_line: the bytes begin an HTTP/1.x request line. sock.bpf.c looks at them only
+    // when qs_on_read says they were drained, and counts a dropped request then.
     void read(unsigned long long t, int ret, unsigned left = 0, int flags = 0, int send_shut = 0,
-              int http1_request = 0) {
+              int request_line = 0) {
         auto x = e();
-        qs_on_read(&c, t, ret, flags, left, send_shut, http1_request, &x);
+        qs_on_read(&c, t, ret, flags, left, send_shut, &x);
+        if (x.drained) ++drained;
+        if (x.drained && request_line) x.dropped = 1;
         g.apply(x);
     }
     int write(unsigned long long t, int ret) {
@@ -125,6 +128,7 @@ TEST_CASE("a lingering close drains the client's next request: read, never answe
     k.accept(10);
     k.arrive(20, 45);
     k.read(30, 45);
+    CHECK(k.drained == 0);
     CHECK(k.write(40, 109) == 1);   // answered
     k.arrive(50, 45);               // the client's next request
     CHECK(k.g.unread == 1);
@@ -132,6 +136,7 @@ TEST_CASE("a lingering close drains the client's next request: read, never answe
     CHECK(k.g.unread == 0);
     CHECK(k.g.in_flight == 0);
     CHECK(k.c.state != QS_ST_REQUEST);
+    CHECK(k.drained == 1);
     CHECK(k.g.dropped == 1);        // the client's request, never to be answered
     k.close();
     CHECK(k.g.in_flight == 0);
@@ -146,10 +151,12 @@ TEST_CASE("a lingering close drains the client's next request: read, never answe
     b.read(30, 4096, 0);
     CHECK(b.write(40, 120) == 1);
     b.read(50, 4096, 0, 0, 1, 0);
+    CHECK(b.drained == 1);
     CHECK(b.g.dropped == 0);
     CHECK(b.g.in_flight == 0);
-    // Bytes that begin a request, read before the shutdown: a request in flight, not dropped.
+    // Bytes that begin a request, read before the shutdown: a request in flight, not drained.
     b.read(60, 45, 0, 0, 0, 1);
+    CHECK(b.drained == 1);
     CHECK(b.g.dropped == 0);
     CHECK(b.g.in_flight == 1);
 

@@ -56,7 +56,8 @@ struct qs_port_stats {
 	__u32 port;                   /* host order; 0 = slot unused */
 	__u32 pad;
 	__u64 wire[QS_WIRES];         /* connections by what their first response began with (QS_WIRE_*) */
-	__u64 dropped;                /* HTTP/1.x requests drained unanswered by a lingering close */
+	__u64 dropped;                /* HTTP/1.x requests a close dropped unanswered: drained by a lingering
+	                               * close, or left unread (qs_effects.dropped) */
 };
 
 /* A listener's drop seen before tcp_rcv_text is known (early_drops): where, on which port. */

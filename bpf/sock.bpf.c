@@ -265,6 +265,16 @@ static __always_inline void hist_add(struct qs_hist *h, __u64 v)
 }
 
 /* Apply a transition's effects to the shared aggregates. status: class of a completed request. */
+/* A response of port p (index idx) written `latency_ns` after its request began. */
+static __always_inline void port_response(struct qs_port_stats *p, __u32 idx, int status,
+					  __u64 latency_ns)
+{
+	if (status < 0 || status >= QS_STATUS_CLASSES)
+		status = QS_STATUS_UNKNOWN;
+	__sync_fetch_and_add(&p->status[status & 7], 1);
+	hist_add(port_hist(idx, QS_PH_LATENCY + status), latency_ns);
+}
+
 static __always_inline void apply(const struct qs_conn *c, const struct qs_effects *e, int status)
 {
 	if (c->dir == QS_DIR_IN) {
@@ -280,12 +290,8 @@ static __always_inline void apply(const struct qs_conn *c, const struct qs_effec
 			__sync_fetch_and_add(&p->dropped, 1);
 		if (e->record_accept_wait)
 			hist_add(port_hist(c->idx, QS_PH_ACCEPT_WAIT), e->accept_wait_ns);
-		if (e->record_latency) {
-			if (status < 0 || status >= QS_STATUS_CLASSES)
-				status = QS_STATUS_UNKNOWN;
-			__sync_fetch_and_add(&p->status[status & 7], 1);
-			hist_add(port_hist(c->idx, QS_PH_LATENCY + status), e->latency_ns);
-		}
+		if (e->record_latency)
+			port_response(p, c->idx, status, e->latency_ns);
 	} else {
 		struct qs_peer_stats *p = peer_at(c->idx);
 		if (!p)
@@ -531,6 +537,26 @@ struct {
 	__type(key, __u64);
 	__type(value, __u8);
 } conns_lost SEC(".maps");
+
+/* An inbound connection closed in the middle of a request, when its close was not inside the
+ * target's own write (qs_set_state): a client that gave up, or the reset a response's write
+ * provoked processed on another CPU before that write's probe ran. In the second case the write
+ * returns its bytes to a server that counts the response, after the entry is gone: this record
+ * lets that write count it (late_write_counted). Written only at such closes; an entry a write
+ * never takes ages out (LRU), and it is only looked at by a write on a socket in TCP_CLOSE. */
+struct qs_closed_request {
+	__u64 t_req;     /* when the request began */
+	__u64 t_close;
+	__u32 idx;       /* its port */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, struct qs_closed_request);
+} closed_requests SEC(".maps");
 
 static __always_inline void conn_insert(__u64 key, const struct qs_conn *c)
 {
@@ -1131,6 +1157,11 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 			if (counted)
 				status = response_status();
 			req_end(key, counted, status);
+		} else if (c->dir == QS_DIR_IN && c->state == QS_ST_REQUEST && c->proto == QS_PROTO_TURNS &&
+			   !(c->flags & QS_F_START_UNKNOWN) && !(c->aflags & QS_A_CLOSED)) {
+			struct qs_closed_request r = { .t_req = c->t_req, .t_close = bpf_ktime_get_ns(),
+						       .idx = c->idx };
+			bpf_map_update_elem(&closed_requests, &key, &r, BPF_ANY);
 		}
 		/* A refused connect is a failed call of the request that made it (the caller's
 		 * tid was kept at SYN_SENT): the next connect to that peer is a retry. */
@@ -2112,6 +2143,35 @@ static __always_inline int in_send_syscall(void)
 	return qs_sys_class(nr) == QS_SC_SEND;
 }
 
+/* A write that found no entry for its socket: if the socket is closed and its close ended a
+ * request mid-way (closed_requests), the write is that request's response. */
+static __always_inline int late_write_counted(__u64 key)
+{
+	struct qs_closed_request *r = bpf_map_lookup_elem(&closed_requests, &key);
+	struct qs_port_stats *p;
+	__u64 now = bpf_ktime_get_ns(), t_req, t_close;
+	__u32 idx;
+	int status;
+
+	if (!r)
+		return 0;
+	t_req = r->t_req;
+	t_close = r->t_close;
+	idx = r->idx;
+	/* A second's margin for a write that raced its own reset; anything older is another
+	 * socket's story (the entry's socket freed and its memory reused). The delete decides
+	 * which write counts it, if two get here. */
+	if (bpf_map_delete_elem(&closed_requests, &key) || qs_age(now, t_close) > 1000000000ULL)
+		return 0;
+	p = port_at(idx);
+	if (!p)
+		return 0;
+	status = response_status();
+	port_response(p, idx, status, qs_age(now, t_req));
+	req_end(key, 1, status);
+	return 1;
+}
+
 /* A write of the target's (its callers checked is_target). walk: as on_recv's. */
 static __always_inline void on_send(struct sock *sk, int ret, const int walk)
 {
@@ -2126,8 +2186,11 @@ static __always_inline void on_send(struct sock *sk, int ret, const int walk)
 	if (ret <= 0)
 		return;
 	c = bpf_map_lookup_elem(&conns, &key);
-	if (!c)
+	if (!c) {
+		if (BPF_CORE_READ(sk, __sk_common.skc_state) == QS_TCP_CLOSE)
+			late_write_counted(key);
 		return;
+	}
 	if (c->dir == QS_DIR_IN)
 		note_server(c);
 	was = c->state;

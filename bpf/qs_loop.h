@@ -32,6 +32,9 @@ struct qs_loop_val {
 	__u64 stalls;		/* completed turns >= stall_ns */
 	__u64 turn_start;	/* CLOCK_MONOTONIC start of the turn going on now; 0 = in its poll */
 	__u64 polls;		/* poll entries on the loop's set (a turn ends at each but the first) */
+	__u64 stalls_runqueue;	/* of the stalls, turns whose time outside the run queue was < stall_ns:
+				 * waiting for a CPU made them stalls, not the loop's own work */
+	__u64 runqueue_ns;	/* of busy_ns, the time runnable, waiting for a CPU */
 	__u32 tid;
 	__u32 tgid;
 	__u32 fd;		/* the poll set (QS_LOOP_FD_NONE for poll/select) */

@@ -576,14 +576,18 @@ static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
 	if (v) {
 		__sync_fetch_and_add(&v->turns, 1);
 		__sync_fetch_and_add(&v->busy_ns, turn);
+		__sync_fetch_and_add(&v->runqueue_ns, s->turn_rq < turn ? s->turn_rq : turn);
 		__sync_fetch_and_add(&v->polls, 1);
 		loop_max(&v->max_ns, turn);
 		slot = qs_whist_slot(turn);
 		asm volatile("" : "+r"(slot));	/* see record_wait */
 		if (slot < QS_WHIST_SLOTS)
 			__sync_fetch_and_add(&v->slots[slot], 1);
-		if (turn >= loop_stall_ns)
+		if (turn >= loop_stall_ns) {
 			__sync_fetch_and_add(&v->stalls, 1);
+			if (turn - (s->turn_rq < turn ? s->turn_rq : turn) < loop_stall_ns)
+				__sync_fetch_and_add(&v->stalls_runqueue, 1);
+		}
 		v->turn_start = 0;
 	}
 	w = bpf_map_lookup_elem(&loop_wmax, &tid);

@@ -384,9 +384,15 @@ void loop_families(const Snapshot& s, uint32_t cap, Families& out) {
     Fam util("qscope_loop_utilization", "Share of the window an event loop was busy (not parked in its poll), 0-1",
              kGauge, lab);
     Fam busy("qscope_loop_busy_seconds_total", "Time an event loop spent in completed turns, since attach", kCounter, lab);
+    Fam busy_rq("qscope_loop_runqueue_seconds_total",
+                "Of an event loop's busy time, the part it was runnable and waiting for a CPU, since attach", kCounter,
+                lab);
     Fam turns("qscope_loop_turns_total", "Event-loop turns (poll exit to next poll entry), since attach", kCounter, lab);
     Fam stalls("qscope_loop_stalls_total", "Event-loop turns at least the stall threshold long, since attach", kCounter,
                lab);
+    Fam stalls_rq("qscope_loop_stalls_runqueue_total",
+                  "Of the event-loop stalls, those a wait for a CPU made (under the threshold without it), since attach",
+                  kCounter, lab);
     Fam longest("qscope_loop_longest_turn_seconds", "Longest event-loop turn in the window (or the one going on)",
                 kGauge, lab);
     Fam waiting("qscope_loop_waiting", "Requests waiting behind an event loop now: unread, accept queue, read but not served",
@@ -398,13 +404,15 @@ void loop_families(const Snapshot& s, uint32_t cap, Families& out) {
         const std::vector<std::string> v = {l.name, std::to_string(l.tid)};
         util.add(v, l.utilization);
         busy.add(v, l.busy_seconds_total);
+        busy_rq.add(v, l.runqueue_seconds_total);
         turns.add(v, static_cast<double>(l.turns_total));
         stalls.add(v, static_cast<double>(l.stalls_total));
+        stalls_rq.add(v, static_cast<double>(l.stalls_runqueue_total));
         longest.add(v, l.longest_turn_seconds);
         waiting.add(v, static_cast<double>(loop_waiting(l)));
         dur.add_hist(v, l.turn_total);
     }
-    for (auto* f : {&n, &util, &busy, &turns, &stalls, &longest, &waiting, &dur}) out.push_back(std::move(*f).finish());
+    for (auto* f : {&n, &util, &busy, &busy_rq, &turns, &stalls, &stalls_rq, &longest, &waiting, &dur}) out.push_back(std::move(*f).finish());
 }
 
 void verdict_families(const Snapshot& s, Families& out) {

@@ -53,8 +53,11 @@ bool accepts_unseen(const Snapshot& s) {
 
 bool loop_saturated(const EventLoop& l) { return l.utilization >= kLoopSaturated; }
 
+// Stalls a wait for a CPU made are not the loop's: a loop whose turns are short on a CPU
+// starved of it by other threads is the CPU's limit (the verdict's cpu stage), and naming the
+// loop would send the reader to its code.
 bool loop_stalled(const EventLoop& l, double stall_threshold_seconds) {
-    return l.stalls > 0 || l.current_turn_seconds >= stall_threshold_seconds;
+    return l.stalls > l.stalls_runqueue || l.current_turn_seconds >= stall_threshold_seconds;
 }
 
 uint64_t loop_waiting(const EventLoop& l) {
@@ -93,6 +96,8 @@ std::string stall_where(const EventLoop& l) {
     if (l.recent_stalls.empty()) return "";
     const LoopStall& st = l.recent_stalls.front();
     const std::string frame = stall_frame(st.stack);
+    if (st.runqueue_seconds > st.on_cpu_seconds && st.runqueue_seconds > st.blocked_seconds)
+        return " waiting for a CPU";
     if (st.blocked_seconds > st.on_cpu_seconds && !st.syscall.empty())
         return " blocked in " + st.syscall + (frame.empty() ? "" : " at " + frame);
     return frame.empty() ? " on a CPU" : " in " + frame;
@@ -132,8 +137,13 @@ std::optional<LoopLimit> loop_limit(const Snapshot& s) {
     out.where = "event loop of " + l.name + " (tid " + std::to_string(l.tid) + ")";
     char busy[32];
     std::snprintf(busy, sizeof busy, "%.0f%%", l.utilization * 100);
-    out.detail = "requests queue behind the " + out.where + ": busy " + busy + " of the window, longest turn " +
-                 ms_text(l.longest_turn_seconds) + stall_where(l);
+    out.detail = "requests queue behind the " + out.where + ": busy " + busy + " of the window";
+    // A loop starved of a CPU is busy without working: say so, or the reader goes to its code.
+    if (l.runqueue_share * 2 > l.utilization && l.runqueue_share >= 0.05) {
+        std::snprintf(busy, sizeof busy, "%.0f%%", l.runqueue_share * 100);
+        out.detail += std::string(", most of it (") + busy + ") waiting for a CPU";
+    }
+    out.detail += ", longest turn " + ms_text(l.longest_turn_seconds) + stall_where(l);
     if (l.current_turn_seconds >= threshold) out.detail += ", in a turn for " + ms_text(l.current_turn_seconds) + " now";
     if (l.in_flight > 1) out.detail += "; " + counted(l.in_flight - 1, "request") + " read and waiting behind it";
     if (top_load.averaged)

@@ -299,6 +299,9 @@ struct ThreadGroup {
 // one thread waiting all the time is a CPU's worth of delay every second. The one threshold,
 // for the verdict's cpu stage and every view's warning.
 inline constexpr double kCpuStarvedThreads = 1.0;
+// Half a thread waiting: below the stage, named beside a queue at the door (a single-threaded
+// server starved by other processes never reaches a whole thread).
+inline constexpr double kCpuShortThreads = 0.5;
 
 struct Wait {
     std::string group, syscall, resource;
@@ -331,12 +334,12 @@ struct CarrierThread {
 // An event loop's turn that lasted at least the stall threshold: where its time went.
 struct LoopStall {
     double seconds = 0;                 // poll exit → next poll entry
-    double on_cpu_seconds = 0;          // running, or runnable waiting for a CPU
+    double on_cpu_seconds = 0;          // running
     double blocked_seconds = 0;         // asleep outside its poll
     std::string syscall;                // its longest block; "" when it never blocked
     std::string resource;
     // The on-CPU stack sampled in the turn (CPU-bound), or the longest block's stack.
-    std::vector<std::string> stack;
+    std::vector<std::string> stack;    double runqueue_seconds = 0;        // runnable, waiting for a CPU (the rest of seconds)
 };
 
 // A thread that waits in a poll (epoll_wait, poll, select) and serves many inbound
@@ -359,6 +362,10 @@ struct EventLoop {
     double current_turn_seconds = 0;    // the turn going on now; 0 when in its poll
     uint64_t stalls = 0;                // window: turns >= stall_threshold_seconds
     uint64_t stalls_total = 0;          // since attach
+    // window: of the stalls, those a wait for a CPU made (their time outside the run queue was
+    // under the threshold): the CPU's limit, not the loop's
+    uint64_t stalls_runqueue = 0;
+    uint64_t stalls_runqueue_total = 0;  // since attach
     uint64_t connections = 0;           // inbound connections it serves, open now
     uint64_t connections_served_total = 0;  // since attach: inbound connections it took over
     uint64_t connections_max = 0;       // since attach: the most it held open at once (per tick)
@@ -374,6 +381,10 @@ struct EventLoop {
     Histogram turn_total;               // since attach (exporter)
     uint64_t turns_total = 0;           // since attach
     double busy_seconds_total = 0;      // since attach
+    // window: share of the window its completed turns spent runnable, waiting for a CPU (part
+    // of utilization: a loop starved of a CPU is busy without working)
+    double runqueue_share = 0;
+    double runqueue_seconds_total = 0;  // since attach
 };
 
 // How many of a window's last ticks a serving thread's waiting is averaged over: all of a

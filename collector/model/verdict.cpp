@@ -437,6 +437,16 @@ std::optional<Candidate> carriers_stage(const Snapshot& s, uint64_t parked_elsew
                      static_cast<uint64_t>(c.stalled) + parked_elsewhere};
 }
 
+// A single-threaded event loop (Redis, Node, PgBouncer) runnable half of every second: all it
+// serves waits behind that thread, which a whole thread's worth of waiting summed over the
+// process would never show. Loops only: a lone housekeeping thread (a JIT compiler) waiting on
+// a busy host holds no request.
+bool lone_loop_starved(const Snapshot& s, const ThreadGroup& g) {
+    if (g.threads != 1 || g.waiting_for_cpu < kCpuShortThreads) return false;
+    return std::any_of(s.carriers.loops.begin(), s.carriers.loops.end(),
+                       [&](const EventLoop& l) { return l.name == g.name; });
+}
+
 // The last tick's average, not the threads runnable now: at one instant two runnable threads
 // are a busy host's noise (CI: php-fpm's children, 100 ms sleeps, judged "cpu" beside wrk).
 std::optional<Candidate> cpu_stage(const Snapshot& s) {
@@ -446,11 +456,25 @@ std::optional<Candidate> cpu_stage(const Snapshot& s) {
         waiting += g.waiting_for_cpu;
         if (!hungry || g.waiting_for_cpu > hungry->waiting_for_cpu) hungry = &g;
     }
-    if (waiting < kCpuStarvedThreads || !hungry) return std::nullopt;
-    const auto n = static_cast<uint64_t>(std::llround(waiting));
+    if (!hungry || (waiting < kCpuStarvedThreads && !lone_loop_starved(s, *hungry))) return std::nullopt;
+    const auto n = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(waiting)));
     return Candidate{Stage::cpu, hungry->name,
                      counted(n, "thread") + " runnable on average, waiting for a CPU (most in " + hungry->name + ")",
                      n};
+}
+
+// Requests queued at the door of a server whose threads wait for a CPU: the CPU stage needs a
+// thread's worth of waiting, and a single-threaded loop (Redis) starved by other processes
+// waits most of every second yet never reaches it. Its queue at the door is then the CPU's
+// doing, and the door alone would send the reader to the server's configuration.
+std::string short_of_cpu_clause(const Snapshot& s) {
+    const ThreadGroup* hungry = nullptr;
+    for (const auto& g : s.thread_groups)
+        if (!hungry || g.waiting_for_cpu > hungry->waiting_for_cpu) hungry = &g;
+    if (!hungry || hungry->waiting_for_cpu < kCpuShortThreads) return {};
+    char n[32];
+    std::snprintf(n, sizeof n, "%.2f", hungry->waiting_for_cpu);
+    return hungry->name + " waits for a CPU: " + n + " threads runnable on average over the last second";
 }
 
 // --- rank and choose -----------------------------------------------------------------------
@@ -565,6 +589,8 @@ void compute_verdict(Snapshot& s, Seen seen) {
     for (const auto& l : s.listeners) overflows += l.overflows;
     if (const Candidate* limit = choose_limit(ranked)) {
         describe_limit(*limit, stages, overflows, saturated, v);
+        if (at_the_door(limit->stage))
+            if (const std::string c = short_of_cpu_clause(s); !c.empty()) v.summary += "; " + c;
         if (seen == Seen::first_look) v.summary += std::string(" (first look: ") + kInsideLater + ")";
     } else if (seen == Seen::first_look) {
         describe_first_look(s, overflows, v);

@@ -192,6 +192,7 @@ static json loops_json(const std::vector<EventLoop>& loops) {
             stalls.push_back({{"seconds", secs(st.seconds)},
                               {"on_cpu_seconds", secs(st.on_cpu_seconds)},
                               {"blocked_seconds", secs(st.blocked_seconds)},
+                              {"runqueue_seconds", secs(st.runqueue_seconds)},
                               {"syscall", st.syscall},
                               {"resource", st.resource},
                               {"stack", st.stack}});
@@ -209,6 +210,8 @@ static json loops_json(const std::vector<EventLoop>& loops) {
                        {"current_turn_seconds", secs(l.current_turn_seconds)},
                        {"stalls", l.stalls},
                        {"stalls_total", l.stalls_total},
+                       {"stalls_runqueue", l.stalls_runqueue},
+                       {"runqueue_share", secs(l.runqueue_share)},
                        {"connections", l.connections},
                        {"connections_served_total", l.connections_served_total},
                        {"in_flight", l.in_flight},
@@ -442,12 +445,16 @@ static void render_threads(std::ostringstream& o, const Snapshot& s) {
     for (const auto& l : c.loops) {
         char busy[16];
         std::snprintf(busy, sizeof busy, "%.0f%%", l.utilization * 100);
+        char rq[16];
+        std::snprintf(rq, sizeof rq, "%.0f%%", l.runqueue_share * 100);
         o << "  event loop " << l.name << " (pid " << l.pid << ", tid " << l.tid << ", " << l.poll << "): "
-          << contract_name(l.state) << ", busy " << busy << ", " << l.turns << " turns, longest " << ms(l.longest_turn_seconds)
-          << ", p99 " << ms(l.p99_turn_seconds) << ", " << l.stalls << " stalls; " << l.connections << " connections, "
+          << contract_name(l.state) << ", busy " << busy << " (" << rq << " waiting for a CPU), " << l.turns << " turns, longest " << ms(l.longest_turn_seconds)
+          << ", p99 " << ms(l.p99_turn_seconds) << ", " << l.stalls << " stalls ("
+          << l.stalls_runqueue << " made by a wait for a CPU); " << l.connections << " connections, "
           << l.unread << " unread, " << l.accept_queue << " in the accept queue\n";
         for (const auto& st : l.recent_stalls) {
-            o << "    stall " << ms(st.seconds) << ": on CPU " << ms(st.on_cpu_seconds) << ", blocked " << ms(st.blocked_seconds);
+            o << "    stall " << ms(st.seconds) << ": on CPU " << ms(st.on_cpu_seconds) << ", waiting for a CPU "
+              << ms(st.runqueue_seconds) << ", blocked " << ms(st.blocked_seconds);
             if (!st.syscall.empty()) o << " (longest in " << st.syscall << ")";
             if (!st.stack.empty()) o << " at " << st.stack.front();
             o << "\n";

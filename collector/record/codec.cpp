@@ -83,13 +83,15 @@ template <class V> void fields(V& v, CarrierStall& x) {
 template <class V> void fields(V& v, CarrierThread& x) { v(x.tid); v(x.name); v(x.state); v(x.utilization); }
 template <class V> void fields(V& v, LoopStall& x) {
     v(x.seconds); v(x.on_cpu_seconds); v(x.blocked_seconds); v(x.syscall); v(x.resource); v(x.stack);
+    v(x.runqueue_seconds);
 }
 template <class V> void fields(V& v, EventLoop& x) {
     v(x.tid); v(x.pid); v(x.name); v(x.poll); v(x.state); v(x.blocked_in); v(x.utilization); v(x.turns);
     v(x.turns_per_second); v(x.longest_turn_seconds); v(x.p99_turn_seconds); v(x.current_turn_seconds);
     v(x.stalls); v(x.stalls_total); v(x.connections); v(x.connections_served_total); v(x.connections_max);
     v(x.in_flight); v(x.unread); v(x.accept_queue); v(x.recent_stalls); v(x.turn_total); v(x.turns_total);
-    v(x.busy_seconds_total); v(x.waiting_average);
+    v(x.busy_seconds_total); v(x.waiting_average); v(x.stalls_runqueue); v(x.stalls_runqueue_total);
+    v(x.runqueue_seconds_total);
 }
 template <class V> void fields(V& v, ThreadServing& x) {
     v(x.tid); v(x.pid); v(x.adopted_total); v(x.connections_max); v(x.connections); v(x.in_flight); v(x.unread);

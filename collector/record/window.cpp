@@ -154,10 +154,15 @@ void carriers_window(Span& sp, Snapshot& out) {
         if (!before) continue;
         l.turns = minus(l.turns_total, before->turns_total);
         l.stalls = minus(l.stalls_total, before->stalls_total);
+        l.stalls_runqueue = minus(l.stalls_runqueue_total, before->stalls_runqueue_total);
         l.turns_per_second = out.window_seconds > 0 ? l.turns / out.window_seconds : 0;
         l.utilization = out.window_seconds > 0
                             ? std::min(1.0, minus(l.busy_seconds_total, before->busy_seconds_total) / out.window_seconds)
                             : 0;
+        l.runqueue_share =
+            out.window_seconds > 0
+                ? std::min(1.0, minus(l.runqueue_seconds_total, before->runqueue_seconds_total) / out.window_seconds)
+                : 0;
         const Histogram turns = l.turn_total.delta(before->turn_total);
         const int tid = l.tid;
         // The longest turn is a running maximum like any other (Span::max_of), in µs.

@@ -207,6 +207,101 @@ TEST_CASE("verdict: a stalled loop names where the turn blocked", "[loops][verdi
     CHECK(s.verdict.summary.find("blocked in epoll_pwait at node::SyncProcessRunner::Run") != std::string::npos);
 }
 
+// memcached's 4 libevent workers on a 2-CPU host that Python clients keep busy: each loop
+// ~20% busy with turns of ~0.3 ms at p99, but one turn took 24 ms, 21 of them runnable behind
+// the clients' threads; a request unread at the instant; threads runnable on average.
+static Snapshot loop_starved_of_cpu() {
+    Snapshot s;
+    s.window_seconds = 5;
+    s.requests.waiting_unread = 1;
+    s.carriers.loop_stall_threshold_seconds = 0.02;
+    for (int tid = 101; tid <= 104; tid++) {
+        s.carriers.loops.push_back(polling(tid, 100, "mc-worker", 0.2));
+        s.serving.push_back(serving(tid, 100, 4, 4, 0, tid == 101 ? 1 : 0));
+    }
+    EventLoop& l = s.carriers.loops[0];
+    l.longest_turn_seconds = 0.024;
+    l.stalls = l.stalls_total = 1;
+    l.stalls_runqueue = l.stalls_runqueue_total = 1;
+    LoopStall st;
+    st.seconds = 0.024;
+    st.on_cpu_seconds = 0.003;
+    st.runqueue_seconds = 0.021;
+    l.recent_stalls.push_back(st);
+    ThreadGroup g;
+    g.name = "mc-worker";
+    g.threads = 4;
+    g.running = 1;
+    g.runnable = 1;
+    g.blocked = 2;
+    g.blocked_by["epoll_wait"] = 2;
+    g.waiting_for_cpu = 1.2;
+    s.thread_groups.push_back(g);
+    return s;
+}
+
+TEST_CASE("verdict: a loop whose stall was a wait for a CPU is the CPU's limit, not the loop's", "[loops][verdict]") {
+    Snapshot s = loop_starved_of_cpu();
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::cpu);
+    CHECK(s.verdict.where.find("event loop") == std::string::npos);
+
+    // One stall of its own work among them: the loop is stalled, and its longest turn is
+    // named for what it waited on.
+    Snapshot own = loop_starved_of_cpu();
+    own.carriers.loops[0].stalls = own.carriers.loops[0].stalls_total = 2;
+    own.serving[0].unread = 3;
+    own.requests.waiting_unread = 3;
+    compute_verdict(own);
+    CHECK(own.verdict.stage == Stage::carriers);
+    CHECK(own.verdict.summary.find("longest turn 24 ms waiting for a CPU") != std::string::npos);
+
+    // Busy all the window, most of it runnable behind other threads: the loop holds the queue,
+    // and the reason is named.
+    Snapshot busy = loop_starved_of_cpu();
+    busy.carriers.loops[0].utilization = 0.95;
+    busy.carriers.loops[0].runqueue_share = 0.6;
+    busy.serving[0].unread = 3;
+    busy.requests.waiting_unread = 3;
+    compute_verdict(busy);
+    CHECK(busy.verdict.stage == Stage::carriers);
+    CHECK(busy.verdict.summary.find("busy 95% of the window, most of it (60%) waiting for a CPU") != std::string::npos);
+}
+
+TEST_CASE("verdict: a queue at the door of a server short of a CPU names the CPU", "[loops][verdict]") {
+    // Redis pinned beside CPU hogs: its one thread runnable 83% of every second, its turns
+    // short, 20 PINGs unread.
+    Snapshot s;
+    s.window_seconds = 5;
+    s.requests.waiting_unread = 20;
+    ThreadGroup g;
+    g.name = "redis-server";
+    g.threads = 1;
+    g.runnable = 1;
+    g.waiting_for_cpu = 0.83;
+    s.thread_groups.push_back(g);
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::connector);
+    CHECK(s.verdict.summary ==
+          "20 requests unread in the connector; redis-server waits for a CPU: 0.83 threads runnable on average over "
+          "the last second");
+
+    // Its one thread an event loop: everything it serves waits behind that thread, the CPU's
+    // stage though no whole thread's worth waits.
+    Snapshot lone = s;
+    lone.carriers.loops.push_back(polling(7, 7, "redis-server", 0.3));
+    lone.serving.push_back(serving(7, 7, 20, 20, 0, 20));
+    compute_verdict(lone);
+    CHECK(lone.verdict.stage == Stage::cpu);
+    CHECK(lone.verdict.summary == "1 thread runnable on average, waiting for a CPU (most in redis-server); 20 requests "
+                                  "unread in the connector");
+
+    // A host's ordinary noise (a fifth of a thread) is not named.
+    s.thread_groups[0].waiting_for_cpu = 0.2;
+    compute_verdict(s);
+    CHECK(s.verdict.summary == "20 requests unread in the connector");
+}
+
 // Node behind a 4-socket http.Agent (loops_test's pool case): the loop idle in its poll, 32
 // requests read on its connections, 4 in calls to the pool's peer, the other 28 queued in the
 // agent; 4 idle platform workers in uv_cond_wait the whole window.

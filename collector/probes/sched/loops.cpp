@@ -111,7 +111,8 @@ void LoopTracker::on_stall(const qs_loop_stall& e) {
     LoopStall st;
     st.seconds = e.turn_ns / 1e9;
     st.blocked_seconds = e.blocked_ns / 1e9;
-    st.on_cpu_seconds = std::max(0.0, st.seconds - st.blocked_seconds);
+    st.runqueue_seconds = std::min(e.runqueue_ns, e.turn_ns - std::min(e.turn_ns, e.blocked_ns)) / 1e9;
+    st.on_cpu_seconds = std::max(0.0, st.seconds - st.blocked_seconds - st.runqueue_seconds);
     if (e.top_syscall >= 0) st.syscall = syscall_name(e.top_syscall);
     const bool blocked = e.blocked_ns > e.turn_ns - std::min(e.turn_ns, e.blocked_ns);
     if (blocked && e.top_syscall >= 0 && ctx_ && ctx_->wait_site) {
@@ -159,7 +160,8 @@ void LoopTracker::collect(Snapshot& snap, uint64_t now_ns, uint64_t window_start
             gone.push_back(tid);
             continue;
         }
-        LoopWindow cum{v.turns, v.busy_ns, v.stalls, std::vector<uint32_t>(v.slots, v.slots + QS_WHIST_SLOTS)};
+        LoopWindow cum{v.turns, v.busy_ns, v.stalls, v.stalls_runqueue, v.runqueue_ns,
+                       std::vector<uint32_t>(v.slots, v.slots + QS_WHIST_SLOTS)};
         if (window_reset) {
             // The turn going on at the reset: its part before the window is not the window's.
             if (v.turn_start && window_start_ns > v.turn_start) cum.busy_ns += window_start_ns - v.turn_start;
@@ -180,8 +182,15 @@ void LoopTracker::collect(Snapshot& snap, uint64_t now_ns, uint64_t window_start
         l.turns_per_second = window > 0 ? l.turns / window : 0;
         l.stalls = v.stalls - (base ? std::min<uint64_t>(base->stalls, v.stalls) : 0);
         l.stalls_total = v.stalls;
+        l.stalls_runqueue =
+            v.stalls_runqueue - (base ? std::min<uint64_t>(base->stalls_runqueue, v.stalls_runqueue) : 0);
+        l.stalls_runqueue_total = v.stalls_runqueue;
         l.turns_total = v.turns;
         l.busy_seconds_total = v.busy_ns / 1e9;
+        l.runqueue_seconds_total = v.runqueue_ns / 1e9;
+        if (window > 0)
+            l.runqueue_share = std::min(
+                1.0, (v.runqueue_ns - (base ? std::min<uint64_t>(base->runqueue_ns, v.runqueue_ns) : 0)) / 1e9 / window);
         l.current_turn_seconds = v.turn_start && now_ns > v.turn_start ? (now_ns - v.turn_start) / 1e9 : 0;
         Histogram win;
         add_slots(win, v.slots, base ? &base->slots : nullptr);

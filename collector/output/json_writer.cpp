@@ -445,16 +445,20 @@ static void render_threads(std::ostringstream& o, const Snapshot& s) {
     for (const auto& l : c.loops) {
         char busy[16];
         std::snprintf(busy, sizeof busy, "%.0f%%", l.utilization * 100);
-        char rq[16];
-        std::snprintf(rq, sizeof rq, "%.0f%%", l.runqueue_share * 100);
+        // The parts a wait for a CPU made, where there are any: most loops have none.
+        char rq[48] = "";
+        if (l.runqueue_share >= 0.005)
+            std::snprintf(rq, sizeof rq, " (%.0f%% waiting for a CPU)", l.runqueue_share * 100);
+        const std::string rq_stalls =
+            l.stalls_runqueue ? " (" + std::to_string(l.stalls_runqueue) + " made by a wait for a CPU)" : "";
         o << "  event loop " << l.name << " (pid " << l.pid << ", tid " << l.tid << ", " << l.poll << "): "
-          << contract_name(l.state) << ", busy " << busy << " (" << rq << " waiting for a CPU), " << l.turns << " turns, longest " << ms(l.longest_turn_seconds)
-          << ", p99 " << ms(l.p99_turn_seconds) << ", " << l.stalls << " stalls ("
-          << l.stalls_runqueue << " made by a wait for a CPU); " << l.connections << " connections, "
+          << contract_name(l.state) << ", busy " << busy << rq << ", " << l.turns << " turns, longest " << ms(l.longest_turn_seconds)
+          << ", p99 " << ms(l.p99_turn_seconds) << ", " << l.stalls << " stalls" << rq_stalls << "; " << l.connections << " connections, "
           << l.unread << " unread, " << l.accept_queue << " in the accept queue\n";
         for (const auto& st : l.recent_stalls) {
-            o << "    stall " << ms(st.seconds) << ": on CPU " << ms(st.on_cpu_seconds) << ", waiting for a CPU "
-              << ms(st.runqueue_seconds) << ", blocked " << ms(st.blocked_seconds);
+            o << "    stall " << ms(st.seconds) << ": on CPU " << ms(st.on_cpu_seconds);
+            if (st.runqueue_seconds > 0) o << ", waiting for a CPU " << ms(st.runqueue_seconds);
+            o << ", blocked " << ms(st.blocked_seconds);
             if (!st.syscall.empty()) o << " (longest in " << st.syscall << ")";
             if (!st.stack.empty()) o << " at " << st.stack.front();
             o << "\n";

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "model/loops.h"
+#include "output/json_writer.h"
 #include "model/verdict.h"
 #include "probes/sched/loops.h"
 
@@ -255,6 +256,13 @@ TEST_CASE("verdict: a loop whose stall was a wait for a CPU is the CPU's limit, 
     compute_verdict(own);
     CHECK(own.verdict.stage == Stage::carriers);
     CHECK(own.verdict.summary.find("longest turn 24 ms waiting for a CPU") != std::string::npos);
+
+    // The report gives each stall's parts, and the loop's share runnable, where there are any.
+    s.probes = {ProbeFamily::sock, ProbeFamily::sched};
+    const std::string report = render_report(s);
+    CHECK(report.find("busy 20% (6% waiting for a CPU)") == std::string::npos);  // no share set
+    CHECK(report.find("1 stalls (1 made by a wait for a CPU)") != std::string::npos);
+    CHECK(report.find("stall 24.0ms: on CPU 3.0ms, waiting for a CPU 21.0ms, blocked 0.0ms") != std::string::npos);
 
     // Busy all the window, most of it runnable behind other threads: the loop holds the queue,
     // and the reason is named.

@@ -562,7 +562,7 @@ static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
 	struct tstate *s;
 	struct qs_loop_val *v;
 	struct loop_wmax *w, nw = {};
-	__u64 now, turn, slot;
+	__u64 now, turn, rq, slot;
 	__u32 tid;
 
 	t = bpf_get_current_task_btf();
@@ -571,12 +571,13 @@ static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
 		return;
 	now = bpf_ktime_get_ns();
 	turn = now > s->turn_start ? now - s->turn_start : 0;
+	rq = s->turn_rq < turn ? s->turn_rq : turn;	/* of the turn, runnable */
 	tid = t->pid;
 	v = loop_entry(t, tid, fd, nr);
 	if (v) {
 		__sync_fetch_and_add(&v->turns, 1);
 		__sync_fetch_and_add(&v->busy_ns, turn);
-		__sync_fetch_and_add(&v->runqueue_ns, s->turn_rq < turn ? s->turn_rq : turn);
+		__sync_fetch_and_add(&v->runqueue_ns, rq);
 		__sync_fetch_and_add(&v->polls, 1);
 		loop_max(&v->max_ns, turn);
 		slot = qs_whist_slot(turn);
@@ -585,7 +586,7 @@ static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
 			__sync_fetch_and_add(&v->slots[slot], 1);
 		if (turn >= loop_stall_ns) {
 			__sync_fetch_and_add(&v->stalls, 1);
-			if (turn - (s->turn_rq < turn ? s->turn_rq : turn) < loop_stall_ns)
+			if (turn - rq < loop_stall_ns)
 				__sync_fetch_and_add(&v->stalls_runqueue, 1);
 		}
 		v->turn_start = 0;

@@ -264,7 +264,6 @@ static __always_inline void hist_add(struct qs_hist *h, __u64 v)
 		qs_hist_add(h, v);
 }
 
-/* Apply a transition's effects to the shared aggregates. status: class of a completed request. */
 /* A response of port p (index idx) written `latency_ns` after its request began. */
 static __always_inline void port_response(struct qs_port_stats *p, __u32 idx, int status,
 					  __u64 latency_ns)
@@ -275,6 +274,7 @@ static __always_inline void port_response(struct qs_port_stats *p, __u32 idx, in
 	hist_add(port_hist(idx, QS_PH_LATENCY + status), latency_ns);
 }
 
+/* Apply a transition's effects to the shared aggregates. status: class of a completed request. */
 static __always_inline void apply(const struct qs_conn *c, const struct qs_effects *e, int status)
 {
 	if (c->dir == QS_DIR_IN) {
@@ -1152,16 +1152,18 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 		/* On loopback a response written to a peer that has gone resets the socket inside
 		 * the write itself (the RST is processed before sendmsg returns), so the entry would
 		 * be gone when sock_send_length fires: the close then IS the response's write. */
-		if (c->dir == QS_DIR_IN && c->state == QS_ST_REQUEST && is_target() && in_send_syscall()) {
-			int counted = qs_on_write(c, bpf_ktime_get_ns(), 1, &e);
-			if (counted)
-				status = response_status();
-			req_end(key, counted, status);
-		} else if (c->dir == QS_DIR_IN && c->state == QS_ST_REQUEST && c->proto == QS_PROTO_TURNS &&
-			   !(c->flags & QS_F_START_UNKNOWN) && !(c->aflags & QS_A_CLOSED)) {
-			struct qs_closed_request r = { .t_req = c->t_req, .t_close = bpf_ktime_get_ns(),
-						       .idx = c->idx };
-			bpf_map_update_elem(&closed_requests, &key, &r, BPF_ANY);
+		if (c->dir == QS_DIR_IN && c->state == QS_ST_REQUEST) {
+			if (is_target() && in_send_syscall()) {
+				int counted = qs_on_write(c, bpf_ktime_get_ns(), 1, &e);
+				if (counted)
+					status = response_status();
+				req_end(key, counted, status);
+			} else if (c->proto == QS_PROTO_TURNS && !(c->flags & QS_F_START_UNKNOWN) &&
+				   !(c->aflags & QS_A_CLOSED)) {
+				struct qs_closed_request r = { .t_req = c->t_req, .t_close = bpf_ktime_get_ns(),
+							       .idx = c->idx };
+				bpf_map_update_elem(&closed_requests, &key, &r, BPF_ANY);
+			}
 		}
 		/* A refused connect is a failed call of the request that made it (the caller's
 		 * tid was kept at SYN_SENT): the next connect to that peer is a retry. */

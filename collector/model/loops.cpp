@@ -140,8 +140,9 @@ std::optional<LoopLimit> loop_limit(const Snapshot& s) {
     out.detail = "requests queue behind the " + out.where + ": busy " + busy + " of the window";
     // A loop starved of a CPU is busy without working: say so, or the reader goes to its code.
     if (l.runqueue_share * 2 > l.utilization && l.runqueue_share >= 0.05) {
-        std::snprintf(busy, sizeof busy, "%.0f%%", l.runqueue_share * 100);
-        out.detail += std::string(", most of it (") + busy + ") waiting for a CPU";
+        char rq[32];
+        std::snprintf(rq, sizeof rq, "%.0f%%", l.runqueue_share * 100);
+        out.detail += std::string(", most of it (") + rq + ") waiting for a CPU";
     }
     out.detail += ", longest turn " + ms_text(l.longest_turn_seconds) + stall_where(l);
     if (l.current_turn_seconds >= threshold) out.detail += ", in a turn for " + ms_text(l.current_turn_seconds) + " now";

@@ -339,7 +339,8 @@ struct LoopStall {
     std::string syscall;                // its longest block; "" when it never blocked
     std::string resource;
     // The on-CPU stack sampled in the turn (CPU-bound), or the longest block's stack.
-    std::vector<std::string> stack;    double runqueue_seconds = 0;        // runnable, waiting for a CPU (the rest of seconds)
+    std::vector<std::string> stack;
+    double runqueue_seconds = 0;        // runnable, waiting for a CPU (the rest of seconds)
 };
 
 // A thread that waits in a poll (epoll_wait, poll, select) and serves many inbound

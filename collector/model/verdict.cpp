@@ -441,6 +441,14 @@ std::optional<Candidate> carriers_stage(const Snapshot& s, uint64_t parked_elsew
 // serves waits behind that thread, which a whole thread's worth of waiting summed over the
 // process would never show. Loops only: a lone housekeeping thread (a JIT compiler) waiting on
 // a busy host holds no request.
+// The group with the most threads waiting for a CPU on average; null when there is none.
+const ThreadGroup* hungriest_group(const Snapshot& s) {
+    const ThreadGroup* hungry = nullptr;
+    for (const auto& g : s.thread_groups)
+        if (!hungry || g.waiting_for_cpu > hungry->waiting_for_cpu) hungry = &g;
+    return hungry;
+}
+
 bool lone_loop_starved(const Snapshot& s, const ThreadGroup& g) {
     if (g.threads != 1 || g.waiting_for_cpu < kCpuShortThreads) return false;
     return std::any_of(s.carriers.loops.begin(), s.carriers.loops.end(),
@@ -451,11 +459,8 @@ bool lone_loop_starved(const Snapshot& s, const ThreadGroup& g) {
 // are a busy host's noise (CI: php-fpm's children, 100 ms sleeps, judged "cpu" beside wrk).
 std::optional<Candidate> cpu_stage(const Snapshot& s) {
     double waiting = 0;
-    const ThreadGroup* hungry = nullptr;
-    for (const auto& g : s.thread_groups) {
-        waiting += g.waiting_for_cpu;
-        if (!hungry || g.waiting_for_cpu > hungry->waiting_for_cpu) hungry = &g;
-    }
+    for (const auto& g : s.thread_groups) waiting += g.waiting_for_cpu;
+    const ThreadGroup* hungry = hungriest_group(s);
     if (!hungry || (waiting < kCpuStarvedThreads && !lone_loop_starved(s, *hungry))) return std::nullopt;
     const auto n = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(waiting)));
     return Candidate{Stage::cpu, hungry->name,
@@ -468,9 +473,7 @@ std::optional<Candidate> cpu_stage(const Snapshot& s) {
 // waits most of every second yet never reaches it. Its queue at the door is then the CPU's
 // doing, and the door alone would send the reader to the server's configuration.
 std::string short_of_cpu_clause(const Snapshot& s) {
-    const ThreadGroup* hungry = nullptr;
-    for (const auto& g : s.thread_groups)
-        if (!hungry || g.waiting_for_cpu > hungry->waiting_for_cpu) hungry = &g;
+    const ThreadGroup* hungry = hungriest_group(s);
     if (!hungry || hungry->waiting_for_cpu < kCpuShortThreads) return {};
     char n[32];
     std::snprintf(n, sizeof n, "%.2f", hungry->waiting_for_cpu);

@@ -111,10 +111,11 @@ void LoopTracker::on_stall(const qs_loop_stall& e) {
     LoopStall st;
     st.seconds = e.turn_ns / 1e9;
     st.blocked_seconds = e.blocked_ns / 1e9;
-    st.runqueue_seconds = std::min(e.runqueue_ns, e.turn_ns - std::min(e.turn_ns, e.blocked_ns)) / 1e9;
+    const uint64_t awake_ns = e.turn_ns - std::min(e.turn_ns, e.blocked_ns);  // on a CPU or runnable
+    st.runqueue_seconds = std::min<uint64_t>(e.runqueue_ns, awake_ns) / 1e9;
     st.on_cpu_seconds = std::max(0.0, st.seconds - st.blocked_seconds - st.runqueue_seconds);
     if (e.top_syscall >= 0) st.syscall = syscall_name(e.top_syscall);
-    const bool blocked = e.blocked_ns > e.turn_ns - std::min(e.turn_ns, e.blocked_ns);
+    const bool blocked = e.blocked_ns > awake_ns;
     if (blocked && e.top_syscall >= 0 && ctx_ && ctx_->wait_site) {
         qs_wait_key k{};
         std::memcpy(k.group, e.group, sizeof(k.group));
@@ -170,27 +171,28 @@ void LoopTracker::collect(Snapshot& snap, uint64_t now_ns, uint64_t window_start
         const LoopWindow* base = nullptr;
         auto b = base_.find(tid);
         if (b != base_.end()) base = &b->second;
+        // A cumulative figure's part since the window's base.
+        const auto in_window = [base](uint64_t now, uint64_t LoopWindow::*f) {
+            return now - (base ? std::min<uint64_t>(base->*f, now) : 0);
+        };
         EventLoop l;
         l.tid = static_cast<int>(tid);
         l.pid = static_cast<int>(v.tgid);
         l.name = comm_of(v.comm);
         l.poll = syscall_name(v.poll_syscall);
-        l.turns = v.turns - (base ? std::min<uint64_t>(base->turns, v.turns) : 0);
-        const uint64_t busy = v.busy_ns - (base ? std::min<uint64_t>(base->busy_ns, v.busy_ns) : 0);
+        l.turns = in_window(v.turns, &LoopWindow::turns);
+        const uint64_t busy = in_window(v.busy_ns, &LoopWindow::busy_ns);
         l.utilization = loop_utilization(busy, v.turn_start, window_start_ns, now_ns);
         const double window = (now_ns - window_start_ns) / 1e9;
         l.turns_per_second = window > 0 ? l.turns / window : 0;
-        l.stalls = v.stalls - (base ? std::min<uint64_t>(base->stalls, v.stalls) : 0);
+        l.stalls = in_window(v.stalls, &LoopWindow::stalls);
         l.stalls_total = v.stalls;
-        l.stalls_runqueue =
-            v.stalls_runqueue - (base ? std::min<uint64_t>(base->stalls_runqueue, v.stalls_runqueue) : 0);
+        l.stalls_runqueue = in_window(v.stalls_runqueue, &LoopWindow::stalls_runqueue);
         l.stalls_runqueue_total = v.stalls_runqueue;
         l.turns_total = v.turns;
         l.busy_seconds_total = v.busy_ns / 1e9;
         l.runqueue_seconds_total = v.runqueue_ns / 1e9;
-        if (window > 0)
-            l.runqueue_share = std::min(
-                1.0, (v.runqueue_ns - (base ? std::min<uint64_t>(base->runqueue_ns, v.runqueue_ns) : 0)) / 1e9 / window);
+        if (window > 0) l.runqueue_share = std::min(1.0, in_window(v.runqueue_ns, &LoopWindow::runqueue_ns) / 1e9 / window);
         l.current_turn_seconds = v.turn_start && now_ns > v.turn_start ? (now_ns - v.turn_start) / 1e9 : 0;
         Histogram win;
         add_slots(win, v.slots, base ? &base->slots : nullptr);

@@ -2091,17 +2091,71 @@ static __always_inline void h2_forget(__u64 key, int c_out, struct qs_effects *e
 	bpf_map_delete_elem(&h2_conns, &key);
 }
 
+/* The first bytes of a write whose first buffer is shorter than a status line. */
+struct qs_status_pieces {
+	unsigned char b[32];   /* 12 used; room for a masked offset plus a masked length */
+};
+
+/* Not the stack: the pieces land at an offset known only at run time, which a map value
+ * takes on every supported kernel, and response_status's frame stays as small as it was. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qs_status_pieces);
+} status_pieces SEC(".maps");
+
+#define QS_STATUS_LINE 12      /* "HTTP/1.1 200": what qs_http_status_code reads */
+#define QS_STATUS_PIECES 4     /* iovecs gathered: Varnish needs 3 ("HTTP/1.1", " ", "200") */
+
+/* The class of a response whose status line is written in pieces, one iovec each (Varnish's
+ * writev: "HTTP/1.1", " ", "200", " ", "OK", ...): the first 12 bytes gathered from the first
+ * buffer (base, len) and the iovecs after it. */
+static __always_inline int status_of_pieces(const void *base, __u64 len, const struct iovec *rest,
+					    __u64 nrest)
+{
+	__u32 zero = 0;
+	struct qs_status_pieces *s = bpf_map_lookup_elem(&status_pieces, &zero);
+	struct iovec iov = { .iov_base = (void *)base, .iov_len = len };
+	__u64 off = 0, n;
+	int i;
+
+	if (!s)
+		return QS_STATUS_UNKNOWN;
+	for (i = 0; i < QS_STATUS_PIECES; i++) {
+		n = iov.iov_len < QS_STATUS_LINE - off ? iov.iov_len : QS_STATUS_LINE - off;
+		if (bpf_probe_read_user(s->b + (off & 15), n & 15, iov.iov_base))
+			return QS_STATUS_UNKNOWN;
+		off += n & 15;
+		if (off >= QS_STATUS_LINE || !nrest)
+			break;
+		if (bpf_probe_read_user(&iov, sizeof(iov), rest))
+			return QS_STATUS_UNKNOWN;
+		rest++;
+		nrest--;
+	}
+	if (off >= QS_STATUS_LINE)
+		return qs_response_class(s->b, QS_STATUS_LINE);
+	return off >= QS_H2_FRAME_HEADER ? qs_response_class(s->b, QS_H2_FRAME_HEADER) : QS_STATUS_UNKNOWN;
+}
+
 /* Status class of the response whose first bytes this write carries, or QS_STATUS_H2 / _TLS
- * (qs_response_class). Only the 12 bytes of the status line are copied, 9 when the first
- * buffer is an HTTP/2 frame header alone. Global, as apply_read: verified once per program. */
+ * (qs_response_class). Only the 12 bytes of the status line are copied, 9 when the write is
+ * an HTTP/2 frame header alone; a first iovec shorter than that is joined by the next ones
+ * (status_of_pieces). Global, as apply_read: verified once per program. */
 __noinline int response_status(void)
 {
 	unsigned char buf[12];
 	const void *base = 0;
-	__u64 len = 0;
+	const struct iovec *rest;
+	__u64 len = 0, nrest;
 	__u32 n;
 
-	if (!syscall_buffer(&base, &len) || !base || len < QS_H2_FRAME_HEADER)
+	if (!syscall_buffers(&base, &len, &rest, &nrest) || !base)
+		return QS_STATUS_UNKNOWN;
+	if (len < sizeof(buf) && nrest)
+		return status_of_pieces(base, len, rest, nrest);
+	if (len < QS_H2_FRAME_HEADER)
 		return QS_STATUS_UNKNOWN;
 	n = len < sizeof(buf) ? QS_H2_FRAME_HEADER : sizeof(buf);
 	if (bpf_probe_read_user(buf, n, base))
@@ -2213,9 +2267,10 @@ static __always_inline void on_send(struct sock *sk, int ret, const int walk)
 		status = response_status();
 		note_wire(c, wire_of(status));
 		/* A response that is no status line qscope reads (101 Switching Protocols to a
-		 * WebSocket, 100 Continue, a status line written in pieces) ends what is known of the
-		 * connection's HTTP/1.x: the bytes its client sends later are not taken for requests
-		 * when a close drops them (qs_on_close's http1). Its mix stays as first counted. */
+		 * WebSocket, 100 Continue, a status line split over several writes) ends what is
+		 * known of the connection's HTTP/1.x: the bytes its client sends later are not taken
+		 * for requests when a close drops them (qs_on_close's http1). Its mix stays as first
+		 * counted. */
 		if (status == QS_STATUS_UNKNOWN && c->wire == 1 + QS_WIRE_HTTP1)
 			c->wire = 1 + QS_WIRE_OTHER;
 		/* HTTP/2 met mid-way (its preface was before the attach): the turn just ended was no

@@ -1,7 +1,7 @@
 // A service is a process tree: qscope given the PID an operator has at hand (nginx's master,
 // PostgreSQL's postmaster, gunicorn's arbiter) observes it and every process it forks.
 // Oracles: nginx stub_status (requests, Writing), pg_stat_activity and pgbench's own tps,
-// gunicorn's worker count and /proc, ss.
+// gunicorn's worker count and /proc, ss, varnishncsa.
 // Ports 18400-18499.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,6 +20,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "engine/target.h"
@@ -446,6 +447,75 @@ TEST_CASE("Apache event MPM: 2 processes of 4 threads in front of a slow backend
     CHECK(dropped >= read_errors * 6 / 10);
     // At its end wrk closes 24 connections whose requests Apache may still drop.
     CHECK(dropped <= read_errors + 24);
+}
+
+TEST_CASE("Varnish: status lines written in pieces, counted as varnishncsa logs them", "[tree][integration][varnish]") {
+    if (!require_root()) return;
+    if (access("/usr/sbin/varnishd", X_OK) != 0 || access("/usr/bin/varnishncsa", X_OK) != 0 ||
+        access("/usr/bin/wrk", X_OK) != 0) {
+        skip("varnish or wrk not installed (.ci/setup installs them)");
+        return;
+    }
+    // Varnish writes a response's head with writev, one iovec per token: "HTTP/1.1", " ",
+    // "200", ... A status read from the first iovec alone made every response unknown and the
+    // listener's protocol "other". Two processes (the manager, which forks the cache child),
+    // a backend answered through a pass, and synthetic 503s and 404s. Oracle: varnishncsa, the
+    // request log Varnish writes itself, started before qscope attaches and read after it exits.
+    const std::string dir = temp_dir("qs-tree-varnish");
+    ::chmod(dir.c_str(), 0755);  // the cache child runs as Varnish's own user
+    std::ofstream(dir + "/default.vcl")
+        << "vcl 4.1;\nbackend default { .host = \"127.0.0.1\"; .port = \"18471\"; }\n"
+           "sub vcl_recv {\n"
+           "  if (req.url ~ \"^/e503\") { return (synth(503)); }\n"
+           "  if (req.url ~ \"^/e404\") { return (synth(404)); }\n"
+           "  return (pass);\n}\n";
+    require_free_port(18471);
+    auto backend = start_target("qs_server", {"--port", "18471", "--workers", "8", "--service-ms", "2"});
+    require_free_port(18470);
+    Proc varnishd = spawn({"/usr/sbin/varnishd", "-F", "-a", "127.0.0.1:18470", "-f", dir + "/default.vcl", "-n",
+                           dir + "/vsm", "-s", "malloc,16m"});
+    if (!wait_for_port(18470, 20)) FAIL("varnishd does not listen: " << varnishd.err() << varnishd.out());
+    Proc ncsa = spawn({"/usr/bin/varnishncsa", "-n", dir + "/vsm", "-F", "%s %U"});
+    // varnishncsa logs what happens after it attaches to the log: wait for a request of its own.
+    bool logging = false;
+    for (int i = 0; i < 40 && !logging; ++i) {
+        http_get("127.0.0.1", 18470, "/ready", 2);
+        logging = !ncsa.wait_for_output("/ready", 0.25).empty();
+    }
+    REQUIRE(logging);
+
+    Proc snap = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(varnishd.pid()), "--duration", "6",
+                       "--json", "--no-threads"});
+    REQUIRE(wait_attached(snap.pid(), 20));
+    for (const std::string path : {"/", "/e503", "/e404"}) {
+        Proc load = spawn({"/usr/bin/wrk", "-t1", "-c2", "-d1s", "http://127.0.0.1:18470" + path});
+        REQUIRE(load.wait(15) == 0);
+    }
+    REQUIRE(snap.wait(30) == 0);
+    sleep_s(0.5);  // varnishncsa's last lines
+    ncsa.kill_and_wait();
+    std::map<char, uint64_t> logged;  // status class digit -> requests
+    std::istringstream lines(ncsa.out());
+    for (std::string line; std::getline(lines, line);)
+        if (line.size() > 4 && line.find("/ready") == std::string::npos) ++logged[line[0]];
+    const json s = qscope_json(snap.out());
+    const json& st = s["requests"]["status"];
+    INFO(s["requests"].dump() << "\n" << s["listeners"].dump() << "\nvarnishncsa 2xx " << logged['2'] << " 4xx "
+                              << logged['4'] << " 5xx " << logged['5']);
+    CHECK(s["target"]["processes"]["count"].get<int>() == 2);
+    REQUIRE(logged['2'] > 0);
+    REQUIRE(logged['4'] > 0);
+    REQUIRE(logged['5'] > 0);
+    CHECK(st["2xx"].get<uint64_t>() == logged['2']);
+    CHECK(st["4xx"].get<uint64_t>() == logged['4']);
+    CHECK(st["5xx"].get<uint64_t>() == logged['5']);
+    CHECK(st["unknown"].get<uint64_t>() == 0);
+    const json* l = nullptr;
+    for (const auto& x : s["listeners"])
+        if (x["port"] == 18470) l = &x;
+    REQUIRE(l);
+    CHECK((*l)["protocols"]["http1"].get<uint64_t>() >= 6);  // wrk's connections
+    CHECK((*l)["protocols"]["other"].get<uint64_t>() == 0);
 }
 
 TEST_CASE("gunicorn sync workers: in flight is the busy workers, then the accept queue", "[tree][integration][gunicorn]") {

@@ -60,7 +60,7 @@ struct tstate {
 	__s32 turn_top_sys;
 	__u32 turn_fd;
 	__u32 turn_sampled;
-	__u32 pad2;
+	__u32 turn_tentative;   /* begun at a non-blocking poll that found nothing (loop_poll_exit) */
 };
 
 struct {
@@ -553,10 +553,15 @@ static __always_inline void loop_stall_record(struct task_struct *t, __u32 tid, 
 	bpf_ringbuf_submit(e, 0);
 }
 
+/* A turn begun at a non-blocking poll that found nothing and ended this soon by a poll that
+ * blocks was no work: libuv's look before it blocks (below). */
+#define QS_LOOP_LOOK_NS 200000ULL
+
 /* Entering a poll ends the turn that began when the same poll set last returned. A poll of
- * another set inside a turn is a nested loop: it neither ends nor starts the turn. */
+ * another set inside a turn is a nested loop: it neither ends nor starts the turn. blocking:
+ * the poll may wait (a timeout other than 0). */
 /* Called for the tree's threads only: the programs check it first. */
-static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
+static __always_inline void loop_poll_enter(__u32 fd, __s32 nr, int blocking)
 {
 	struct task_struct *t;
 	struct tstate *s;
@@ -571,6 +576,13 @@ static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
 		return;
 	now = bpf_ktime_get_ns();
 	turn = now > s->turn_start ? now - s->turn_start : 0;
+	if (s->turn_tentative && blocking && turn < QS_LOOP_LOOK_NS) {
+		s->turn_start = 0;
+		v = loop_entry(t, t->pid, fd, nr);
+		if (v)
+			v->turn_start = 0;
+		return;
+	}
 	rq = s->turn_rq < turn ? s->turn_rq : turn;	/* of the turn, runnable */
 	tid = t->pid;
 	v = loop_entry(t, tid, fd, nr);
@@ -609,9 +621,10 @@ static __always_inline void loop_poll_enter(__u32 fd, __s32 nr)
 	s->turn_start = 0;
 }
 
-/* Leaving a poll starts a turn, unless one is going on (a nested loop's poll returned). */
+/* Leaving a poll starts a turn, unless one is going on (a nested loop's poll returned).
+ * tentative: the poll did not block and found nothing (see LOOP_POLL). */
 /* Called for the tree's threads only, like loop_poll_enter. */
-static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
+static __always_inline void loop_poll_exit(__u32 fd, __s32 nr, int tentative)
 {
 	struct task_struct *t;
 	struct tstate *s;
@@ -635,6 +648,7 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
 	s->turn_top_res = 0;
 	s->turn_top_sys = -1;
 	s->turn_sampled = 0;
+	s->turn_tentative = tentative;
 	v = loop_entry(t, t->pid, fd, nr);
 	if (v) {
 		v->turn_start = now;
@@ -642,8 +656,11 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
 	}
 }
 
-/* A non-blocking poll that found nothing (timeout 0, no event: libuv checks once before it
- * blocks, to measure its idle time) does not start a turn: the loop never left its poll. The
+/* A non-blocking poll that found nothing (timeout 0, no event) starts a tentative turn. libuv
+ * looks once so before it blocks, to measure its idle time: the loop never left its poll, and
+ * the blocking poll that follows within QS_LOOP_LOOK_NS drops the turn. Python's asyncio polls
+ * so whenever callbacks are ready and then runs them: that work is a turn, and a loop running
+ * 30 ms callbacks back to back read as 5% busy with one stall while it was never idle. The
  * timeout is the 4th argument of epoll_wait/epoll_pwait (r10), the 3rd of poll (dx); ppoll
  * and select pass it by pointer and are taken as blocking.
  * A poll or ppoll of one fd waits for that fd alone: a thread-per-request server's worker
@@ -668,9 +685,8 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr)
 		(void)nfds;                                                              \
 		if (!(many_expr))                                                        \
 			return 0;                                                        \
-		if (ctx->ret == 0 && timeout == 0)                                        \
-			return 0;                                                        \
-		loop_poll_exit(has_set ? (__u32)regs->di : QS_LOOP_FD_NONE, QS_NR_##name); \
+		loop_poll_exit(has_set ? (__u32)regs->di : QS_LOOP_FD_NONE, QS_NR_##name, \
+			       ctx->ret == 0 && timeout == 0);                           \
 		return 0;                                                                \
 	}
 
@@ -707,6 +723,8 @@ int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
 	__s32 nr;
 	__u32 fd = QS_LOOP_FD_NONE;
 	__u64 a0, a1;
+	int blocking = 1;
+	struct pt_regs *regs;
 
 	if (!qs_current_in_tree())
 		return 0;
@@ -720,10 +738,19 @@ int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
 	switch (nr) {
 	case QS_NR_epoll_wait:
 	case QS_NR_epoll_pwait:
+		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+		blocking = (int)regs->r10 != 0;
+		fd = (__u32)a0;
+		break;
 	case QS_NR_epoll_pwait2:
 		fd = (__u32)a0;
 		break;
 	case QS_NR_poll:
+		if (a1 < 2)
+			return 0;
+		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+		blocking = (int)regs->dx != 0;
+		break;
 	case QS_NR_ppoll:
 		if (a1 < 2)
 			return 0;
@@ -731,18 +758,16 @@ int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
 	case QS_NR_select:
 	case QS_NR_pselect6:
 		break;
-	case QS_NR_io_uring_enter: {
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-
+	case QS_NR_io_uring_enter:
+		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 		if (!uring_waits(regs->dx, regs->r10))
 			return 0;
 		fd = (__u32)a0;
 		break;
-	}
 	default:
 		return 0;
 	}
-	loop_poll_enter(fd, nr);
+	loop_poll_enter(fd, nr, blocking);
 	return 0;
 }
 
@@ -755,7 +780,7 @@ int qs_loop_exit_io_uring_enter(struct trace_event_raw_sys_exit *ctx)
 		return 0;
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (uring_waits(regs->dx, regs->r10))
-		loop_poll_exit((__u32)regs->di, QS_NR_io_uring_enter);
+		loop_poll_exit((__u32)regs->di, QS_NR_io_uring_enter, 0);
 	return 0;
 }
 

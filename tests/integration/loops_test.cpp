@@ -9,6 +9,9 @@
 //    10 points of its CPU share (+ runqueue wait, /proc), and the verdict names it.
 //  - Redis 7 (Debian) running a slow Lua script while clients PING: the loop's longest turn
 //    against Redis's SLOWLOG (20%) and INFO commandstats, the verdict naming the loop.
+//  - uvicorn on Python's asyncio (tests/apps/loops/asgi_app.py), a CPU-bound handler: the
+//    loop's longest turn against asyncio's own, timed in the app between its selector's calls
+//    (20%), its utilization against /proc.
 //  - An io_uring loop (tests/targets/qs_uring.cpp, liburing) with a CPU-bound handler: the
 //    loop found in io_uring_enter, its longest turn against the server's own turn timer
 //    (20%), its utilization against /proc as above, the verdict naming the loop.
@@ -178,10 +181,10 @@ struct NodeRun {
     RunResult first_frame;  // `top --iterations 1` as text, attached while the load still runs
 };
 
-// The last "ELD mono_ns=... max_ns=..." line printed before `end_s` (steady_clock and
-// process.hrtime are both CLOCK_MONOTONIC).
-double eld_max_before(const std::string& out, double end_s) {
-    static const std::regex re("ELD mono_ns=(\\d+) max_ns=(\\d+)");
+// Seconds: the max of the last "TAG mono_ns=... max_ns=..." line printed before `end_s`
+// (steady_clock, process.hrtime and Python's monotonic_ns are all CLOCK_MONOTONIC).
+double max_before(const std::string& out, const std::string& tag, double end_s) {
+    const std::regex re(tag + " mono_ns=(\\d+) max_ns=(\\d+)");
     double max = -1;
     for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
         if (std::stod((*it)[1]) / 1e9 <= end_s) max = std::stod((*it)[2]) / 1e9;
@@ -204,7 +207,7 @@ NodeRun run_node(const std::string& mode, int ms, int clients, uint16_t port) {
     // wrk runs 14 s: the window ended ~7 s in, so this attach too lands mid-load.
     r.first_frame = run_qscope({"top", "--pid", std::to_string(node.pid()), "--iterations", "1"}, 30);
     wrk.kill_and_wait();
-    r.eld_max = eld_max_before(node.out(), r.o.end_s);
+    r.eld_max = max_before(node.out(), "ELD", r.o.end_s);
     node.kill_and_wait();
     return r;
 }
@@ -506,6 +509,53 @@ TEST_CASE("redis starved of a CPU: its long turns are waits for a CPU, as scheds
     std::system(("rm -rf " + dir).c_str());
 }
 
+// Python's asyncio under uvicorn (tests/apps/loops/asgi_app.py): with callbacks ready, the loop
+// polls with a timeout of 0 and finds nothing, then runs them. That work is a turn: read as
+// libuv's look before it blocks, the loop running 30 ms handlers back to back was 5% busy
+// with one stall. Oracles: asyncio's own turns, timed in the app between its selector's calls,
+// for the longest turn; schedstat for utilization.
+TEST_CASE("uvicorn on asyncio, CPU-bound handler: turns after a poll that did not wait are work",
+          "[loops][integration][python]") {
+    if (!require_root()) return;
+    if (std::system("/usr/bin/python3 -c 'import uvicorn' 2>/dev/null") != 0 || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("python3-uvicorn or wrk not installed (.ci/setup installs them)");
+        return;
+    }
+    require_free_port(26051);
+    Proc app = spawn({"/usr/bin/python3", "-m", "uvicorn", "--app-dir", source_dir() + "/tests/apps/loops",
+                      "asgi_app:app", "--loop", "asyncio", "--http", "h11", "--host", "127.0.0.1", "--port", "26051",
+                      "--log-level", "warning"},
+                     {{"QS_CPU_MS", "30"}});
+    REQUIRE(!app.wait_for_output("READY", 15).empty());
+    REQUIRE(wait_for_port(26051, 10));
+    Proc wrk;
+    const Observed o = observe(app.pid(), app.pid(), app.pid(), 5, [&] {
+        REQUIRE(http_get("127.0.0.1", 26051, "/reset", 5) == "reset\n");
+        // Two clients: the loop, detected by two connections at once, reads a request, and in
+        // the next turn (after a poll that found nothing, the other client waiting too) runs
+        // its handler. With more clients that poll often finds the next requests already.
+        wrk = spawn({"/usr/bin/wrk", "-t1", "-c2", "-d12s", "--timeout", "20s", "http://127.0.0.1:26051/"});
+        sleep_s(0.5);
+    });
+    wrk.kill_and_wait();
+    const double own_max = max_before(app.out(), "TURN", o.end_s);
+    app.kill_and_wait();
+    const json& s = o.snap;
+    INFO("verdict: " << s["verdict"].dump());
+    INFO("loops: " << s["carriers"]["loops"].dump());
+    INFO("asyncio's own turns, timed between its selector's calls: max " << own_max << " s");
+    const json* loop = find_loop(s, app.pid());
+    REQUIRE(loop != nullptr);
+    check_utilization(*loop, o);
+    CHECK((*loop)["utilization"].get<double>() >= 0.5);
+    // Every turn that runs a handler is one: 30 ms at least.
+    CHECK((*loop)["stalls"].get<uint64_t>() >= 10);
+    REQUIRE(own_max > 0.03);
+    CHECK((*loop)["longest_turn_seconds"].get<double>() == Approx(own_max).epsilon(0.20));
+    CHECK(s["verdict"]["stage"] == "carriers");
+    CHECK(s["verdict"]["where"].get<std::string>().find("event loop") != std::string::npos);
+}
+
 // io_uring: qs_uring (tests/targets/qs_uring.cpp) serves HTTP on one ring, its loop waiting for
 // completions in io_uring_enter, each request spinning 20 ms of CPU in the loop thread. Its own
 // turn timer is the oracle for the longest turn, as monitorEventLoopDelay is for Node.
@@ -524,14 +574,7 @@ TEST_CASE("io_uring loop, CPU-bound handler: the ring's loop is the limit", "[lo
         sleep_s(0.5);
     });
     wrk.kill_and_wait();
-    const double own_max = [&] {
-        static const std::regex re("TURN mono_ns=(\\d+) max_ns=(\\d+)");
-        const std::string out = app.out();
-        double max = -1;
-        for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
-            if (std::stod((*it)[1]) / 1e9 <= o.end_s) max = std::stod((*it)[2]) / 1e9;
-        return max;
-    }();
+    const double own_max = max_before(app.out(), "TURN", o.end_s);
     app.kill_and_wait();
     const json& s = o.snap;
     INFO("verdict: " << s["verdict"].dump());

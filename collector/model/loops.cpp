@@ -30,8 +30,17 @@ void settle_loops(Snapshot& s) {
         l.waiting_average = it->second->waiting_average;
         l.waiting_average_seconds = it->second->waiting_average_seconds;
     }
+    // A user-space scheduler's carriers (JVM virtual threads, Go's Ms) poll without waiting and
+    // idle on a futex: between two polls they run other tasks or park, so their "turns" are the
+    // scheduler's, not a loop's. The carriers section reads them (running, idle, stalled with a
+    // task mounted); read as loops, an idle carrier was "busy 98%, stalled" with 370 requests
+    // "behind" it in the JVM scenario.
+    std::set<int> carrier_tids;
+    for (const auto& c : s.carriers.per_carrier) carrier_tids.insert(c.tid);
     loops.erase(std::remove_if(loops.begin(), loops.end(),
-                               [](const EventLoop& l) { return l.connections_max < kLoopMinConnections; }),
+                               [&](const EventLoop& l) {
+                                   return l.connections_max < kLoopMinConnections || carrier_tids.count(l.tid);
+                               }),
                 loops.end());
     // Listeners are sockets, not processes: loops sharing one (nginx workers) each see its queue.
     for (auto& l : loops) l.accept_queue = accept_queue;

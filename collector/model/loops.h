@@ -22,9 +22,10 @@ constexpr uint64_t kLoopMinConnections = 2;
 // Busy this share of the window or more: saturated.
 constexpr double kLoopSaturated = 0.9;
 
-// Joins s.serving into s.carriers.loops, drops polling threads that serve no inbound
-// connections (JDK socket reads that poll, a PostgreSQL latch, timer threads), fills each
-// loop's accept queue from its process's listeners and orders them busiest first.
+// Joins s.serving into s.carriers.loops, drops a user-space scheduler's carriers and the
+// polling threads that serve no inbound connections (JDK socket reads that poll, a PostgreSQL
+// latch, timer threads), fills each loop's accept queue from its process's listeners and
+// orders them busiest first.
 // Idempotent.
 void settle_loops(Snapshot& s);
 

@@ -112,6 +112,26 @@ TEST_CASE("loops: a worker that polls its one connection and serves many in turn
     CHECK(s.carriers.loops.size() == 1);
 }
 
+TEST_CASE("loops: a virtual-thread carrier that polls is a carrier, not a loop", "[loops]") {
+    // JDK 25's pollers run on the carriers: a carrier polls without waiting, runs other virtual
+    // threads, and parks on a futex when idle. Read as a loop, an idle carrier was "busy 98%,
+    // stalled" with hundreds of requests "behind" it (docs/scenarios.md, the JVM scenario).
+    Snapshot s;
+    s.carriers.detected = true;
+    CarrierThread c;
+    c.tid = 31;
+    c.name = "ForkJoinPool-1-worker-1";
+    c.state = CarrierState::idle;
+    s.carriers.per_carrier.push_back(c);
+    s.carriers.loops.push_back(polling(31, 30, "ForkJoinPool-1-", 0.98));
+    s.carriers.loops.push_back(polling(40, 30, "nioEventLoopGro", 0.5));  // a platform thread's loop
+    s.serving.push_back(serving(31, 30, 400, 40, 30, 0));
+    s.serving.push_back(serving(40, 30, 10, 4, 1, 0));
+    settle_loops(s);
+    REQUIRE(s.carriers.loops.size() == 1);
+    CHECK(s.carriers.loops[0].tid == 40);
+}
+
 TEST_CASE("verdict: requests queue behind a saturated Node loop, not at uv_cond_wait", "[loops][verdict]") {
     Snapshot s = node_cpu_bound();
     compute_verdict(s);

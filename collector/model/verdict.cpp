@@ -437,10 +437,6 @@ std::optional<Candidate> carriers_stage(const Snapshot& s, uint64_t parked_elsew
                      static_cast<uint64_t>(c.stalled) + parked_elsewhere};
 }
 
-// A single-threaded event loop (Redis, Node, PgBouncer) runnable half of every second: all it
-// serves waits behind that thread, which a whole thread's worth of waiting summed over the
-// process would never show. Loops only: a lone housekeeping thread (a JIT compiler) waiting on
-// a busy host holds no request.
 // The group with the most threads waiting for a CPU on average; null when there is none.
 const ThreadGroup* hungriest_group(const Snapshot& s) {
     const ThreadGroup* hungry = nullptr;
@@ -449,6 +445,10 @@ const ThreadGroup* hungriest_group(const Snapshot& s) {
     return hungry;
 }
 
+// A single-threaded event loop (Redis, Node, PgBouncer) runnable half of every second: all it
+// serves waits behind that thread, which a whole thread's worth of waiting summed over the
+// process would never show. Loops only: a lone housekeeping thread (a JIT compiler) waiting on
+// a busy host holds no request.
 bool lone_loop_starved(const Snapshot& s, const ThreadGroup& g) {
     if (g.threads != 1 || g.waiting_for_cpu < kCpuShortThreads) return false;
     return std::any_of(s.carriers.loops.begin(), s.carriers.loops.end(),

@@ -576,16 +576,15 @@ static __always_inline void loop_poll_enter(__u32 fd, __s32 nr, int blocking)
 		return;
 	now = bpf_ktime_get_ns();
 	turn = now > s->turn_start ? now - s->turn_start : 0;
+	tid = t->pid;
+	v = loop_entry(t, tid, fd, nr);
 	if (s->turn_tentative && blocking && turn < QS_LOOP_LOOK_NS) {
-		s->turn_start = 0;
-		v = loop_entry(t, t->pid, fd, nr);
 		if (v)
 			v->turn_start = 0;
+		s->turn_start = 0;
 		return;
 	}
 	rq = s->turn_rq < turn ? s->turn_rq : turn;	/* of the turn, runnable */
-	tid = t->pid;
-	v = loop_entry(t, tid, fd, nr);
 	if (v) {
 		__sync_fetch_and_add(&v->turns, 1);
 		__sync_fetch_and_add(&v->busy_ns, turn);
@@ -714,9 +713,9 @@ static __always_inline int uring_waits(__u64 min_complete, __u64 flags)
  * names the first): the syscall's number tells them apart, and the verifier checks the turn's
  * end once instead of eight times (~30-60 ms each, on the way to the first frame). It reads no
  * argument past the second from the record: the kernel refuses to attach a program that reads
- * beyond a tracepoint's record, and poll has three. io_uring_enter's 3rd and 4th come from the
- * user registers saved at syscall entry, as its exit reads them. The conditions are the exits'
- * (above). */
+ * beyond a tracepoint's record, and poll has three. The polls' timeouts and io_uring_enter's
+ * 3rd and 4th come from the user registers saved at syscall entry, as the exits read them. The
+ * conditions are the exits' (above). */
 SEC("tracepoint/syscalls/sys_enter_epoll_wait")
 int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
 {
@@ -728,6 +727,7 @@ int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
 
 	if (!qs_current_in_tree())
 		return 0;
+	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	/* Read once, before the switch: clang would otherwise add an offset to the context pointer
 	 * in one branch and load through it later ("dereference of modified ctx ptr"). */
 	nr = (__s32)ctx->id;
@@ -738,7 +738,6 @@ int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
 	switch (nr) {
 	case QS_NR_epoll_wait:
 	case QS_NR_epoll_pwait:
-		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 		blocking = (int)regs->r10 != 0;
 		fd = (__u32)a0;
 		break;
@@ -748,7 +747,6 @@ int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
 	case QS_NR_poll:
 		if (a1 < 2)
 			return 0;
-		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 		blocking = (int)regs->dx != 0;
 		break;
 	case QS_NR_ppoll:
@@ -759,7 +757,6 @@ int qs_loop_enter(struct trace_event_raw_sys_enter *ctx)
 	case QS_NR_pselect6:
 		break;
 	case QS_NR_io_uring_enter:
-		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 		if (!uring_waits(regs->dx, regs->r10))
 			return 0;
 		fd = (__u32)a0;

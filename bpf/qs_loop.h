@@ -35,6 +35,11 @@ struct qs_loop_val {
 	__u64 stalls_runqueue;	/* of the stalls, turns whose time outside the run queue was < stall_ns:
 				 * waiting for a CPU made them stalls, not the loop's own work */
 	__u64 runqueue_ns;	/* of busy_ns, the time runnable, waiting for a CPU */
+	/* The turn going on now (valid while turn_start): its waits for a CPU that ended, and
+	 * the start of one going on (0: none). User space splits a long turn in progress with
+	 * them, as the stall record splits one that ended. */
+	__u64 turn_rq_ns;
+	__u64 turn_rq_since;
 	__u32 tid;
 	__u32 tgid;
 	__u32 fd;		/* the poll set (QS_LOOP_FD_NONE for poll/select) */

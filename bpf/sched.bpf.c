@@ -219,6 +219,25 @@ static __always_inline void record_runqueue(__u32 tgid, const char group[QS_COMM
 	qs_hist_add(h, wait_ns);
 }
 
+/* A thread in a loop's turn (s->turn_start) began or ended a wait for a CPU: mirror the
+ * turn's waits so far into its loop entry, where user space splits the turn going on now. The
+ * look-up runs only for a loop's thread switched in the middle of a turn. since: the wait's
+ * start, 0 when it ended. */
+static __always_inline void loop_mirror_rq(struct task_struct *t, struct tstate *s, __u64 since)
+{
+	struct qs_loop_val *v;
+	__u32 tid;
+
+	if (!s->turn_start)
+		return;
+	tid = t->pid;
+	v = bpf_map_lookup_elem(&loops, &tid);
+	if (v) {
+		v->turn_rq_ns = s->turn_rq;
+		v->turn_rq_since = since;
+	}
+}
+
 static __always_inline void switch_out(struct task_struct *prev, bool preempt,
 				       unsigned int prev_state, __u64 now)
 {
@@ -244,6 +263,7 @@ static __always_inline void switch_out(struct task_struct *prev, bool preempt,
 		s->flags = TS_BLOCKED;
 	} else {
 		s->runnable_since = now;
+		loop_mirror_rq(prev, s, now);
 	}
 }
 
@@ -276,6 +296,7 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 				s->turn_rq += now - s->runnable_since;
 		}
 		s->runnable_since = 0;
+		loop_mirror_rq(next, s, 0);
 	}
 }
 
@@ -314,8 +335,10 @@ static __always_inline int on_wakeup(struct task_struct *t)
 	now = bpf_ktime_get_ns();
 	if ((s->flags & TS_BLOCKED) && !s->wake_ns)
 		s->wake_ns = now;
-	if (!s->runnable_since)
+	if (!s->runnable_since) {
 		s->runnable_since = now;
+		loop_mirror_rq(t, s, now);
+	}
 	return 0;
 }
 
@@ -651,6 +674,8 @@ static __always_inline void loop_poll_exit(__u32 fd, __s32 nr, int tentative)
 	v = loop_entry(t, t->pid, fd, nr);
 	if (v) {
 		v->turn_start = now;
+		v->turn_rq_ns = 0;
+		v->turn_rq_since = 0;
 		v->fd = fd;
 	}
 }

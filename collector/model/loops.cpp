@@ -60,13 +60,24 @@ bool accepts_unseen(const Snapshot& s) {
                        [](const EventLoop& l) { return l.poll == "io_uring_enter"; });
 }
 
-bool loop_saturated(const EventLoop& l) { return l.utilization >= kLoopSaturated; }
+namespace {
+// A loop starved of a CPU is busy without working: its limit is the CPU's (the verdict's cpu
+// stage), and naming the loop would send the reader to its code.
+bool mostly_waiting_for_cpu(const EventLoop& l) {
+    return l.runqueue_share * 2 > l.utilization && l.runqueue_share >= 0.05;
+}
+}  // namespace
 
-// Stalls a wait for a CPU made are not the loop's: a loop whose turns are short on a CPU
-// starved of it by other threads is the CPU's limit (the verdict's cpu stage), and naming the
-// loop would send the reader to its code.
+bool loop_saturated(const EventLoop& l) { return l.utilization >= kLoopSaturated && !mostly_waiting_for_cpu(l); }
+
+// Stalls a wait for a CPU made are not the loop's, for the same reason.
 bool loop_stalled(const EventLoop& l, double stall_threshold_seconds) {
-    return l.stalls > l.stalls_runqueue || l.current_turn_seconds >= stall_threshold_seconds;
+    return l.stalls > l.stalls_runqueue || current_turn_stalled(l, stall_threshold_seconds);
+}
+
+bool current_turn_stalled(const EventLoop& l, double stall_threshold_seconds) {
+    return l.current_turn_seconds >= stall_threshold_seconds &&
+           l.current_turn_seconds - l.current_turn_runqueue_seconds >= stall_threshold_seconds;
 }
 
 uint64_t loop_waiting(const EventLoop& l) {
@@ -148,13 +159,17 @@ std::optional<LoopLimit> loop_limit(const Snapshot& s) {
     std::snprintf(busy, sizeof busy, "%.0f%%", l.utilization * 100);
     out.detail = "requests queue behind the " + out.where + ": busy " + busy + " of the window";
     // A loop starved of a CPU is busy without working: say so, or the reader goes to its code.
-    if (l.runqueue_share * 2 > l.utilization && l.runqueue_share >= 0.05) {
+    if (mostly_waiting_for_cpu(l)) {
         char rq[32];
         std::snprintf(rq, sizeof rq, "%.0f%%", l.runqueue_share * 100);
         out.detail += std::string(", most of it (") + rq + ") waiting for a CPU";
     }
     out.detail += ", longest turn " + ms_text(l.longest_turn_seconds) + stall_where(l);
-    if (l.current_turn_seconds >= threshold) out.detail += ", in a turn for " + ms_text(l.current_turn_seconds) + " now";
+    if (l.current_turn_seconds >= threshold) {
+        out.detail += ", in a turn for " + ms_text(l.current_turn_seconds) + " now";
+        if (l.current_turn_runqueue_seconds * 2 > l.current_turn_seconds)
+            out.detail += " (" + ms_text(l.current_turn_runqueue_seconds) + " of it waiting for a CPU)";
+    }
     if (l.in_flight > 1) out.detail += "; " + counted(l.in_flight - 1, "request") + " read and waiting behind it";
     if (top_load.averaged)
         out.detail += "; " + counted(top_load.waiting, "request") + " waiting behind it on average over the last " +

@@ -34,8 +34,12 @@ void settle_loops(Snapshot& s);
 // `partial`), so no connection limit is read from "nothing accepted".
 bool accepts_unseen(const Snapshot& s);
 
+// Busy kLoopSaturated of the window or more, most of it working rather than waiting for a CPU.
 bool loop_saturated(const EventLoop& l);
 bool loop_stalled(const EventLoop& l, double stall_threshold_seconds);
+// The turn going on now is a stall of the loop's own: as long as the threshold outside the run
+// queue, as a turn that ended is judged (stalls_runqueue).
+bool current_turn_stalled(const EventLoop& l, double stall_threshold_seconds);
 // Requests held up behind the loop: unread and in the accept queue, and the ones it has read
 // but not answered beyond the one it works on.
 uint64_t loop_waiting(const EventLoop& l);

@@ -361,6 +361,7 @@ struct EventLoop {
     double longest_turn_seconds = 0;    // window, exact
     double p99_turn_seconds = 0;        // window
     double current_turn_seconds = 0;    // the turn going on now; 0 when in its poll
+    double current_turn_runqueue_seconds = 0;  // of it, runnable, waiting for a CPU
     uint64_t stalls = 0;                // window: turns >= stall_threshold_seconds
     uint64_t stalls_total = 0;          // since attach
     // window: of the stalls, those a wait for a CPU made (their time outside the run queue was

@@ -208,6 +208,7 @@ static json loops_json(const std::vector<EventLoop>& loops) {
                        {"longest_turn_seconds", secs(l.longest_turn_seconds)},
                        {"p99_turn_seconds", secs(l.p99_turn_seconds)},
                        {"current_turn_seconds", secs(l.current_turn_seconds)},
+                       {"current_turn_runqueue_seconds", secs(l.current_turn_runqueue_seconds)},
                        {"stalls", l.stalls},
                        {"stalls_total", l.stalls_total},
                        {"stalls_runqueue", l.stalls_runqueue},

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "model/loops.h"
 #include "sys/syscall_names.h"
 
 namespace qscope {
@@ -29,6 +30,15 @@ void add_slots(Histogram& h, const uint32_t* slots, const std::vector<uint32_t>*
         const uint64_t hi = i + 1 < QS_WHIST_SLOTS ? qs_whist_slot_low(static_cast<uint32_t>(i + 1)) : lo * 2;
         h.add((lo + hi) / 2, n);
     }
+}
+
+// The turn going on now's waits for a CPU: those that ended and the one going on, if any
+// (bpf/qs_loop.h). Read apart from turn_start without a lock: clamped to the turn.
+double current_turn_runqueue(const qs_loop_val& v, uint64_t now_ns, double turn_seconds) {
+    if (!v.turn_start) return 0;
+    uint64_t rq = v.turn_rq_ns;
+    if (v.turn_rq_since >= v.turn_start && now_ns > v.turn_rq_since) rq += now_ns - v.turn_rq_since;
+    return std::min(rq / 1e9, turn_seconds);
 }
 
 }  // namespace
@@ -194,6 +204,7 @@ void LoopTracker::collect(Snapshot& snap, uint64_t now_ns, uint64_t window_start
         l.runqueue_seconds_total = v.runqueue_ns / 1e9;
         if (window > 0) l.runqueue_share = std::min(1.0, in_window(v.runqueue_ns, &LoopWindow::runqueue_ns) / 1e9 / window);
         l.current_turn_seconds = v.turn_start && now_ns > v.turn_start ? (now_ns - v.turn_start) / 1e9 : 0;
+        l.current_turn_runqueue_seconds = current_turn_runqueue(v, now_ns, l.current_turn_seconds);
         Histogram win;
         add_slots(win, v.slots, base ? &base->slots : nullptr);
         add_slots(l.turn_total, v.slots, nullptr);
@@ -214,7 +225,7 @@ void LoopTracker::collect(Snapshot& snap, uint64_t now_ns, uint64_t window_start
             l.state = l.current_turn_seconds > 0 ? CarrierState::stalled : CarrierState::idle;
             if (l.current_turn_seconds > 0) l.blocked_in = now.blocked_in;
         }
-        if (l.current_turn_seconds >= stall_seconds_) l.state = CarrierState::stalled;
+        if (current_turn_stalled(l, stall_seconds_)) l.state = CarrierState::stalled;
         auto st = stalls_.find(tid);
         if (st != stalls_.end()) l.recent_stalls = st->second;
         snap.carriers.loops.push_back(std::move(l));

@@ -25,7 +25,7 @@ namespace qscope {
 inline constexpr const char* kLoopPolls[] = {"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll",
                                              "ppoll",      "select",      "pselect6",     "io_uring_enter"};
 
-static_assert(sizeof(qs_loop_val) == 64 + 16 + QS_COMM_LEN + 4 * QS_WHIST_SLOTS, "qs_loop_val layout (bpf/qs_loop.h)");
+static_assert(sizeof(qs_loop_val) == 80 + 16 + QS_COMM_LEN + 4 * QS_WHIST_SLOTS, "qs_loop_val layout (bpf/qs_loop.h)");
 static_assert(sizeof(qs_loop_stall) == 16 + 48 + QS_COMM_LEN, "qs_loop_stall layout (bpf/qs_loop.h)");
 static_assert(sizeof(qs_loop_sample) == 32 + sizeof(qs_ustack), "qs_loop_sample layout (bpf/qs_loop.h)");
 

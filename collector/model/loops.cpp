@@ -27,6 +27,7 @@ void settle_loops(Snapshot& s) {
         l.connections = it->second->connections;
         l.in_flight = it->second->in_flight;
         l.unread = it->second->unread;
+        l.calling = it->second->calling;
         l.waiting_average = it->second->waiting_average;
         l.waiting_average_seconds = it->second->waiting_average_seconds;
     }
@@ -81,7 +82,7 @@ bool current_turn_stalled(const EventLoop& l, double stall_threshold_seconds) {
 }
 
 uint64_t loop_waiting(const EventLoop& l) {
-    return l.unread + l.accept_queue + (l.in_flight > 1 ? l.in_flight - 1 : 0);
+    return l.unread + l.accept_queue + read_behind(l.in_flight, l.calling);
 }
 
 namespace {
@@ -170,7 +171,8 @@ std::optional<LoopLimit> loop_limit(const Snapshot& s) {
         if (l.current_turn_runqueue_seconds * 2 > l.current_turn_seconds)
             out.detail += " (" + ms_text(l.current_turn_runqueue_seconds) + " of it waiting for a CPU)";
     }
-    if (l.in_flight > 1) out.detail += "; " + counted(l.in_flight - 1, "request") + " read and waiting behind it";
+    if (const uint64_t behind = read_behind(l.in_flight, l.calling))
+        out.detail += "; " + counted(behind, "request") + " read and waiting behind it";
     if (top_load.averaged)
         out.detail += "; " + counted(top_load.waiting, "request") + " waiting behind it on average over the last " +
                       span_text(l.waiting_average_seconds) + ", none at this instant";

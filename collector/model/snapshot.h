@@ -372,6 +372,7 @@ struct EventLoop {
     uint64_t connections_served_total = 0;  // since attach: inbound connections it took over
     uint64_t connections_max = 0;       // since attach: the most it held open at once (per tick)
     uint64_t in_flight = 0;             // requests read on those connections, not yet answered
+    uint64_t calling = 0;               // calls out in progress from it now (ThreadServing's)
     uint64_t unread = 0;                // requests arrived on them, unread
     uint64_t accept_queue = 0;          // in its process's listeners' accept queues now
     // window: requests unread on its connections or read behind the one in hand, averaged over
@@ -396,18 +397,27 @@ inline constexpr size_t kWaitingAveragedTicks = 10;
 
 // Inbound connections per serving thread (the sock family), joined to the polling threads
 // (the sched family) by settle_loops() (model/loops.h). Not part of the contract.
+// Requests a serving thread has read and not answered that wait on it: all but the one in
+// hand and those whose call out is in progress.
+inline uint64_t read_behind(uint64_t in_flight, uint64_t calling) {
+    return in_flight > 1 + calling ? in_flight - 1 - calling : 0;
+}
+
 struct ThreadServing {
     int tid = 0, pid = 0;
     uint64_t adopted_total = 0;         // since attach: connections it took over
     uint64_t connections_max = 0;       // since attach: the most it held open at once (per tick)
     uint64_t connections = 0, in_flight = 0, unread = 0;  // now
+    // Calls out in progress from it now: the requests they serve wait on a peer, not on it (a
+    // proxy's loop holds them in flight while the upstream answers).
+    uint64_t calling = 0;
     // Sampled at each tick since attach: the ticks it was seen at, and the sum of waiting() at them.
     uint64_t waiting_samples_total = 0, waiting_sum_total = 0;
     double waiting_average = 0;         // window: waiting() averaged over its last kWaitingAveragedTicks ticks
     double waiting_average_seconds = 0; // the span those ticks cover: the window's, or less in a long one
 
     // What waits on the thread now: requests unread, and those read behind the one in hand.
-    uint64_t waiting() const { return unread + (in_flight > 1 ? in_flight - 1 : 0); }
+    uint64_t waiting() const { return unread + read_behind(in_flight, calling); }
     // The average of waiting() over the ticks since `base` (these totals at the window's start).
     double waiting_average_since(const ThreadServing& base) const {
         const uint64_t n = waiting_samples_total - std::min(waiting_samples_total, base.waiting_samples_total);

@@ -216,6 +216,7 @@ static json loops_json(const std::vector<EventLoop>& loops) {
                        {"connections", l.connections},
                        {"connections_served_total", l.connections_served_total},
                        {"in_flight", l.in_flight},
+                       {"calls_in_progress", l.calling},
                        {"unread", l.unread},
                        {"accept_queue", l.accept_queue},
                        {"waiting_average", secs(l.waiting_average)},
@@ -455,7 +456,10 @@ static void render_threads(std::ostringstream& o, const Snapshot& s) {
         o << "  event loop " << l.name << " (pid " << l.pid << ", tid " << l.tid << ", " << l.poll << "): "
           << contract_name(l.state) << ", busy " << busy << rq << ", " << l.turns << " turns, longest " << ms(l.longest_turn_seconds)
           << ", p99 " << ms(l.p99_turn_seconds) << ", " << l.stalls << " stalls" << rq_stalls << "; " << l.connections << " connections, "
-          << l.unread << " unread, " << l.accept_queue << " in the accept queue\n";
+          << l.unread << " unread, " << l.accept_queue << " in the accept queue";
+        // A proxy's requests waiting on its upstream are in flight, not behind the loop.
+        if (l.calling) o << "; " << l.calling << " calls out in progress";
+        o << "\n";
         for (const auto& st : l.recent_stalls) {
             o << "    stall " << ms(st.seconds) << ": on CPU " << ms(st.on_cpu_seconds);
             if (st.runqueue_seconds > 0) o << ", waiting for a CPU " << ms(st.runqueue_seconds);

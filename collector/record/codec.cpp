@@ -91,12 +91,12 @@ template <class V> void fields(V& v, EventLoop& x) {
     v(x.stalls); v(x.stalls_total); v(x.connections); v(x.connections_served_total); v(x.connections_max);
     v(x.in_flight); v(x.unread); v(x.accept_queue); v(x.recent_stalls); v(x.turn_total); v(x.turns_total);
     v(x.busy_seconds_total); v(x.waiting_average); v(x.stalls_runqueue); v(x.stalls_runqueue_total);
-    v(x.runqueue_seconds_total); v(x.current_turn_runqueue_seconds);
+    v(x.runqueue_seconds_total); v(x.current_turn_runqueue_seconds); v(x.calling);
 }
 template <class V> void fields(V& v, ThreadServing& x) {
     v(x.tid); v(x.pid); v(x.adopted_total); v(x.connections_max); v(x.connections); v(x.in_flight); v(x.unread);
     v(x.waiting_samples_total); v(x.waiting_sum_total); v(x.waiting_average);
-    v(x.waiting_average_seconds);
+    v(x.waiting_average_seconds); v(x.calling);
 }
 template <class V> void fields(V& v, Carriers& x) {
     v(x.detected); v(x.pattern); v(x.runtime); v(x.mount_state_known); v(x.threads); v(x.running); v(x.idle);

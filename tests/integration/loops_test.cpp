@@ -339,6 +339,93 @@ TEST_CASE("nginx worker saturated on gzip: the worker's loop is the limit", "[lo
     std::system(("rm -rf " + prefix).c_str());
 }
 
+// One nginx worker gzipping a 110 KB file for 4 clients (its loop busy) while it proxies 40
+// others to a 200 ms upstream: the 40 are in flight on the worker's connections, waiting on
+// the upstream, not behind the loop. Counted behind it, they ranked the loop level with the
+// peer (downstream 40, carriers 39). Oracles: the clients' own concurrency (each wrk connection
+// holds one request at a time) and qs_server's workers busy with the calls.
+TEST_CASE("nginx gzipping while it proxies: requests waiting on the upstream are not behind the loop",
+          "[loops][integration][nginx]") {
+    if (!require_root()) return;
+    const std::string nginx = find_nginx();
+    if (nginx.empty() || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("nginx or wrk not installed (.ci/setup installs both)");
+        return;
+    }
+    constexpr int kGzipClients = 4, kProxyClients = 40;
+    require_free_port(26025);
+    const std::string prefix = temp_dir("loops-nginx-proxy");
+    const ScratchFile counters(prefix + "/upstream.json");
+    // Jittered, so the 40 clients' requests do not arrive in waves that sit unread together.
+    auto upstream = start_target("qs_server", {"--port", "26025", "--workers", "64", "--service-ms", "200",
+                                               "--service-jitter-ms", "100", "--backlog", "256",
+                                               "--counters-file", counters.path});
+    for (const char* d : {"/logs", "/tmp", "/www"}) REQUIRE(::mkdir((prefix + d).c_str(), 0755) == 0);
+    REQUIRE(std::system(("seq 1 20000 > " + prefix + "/www/big.txt").c_str()) == 0);
+    write_nginx_conf(prefix, 1,
+                     "  access_log off;\n"
+                     "  upstream slow { server 127.0.0.1:26025; keepalive 64; }\n"
+                     "  server {\n    listen 127.0.0.1:26024 backlog=511;\n"
+                     "    root " + prefix + "/www;\n"
+                     "    location = /big.txt { gzip on; gzip_comp_level 9; gzip_min_length 0; gzip_types text/plain; }\n"
+                     "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
+                     "                 proxy_set_header Connection \"\"; }\n"
+                     "  }\n");
+    require_free_port(26024);
+    Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
+    REQUIRE(wait_for_port(26024, 10));
+    const pid_t worker = nginx_worker(master.pid(), 5);
+    REQUIRE(worker > 0);
+    Proc gzip_load, proxy_load;
+    const Observed o = observe(worker, worker, worker, 5, [&] {
+        gzip_load = spawn({"/usr/bin/wrk", "-t1", "-c" + std::to_string(kGzipClients), "-d14s", "--timeout", "20s",
+                           "-H", "Accept-Encoding: gzip", "http://127.0.0.1:26024/big.txt"});
+        proxy_load = spawn({"/usr/bin/wrk", "-t1", "-c" + std::to_string(kProxyClients), "-d14s", "--timeout", "20s",
+                            "http://127.0.0.1:26024/slow"});
+        sleep_s(0.5);
+    });
+    // The upstream's requests in service, a moment after qscope's last tick (the load goes on).
+    const json up = read_counters(counters.path);
+    gzip_load.kill_and_wait();
+    proxy_load.kill_and_wait();
+    const json& s = o.snap;
+    INFO("verdict: " << s["verdict"].dump());
+    INFO("loops: " << s["carriers"]["loops"].dump());
+    INFO("downstream: " << s["downstream"].dump());
+    INFO("upstream's counters: " << up.dump());
+    REQUIRE(up.is_object());
+    const int64_t upstream_in_flight = up["in_flight"].get<int64_t>();
+    const json* loop = find_loop(s, worker);
+    REQUIRE(loop != nullptr);
+    const uint64_t in_flight = (*loop)["in_flight"].get<uint64_t>(), calls = (*loop)["calls_in_progress"].get<uint64_t>();
+    uint64_t peer_busy = 0;
+    for (const auto& d : s["downstream"])
+        if (d["peer"] == "127.0.0.1:26025") peer_busy = d["busy"].get<uint64_t>();
+    std::printf("loops_test nginx proxy: utilization %.2f, in flight %llu, calls out %llu (peer busy %llu, upstream's "
+                "own in service %lld), verdict: %s\n",
+                (*loop)["utilization"].get<double>(), (unsigned long long)in_flight, (unsigned long long)calls,
+                (unsigned long long)peer_busy, (long long)upstream_in_flight,
+                s["verdict"]["summary"].get<std::string>().c_str());
+    // The loop works: gzip holds it most of the window.
+    CHECK((*loop)["utilization"].get<double>() > 0.5);
+    // Most proxied requests are in calls at any instant (200 ms upstream, a few ms of nginx).
+    CHECK(calls >= kProxyClients / 2);
+    CHECK(calls <= static_cast<uint64_t>(kProxyClients));
+    CHECK(std::abs(static_cast<int64_t>(calls) - upstream_in_flight) <= kProxyClients / 5);
+    CHECK(std::abs(static_cast<int64_t>(calls) - static_cast<int64_t>(peer_busy)) <= 2);
+    // Behind the loop: the gzip clients' requests, and proxied ones unread or between their
+    // reply and their response while a turn runs (a 110 KB gzip is ~10 ms of it). Each wrk
+    // connection holds one request at a time; with the calls' requests counted, this was 40+.
+    uint64_t carriers_waiting = 0;
+    for (const auto& r : s["verdict"]["ranking"])
+        if (r["stage"] == "carriers") carriers_waiting = r["waiting"].get<uint64_t>();
+    CHECK(carriers_waiting <= kGzipClients + 10);
+    CHECK(s["verdict"]["stage"] != "carriers");
+    master.signal(SIGQUIT);
+    master.wait(10);
+    std::system(("rm -rf " + prefix).c_str());
+}
+
 TEST_CASE("redis: a slow Lua script holds the loop, as SLOWLOG says", "[loops][integration][redis]") {
     if (!require_root()) return;
     if (access("/usr/bin/redis-server", X_OK) != 0 || access("/usr/bin/redis-cli", X_OK) != 0 ||

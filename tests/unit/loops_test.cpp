@@ -177,6 +177,49 @@ TEST_CASE("verdict: a busy loop read between two turns is still the limit, by th
     CHECK(quiet.verdict.stage == Stage::none);
 }
 
+// An nginx worker gzipping static files for a few clients (busy 97% of the window) while it
+// proxies 40 others to a 200 ms upstream: 41 requests in flight on its connections, 36 of
+// them in calls out whose replies have not come. Those wait on the upstream: counted behind
+// the loop, they made it rank with the peer (session 29: downstream 40, carriers 39).
+TEST_CASE("verdict: a proxy loop's requests waiting on its upstream are not behind the loop", "[loops][verdict]") {
+    Snapshot s;
+    s.window_seconds = 5;
+    Listener lis;
+    lis.port = 8080;
+    lis.backlog = 511;
+    s.listeners.push_back(lis);
+    s.requests.in_flight = 41;
+    DownstreamPeer d;
+    d.peer = "127.0.0.1:18311";
+    d.connections = 64;
+    d.busy = 36;
+    d.busy_max = 40;
+    s.downstream.push_back(d);
+    s.carriers.loops.push_back(polling(200, 200, "nginx", 0.97));
+    ThreadServing t = serving(200, 200, 44, 44, 41, 0);
+    t.calling = 36;
+    s.serving.push_back(t);
+    for (int i = 0; i < 36; i++) s.calling_tids.push_back(200);
+    CHECK(t.waiting() == 4);  // 41 in flight: one in hand, 36 on the upstream
+    compute_verdict(s);
+    REQUIRE(!s.carriers.loops.empty());
+    CHECK(s.carriers.loops[0].calling == 36);
+    CHECK(loop_waiting(s.carriers.loops[0]) == 4);
+    CHECK(s.verdict.stage == Stage::downstream);
+    for (const auto& r : s.verdict.ranking)
+        if (r.stage == Stage::carriers) CHECK(r.waiting == 4);
+    // The loop's own sentence counts only those behind it.
+    Snapshot alone = s;
+    alone.downstream.clear();
+    alone.calling_tids.clear();
+    compute_verdict(alone);
+    CHECK(alone.verdict.stage == Stage::carriers);
+    CHECK(alone.verdict.summary.find("; 4 requests read and waiting behind it") != std::string::npos);
+    // The report names the calls.
+    s.probes = {ProbeFamily::sock, ProbeFamily::sched};
+    CHECK(render_report(s).find("; 36 calls out in progress") != std::string::npos);
+}
+
 TEST_CASE("loops: waiting on a serving thread, averaged over the window's ticks", "[loops]") {
     ThreadServing base;
     base.waiting_samples_total = 4;

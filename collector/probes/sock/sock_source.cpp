@@ -1237,7 +1237,10 @@ private:
                 if ((c.aflags & QS_A_COUNTED) && c.t_unread && now > c.t_unread)
                     oldest_unread = std::max(oldest_unread, (now - c.t_unread) / 1e9);
             } else if (c.dir == QS_DIR_OUT && c.state == QS_ST_BUSY) {
-                if (c.server_tid) calling_now_.push_back(static_cast<int>(c.server_tid));
+                if (c.server_tid) {
+                    calling_now_.push_back(static_cast<int>(c.server_tid));
+                    serving_now_[c.server_tid].calling++;
+                }
                 if (c.t_req && now > c.t_req) {
                     double& o = oldest_busy[c.idx];
                     o = std::max(o, (now - c.t_req) / 1e9);

@@ -182,8 +182,16 @@ Run observe(pid_t pid, uint16_t port, uint16_t admin, int clients, double durati
     Run r;
     Proc load = spawn({target_bin("qs_load"), "--host", "127.0.0.1", "--port", std::to_string(port), "--connections",
                        std::to_string(clients), "--duration", "40", "--timeout-ms", "30000"});
-    sleep_s(2.0);  // every client connected and waiting: the steady state
+    // Every client connected and waiting: the steady state. CI once saw no connection at all
+    // (the program's counters at zero 6 s on): wait for them, and say what the load said.
+    for (double until = now_s() + 15; now_s() < until; sleep_s(0.2)) {
+        r.before = counters(admin);
+        if (r.before["in_flight"].get<int>() + r.before["completed"].get<int>() >= clients / 2) break;
+    }
+    sleep_s(1.0);
     r.before = counters(admin);
+    INFO("load " << (load.running() ? "running" : "exited") << "; its output: " << load.out() << load.err());
+    REQUIRE(r.before["in_flight"].get<int>() + r.before["completed"].get<int>() >= clients / 2);
     r.acquire_before = goroutines_in(admin, "main.acquireConn");
     Proc snap = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(pid), "--duration", std::to_string(duration),
                        "--json"});

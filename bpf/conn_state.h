@@ -47,7 +47,8 @@
 #define QS_F_TLS_H2 128      /* inbound TLS: that plaintext was HTTP/2 frames (h2 over TLS) */
 
 /* qs_conn.aflags (atomic: arrivals race with reads) */
-#define QS_A_UNREAD   1      /* receive queue holds request bytes the app has not read */
+#define QS_A_UNREAD   1      /* receive queue holds bytes the app has not read: inbound, a request's;
+                              * outbound (busy), the reply's, which has come */
 #define QS_A_ACCEPTED 2      /* the app owns it (accept returned it, or it read from it) */
 #define QS_A_COUNTED  4      /* counted in waiting_unread: UNREAD && ACCEPTED */
 #define QS_A_CLOSED   8      /* closed: no bit is set again (an accept racing the close) */
@@ -262,12 +263,22 @@ static __always_inline void qs_on_accept(struct qs_conn *c, __u64 now, struct qs
 	}
 }
 
-/* Bytes arrived (softirq). unread_bytes: receive queue now (rcv_nxt - copied_seq, no FIN). */
+/* Bytes arrived (softirq). unread_bytes: receive queue now (rcv_nxt - copied_seq, no FIN).
+ * On a call in progress they are its reply: the peer has answered, and the request waits on
+ * the caller now (a proxy's loop in a long turn), not on the peer. An outbound connection is
+ * never ACCEPTED, so the flag counts in no unread gauge. */
 static __always_inline void qs_on_arrival(struct qs_conn *c, __u64 now, __u32 unread_bytes,
 					  struct qs_effects *e)
 {
 	__u64 old;
-	if (c->dir != QS_DIR_IN || unread_bytes == 0 || (c->aflags & QS_A_UNREAD))
+	if (unread_bytes == 0 || (c->aflags & QS_A_UNREAD))
+		return;
+	if (c->dir == QS_DIR_OUT) {
+		if (c->state == QS_ST_BUSY && c->proto == QS_PROTO_TURNS)
+			qs_aflags_update(c, QS_A_UNREAD, 0, e);
+		return;
+	}
+	if (c->dir != QS_DIR_IN)
 		return;
 	old = qs_aflags_update(c, QS_A_UNREAD, 0, e);
 	if (old != QS_A_RACED && !(old & QS_A_UNREAD))
@@ -284,6 +295,8 @@ static __always_inline void qs_on_read(struct qs_conn *c, __u64 now, int ret, in
 	if (ret <= 0 || (flags & QS_MSG_PEEK) || (c->aflags & QS_A_CLOSED))
 		return;
 	if (c->dir == QS_DIR_OUT) {
+		if (c->aflags & QS_A_UNREAD)
+			qs_aflags_update(c, 0, QS_A_UNREAD, e);	/* the reply is being read */
 		if (c->proto != QS_PROTO_TURNS)
 			return;      /* its streams are its calls (h2.h) */
 		if (c->state == QS_ST_BUSY) {

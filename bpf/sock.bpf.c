@@ -434,6 +434,15 @@ static __always_inline int port_maybe_target(__u16 port)
 	return (port_bits[(port >> 6) & 1023] >> (port & 63)) & 1;
 }
 
+/* The remote ports of the target's peers, set as peer_index meets them: an arrival on another
+ * process's socket is dropped without a look-up unless it comes from such a port. */
+__u64 peer_port_bits[65536 / 64] = {};
+
+static __always_inline int port_maybe_peer(__u16 port)
+{
+	return (peer_port_bits[(port >> 6) & 1023] >> (port & 63)) & 1;
+}
+
 static __always_inline int lookup_port(__u16 port, __u32 *idx)
 {
 	__u32 key = port;
@@ -475,6 +484,7 @@ static __always_inline __u32 peer_index(const struct qs_peer_key *k)
 	int claimed = 0;
 	if (v)
 		return *v;
+	__sync_fetch_and_or(&peer_port_bits[(k->port >> 6) & 1023], 1ULL << (k->port & 63));
 	n = __sync_fetch_and_add(&next_peer_idx, 1);
 	idx = n >= QS_PEER_OTHER ? QS_PEER_OTHER : (__u32)n;
 	p = peer_at(idx);
@@ -2469,7 +2479,7 @@ static __always_inline void on_data_ready(struct sock *sk, const int probe)
 			return;
 		}
 		c = bpf_map_lookup_elem(&conns, &key);
-		if (!c || c->dir != QS_DIR_IN)
+		if (!c)
 			return;
 		qs_on_arrival(c, bpf_ktime_get_ns(), sk->sk_receive_queue.qlen, &e);
 		apply(c, &e, 0);
@@ -2487,11 +2497,13 @@ static __always_inline void on_data_ready(struct sock *sk, const int probe)
 			atomic_max(&p->accept_queue_max, (__s64)QS_SK(probe, sk, sk_ack_backlog));
 		return;
 	}
-	/* Only inbound connections count arrivals, and their local port is a target listener's. */
-	if (!port_maybe_target(QS_SK(probe, sk, __sk_common.skc_num)))
+	/* Inbound connections count arrivals (their local port is a target listener's); on an
+	 * outbound one (its remote port a peer's) an arrival is a call's reply. */
+	if (!port_maybe_target(QS_SK(probe, sk, __sk_common.skc_num)) &&
+	    !port_maybe_peer(bpf_ntohs(QS_SK(probe, sk, __sk_common.skc_dport))))
 		return;
 	c = bpf_map_lookup_elem(&conns, &key);
-	if (!c || c->dir != QS_DIR_IN)
+	if (!c)
 		return;
 	qs_on_arrival(c, bpf_ktime_get_ns(), probe ? sk_unread_probe(sk) : sk_unread(sk), &e);
 	apply(c, &e, 0);
@@ -2600,7 +2612,7 @@ int qs_arrival_skb(struct __sk_buff *skb)
 		return 1;
 	key = (__u64)tp;
 	c = bpf_map_lookup_elem(&conns, &key);
-	if (!c || c->dir != QS_DIR_IN)
+	if (!c)
 		return 1;
 	qs_on_arrival(c, bpf_ktime_get_ns(), seq + len - tp->copied_seq, &e);
 	apply(c, &e, 0);

@@ -245,6 +245,9 @@ struct DownstreamPeer {
     std::string peer;                   // "ip:port", IPv6 as "[::1]:5432", "unix:/path"
     uint64_t connections = 0;           // open now
     uint64_t busy = 0;                  // request sent, reply not yet read, now
+    // Of busy, calls whose reply has come and waits unread: the peer has answered, and their
+    // requests wait on the caller (a proxy's loop in a long turn), not on the peer.
+    uint64_t replied = 0;
     uint64_t busy_max = 0;              // window
     uint64_t calls = 0;                 // completed in the window
     Quantiles call;                     // window

@@ -362,16 +362,22 @@ Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_to
     return {Stage::gate, where, detail, gate_total};
 }
 
+// Calls to the peer whose reply has not come. A reply come and unread waits on its caller.
+uint64_t awaiting_reply(const DownstreamPeer& peer) { return peer.busy - std::min(peer.busy, peer.replied); }
+
 Candidate downstream_stage(const DownstreamPeer& peer) {
     char age[64];
     std::snprintf(age, sizeof age, "%.1fs", peer.oldest_busy_seconds);
+    const uint64_t awaiting = awaiting_reply(peer);
     // Over HTTP/2 a busy connection carries any number of calls: the count is a floor.
-    const std::string calls = peer.h2_per_connection() ? counted(peer.busy, "HTTP/2 connection") + " with calls"
-                                                  : counted(peer.busy, "call");
+    const std::string calls = peer.h2_per_connection() ? counted(awaiting, "HTTP/2 connection") + " with calls"
+                                                  : counted(awaiting, "call");
     return {Stage::downstream, peer.peer,
             "requests wait on " + peer.peer + ": " + calls + " awaiting a reply" +
-                (peer.oldest_busy_seconds >= 1 ? std::string(", oldest ") + age : std::string()),
-            peer.busy};
+                (peer.oldest_busy_seconds >= 1 ? std::string(", oldest ") + age : std::string()) +
+                (peer.replied ? "; " + fmt_count(peer.replied) + " more answered, the reply not yet read"
+                              : std::string()),
+            awaiting};
 }
 
 // The gate and downstream stages: one pool gate when the busiest peer is saturated and
@@ -399,7 +405,7 @@ void gate_and_downstream_stages(const Snapshot& s, const Inside& now, const Down
         return;
     }
     if (gate_total > 0) stages.push_back(plain_gate_stage(s, in, gate_total));
-    if (peer) stages.push_back(downstream_stage(*peer));
+    if (peer && awaiting_reply(*peer) > 0) stages.push_back(downstream_stage(*peer));
 }
 
 std::optional<Candidate> syscall_stage(const Inside& in) {

@@ -130,6 +130,7 @@ static json downstream_json(const std::vector<DownstreamPeer>& peers) {
         ds.push_back({{"peer", d.peer},
                       {"connections", d.connections},
                       {"busy", d.busy},
+                      {"replied", d.replied},
                       {"busy_max", d.busy_max},
                       {"calls", d.calls},
                       {"call_seconds", q_json(d.call, false)},

@@ -66,7 +66,7 @@ template <class V> void fields(V& v, DownstreamPeer& x) {
     v(x.peer); v(x.connections); v(x.busy); v(x.busy_max); v(x.calls); v(x.call); v(x.oldest_busy_seconds);
     v(x.connect); v(x.connect_failures); v(x.resets); v(x.calls_total); v(x.connect_failures_total);
     v(x.resets_total); v(x.call_total); v(x.fan_out); v(x.h2_connections);
-    v(x.h2_followed_connections); v(x.protocols);
+    v(x.h2_followed_connections); v(x.protocols); v(x.replied);
 }
 template <class V> void fields(V& v, ThreadGroup& x) {
     v(x.name); v(x.threads); v(x.running); v(x.runnable); v(x.blocked); v(x.blocked_by); v(x.runqueue_wait);

@@ -291,6 +291,25 @@ TEST_CASE("node blocking handler: a stall blocked outside the poll", "[loops][in
     CHECK(!ranks_a_gate(s));
 }
 
+// A fresh nginx prefix whose www/big.txt is `lines` lines of numbers: text gzip level 9 takes
+// the worker's CPU on.
+static std::string nginx_prefix_with_text(const std::string& name, int lines) {
+    const std::string prefix = temp_dir(name);
+    for (const char* d : {"/logs", "/tmp", "/www"}) REQUIRE(::mkdir((prefix + d).c_str(), 0755) == 0);
+    REQUIRE(std::system(("seq 1 " + std::to_string(lines) + " > " + prefix + "/www/big.txt").c_str()) == 0);
+    return prefix;
+}
+
+// Starts the nginx of `prefix` (one worker, listening on `port`) into `master`; its worker.
+static pid_t start_nginx(const std::string& nginx, const std::string& prefix, uint16_t port, Proc& master) {
+    require_free_port(port);
+    master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
+    REQUIRE(wait_for_port(port, 10));
+    const pid_t worker = nginx_worker(master.pid(), 5);
+    REQUIRE(worker > 0);
+    return worker;
+}
+
 TEST_CASE("nginx worker saturated on gzip: the worker's loop is the limit", "[loops][integration][nginx]") {
     if (!require_root()) return;
     const std::string nginx = find_nginx();
@@ -298,10 +317,8 @@ TEST_CASE("nginx worker saturated on gzip: the worker's loop is the limit", "[lo
         skip("nginx or wrk not installed (.ci/setup installs both)");
         return;
     }
-    const std::string prefix = temp_dir("loops-nginx");
-    for (const char* d : {"/logs", "/tmp", "/www"}) REQUIRE(::mkdir((prefix + d).c_str(), 0755) == 0);
     // ~1.3 MB of text: gzip level 9 costs the worker milliseconds of CPU per response.
-    REQUIRE(std::system(("seq 1 200000 > " + prefix + "/www/big.txt").c_str()) == 0);
+    const std::string prefix = nginx_prefix_with_text("loops-nginx", 200000);
     write_nginx_conf(prefix, 1,
                      "  access_log off;\n"
                      "  gzip on; gzip_comp_level 9; gzip_min_length 0; gzip_types text/plain;\n"
@@ -309,11 +326,8 @@ TEST_CASE("nginx worker saturated on gzip: the worker's loop is the limit", "[lo
                      "    root " + prefix + "/www;\n"
                      "    location = /nginx_status { stub_status; }\n"
                      "  }\n");
-    require_free_port(26021);
-    Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
-    REQUIRE(wait_for_port(26021, 10));
-    const pid_t worker = nginx_worker(master.pid(), 5);
-    REQUIRE(worker > 0);
+    Proc master;
+    const pid_t worker = start_nginx(nginx, prefix, 26021, master);
     Proc wrk;
     const Observed o = observe(master.pid(), worker, worker, 6, [&] {
         wrk = spawn({"/usr/bin/wrk", "-t1", "-c40", "-d14s", "--timeout", "20s", "-H", "Accept-Encoding: gzip",
@@ -339,73 +353,97 @@ TEST_CASE("nginx worker saturated on gzip: the worker's loop is the limit", "[lo
     std::system(("rm -rf " + prefix).c_str());
 }
 
-// One nginx worker gzipping a 110 KB file for 4 clients (its loop busy) while it proxies 40
-// others to a 200 ms upstream: the 40 are in flight on the worker's connections, waiting on
-// the upstream, not behind the loop. Counted behind it, they ranked the loop level with the
-// peer (downstream 40, carriers 39). Oracles: the clients' own concurrency (each wrk connection
-// holds one request at a time) and qs_server's workers busy with the calls.
-TEST_CASE("nginx gzipping while it proxies: requests waiting on the upstream are not behind the loop",
-          "[loops][integration][nginx]") {
-    if (!require_root()) return;
+// One nginx worker gzipping for 4 clients (its loop busy) while it proxies 40 others to
+// qs_server, attached to the worker for 5 s. Oracles: the clients' own concurrency (each wrk
+// connection holds one request at a time) and the upstream's own count of requests in service.
+constexpr int kGzipClients = 4, kProxyClients = 40;
+struct ProxyRun {
+    json snap;
+    json upstream;  // qs_server's counters, a moment after qscope's last tick (the load goes on)
+    pid_t worker = 0;
+};
+ProxyRun gzip_and_proxy(int text_lines, int service_ms, int jitter_ms) {
+    ProxyRun r;
     const std::string nginx = find_nginx();
-    if (nginx.empty() || access("/usr/bin/wrk", X_OK) != 0) {
-        skip("nginx or wrk not installed (.ci/setup installs both)");
-        return;
-    }
-    constexpr int kGzipClients = 4, kProxyClients = 40;
     require_free_port(26025);
-    const std::string prefix = temp_dir("loops-nginx-proxy");
+    const std::string prefix = nginx_prefix_with_text("loops-nginx-proxy", text_lines);
     const ScratchFile counters(prefix + "/upstream.json");
-    // Jittered, so the 40 clients' requests do not arrive in waves that sit unread together.
-    auto upstream = start_target("qs_server", {"--port", "26025", "--workers", "64", "--service-ms", "200",
-                                               "--service-jitter-ms", "100", "--backlog", "256",
-                                               "--counters-file", counters.path});
-    for (const char* d : {"/logs", "/tmp", "/www"}) REQUIRE(::mkdir((prefix + d).c_str(), 0755) == 0);
-    REQUIRE(std::system(("seq 1 20000 > " + prefix + "/www/big.txt").c_str()) == 0);
+    auto upstream = start_target("qs_server", {"--port", "26025", "--workers", "64", "--service-ms",
+                                               std::to_string(service_ms), "--service-jitter-ms",
+                                               std::to_string(jitter_ms), "--backlog", "256", "--counters-file",
+                                               counters.path});
     write_nginx_conf(prefix, 1,
                      "  access_log off;\n"
-                     "  upstream slow { server 127.0.0.1:26025; keepalive 64; }\n"
+                     "  upstream up { server 127.0.0.1:26025; keepalive 64; }\n"
                      "  server {\n    listen 127.0.0.1:26024 backlog=511;\n"
                      "    root " + prefix + "/www;\n"
                      "    location = /big.txt { gzip on; gzip_comp_level 9; gzip_min_length 0; gzip_types text/plain; }\n"
-                     "    location / { proxy_pass http://slow; proxy_http_version 1.1;\n"
+                     "    location / { proxy_pass http://up; proxy_http_version 1.1;\n"
                      "                 proxy_set_header Connection \"\"; }\n"
                      "  }\n");
-    require_free_port(26024);
-    Proc master = spawn({nginx, "-c", prefix + "/nginx.conf", "-p", prefix});
-    REQUIRE(wait_for_port(26024, 10));
-    const pid_t worker = nginx_worker(master.pid(), 5);
-    REQUIRE(worker > 0);
+    Proc master;
+    r.worker = start_nginx(nginx, prefix, 26024, master);
     Proc gzip_load, proxy_load;
-    const Observed o = observe(worker, worker, worker, 5, [&] {
-        gzip_load = spawn({"/usr/bin/wrk", "-t1", "-c" + std::to_string(kGzipClients), "-d14s", "--timeout", "20s",
-                           "-H", "Accept-Encoding: gzip", "http://127.0.0.1:26024/big.txt"});
-        proxy_load = spawn({"/usr/bin/wrk", "-t1", "-c" + std::to_string(kProxyClients), "-d14s", "--timeout", "20s",
-                            "http://127.0.0.1:26024/slow"});
-        sleep_s(0.5);
-    });
-    // The upstream's requests in service, a moment after qscope's last tick (the load goes on).
-    const json up = read_counters(counters.path);
+    r.snap = observe(r.worker, r.worker, r.worker, 5, [&] {
+                 gzip_load = spawn({"/usr/bin/wrk", "-t1", "-c" + std::to_string(kGzipClients), "-d14s", "--timeout",
+                                    "20s", "-H", "Accept-Encoding: gzip", "http://127.0.0.1:26024/big.txt"});
+                 proxy_load = spawn({"/usr/bin/wrk", "-t1", "-c" + std::to_string(kProxyClients), "-d14s",
+                                     "--timeout", "20s", "http://127.0.0.1:26024/up"});
+                 sleep_s(0.5);
+             }).snap;
+    r.upstream = read_counters(counters.path);
     gzip_load.kill_and_wait();
     proxy_load.kill_and_wait();
-    const json& s = o.snap;
+    master.signal(SIGQUIT);
+    master.wait(10);
+    std::system(("rm -rf " + prefix).c_str());
+    return r;
+}
+
+const json& peer_in(const json& snap, const std::string& peer) {
+    static const json none = json::object();
+    for (const auto& d : snap["downstream"])
+        if (d["peer"] == peer) return d;
+    return none;
+}
+
+uint64_t ranked(const json& snap, const std::string& stage) {
+    for (const auto& r : snap["verdict"]["ranking"])
+        if (r["stage"] == stage) return r["waiting"].get<uint64_t>();
+    return 0;
+}
+
+// A 200 ms upstream: the proxied requests are in flight on the worker's connections, waiting on
+// the upstream, not behind the loop. Counted behind it, they ranked the loop level with the peer
+// (session 29: downstream 40, carriers 39).
+TEST_CASE("nginx gzipping while it proxies: requests waiting on the upstream are not behind the loop",
+          "[loops][integration][nginx]") {
+    if (!require_root()) return;
+    if (find_nginx().empty() || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("nginx or wrk not installed (.ci/setup installs both)");
+        return;
+    }
+    // 110 KB of text: ~10 ms turns. Jittered, so the 40 requests do not come back in waves
+    // that sit unread together.
+    const ProxyRun r = gzip_and_proxy(20000, 200, 100);
+    const json& s = r.snap;
     INFO("verdict: " << s["verdict"].dump());
     INFO("loops: " << s["carriers"]["loops"].dump());
     INFO("downstream: " << s["downstream"].dump());
-    INFO("upstream's counters: " << up.dump());
-    REQUIRE(up.is_object());
-    const int64_t upstream_in_flight = up["in_flight"].get<int64_t>();
-    const json* loop = find_loop(s, worker);
+    INFO("upstream's counters: " << r.upstream.dump());
+    REQUIRE(r.upstream.is_object());
+    const int64_t upstream_in_flight = r.upstream["in_flight"].get<int64_t>();
+    const json* loop = find_loop(s, r.worker);
     REQUIRE(loop != nullptr);
     const uint64_t in_flight = (*loop)["in_flight"].get<uint64_t>(), calls = (*loop)["calls_in_progress"].get<uint64_t>();
-    uint64_t peer_busy = 0;
-    for (const auto& d : s["downstream"])
-        if (d["peer"] == "127.0.0.1:26025") peer_busy = d["busy"].get<uint64_t>();
-    std::printf("loops_test nginx proxy: utilization %.2f, in flight %llu, calls out %llu (peer busy %llu, upstream's "
-                "own in service %lld), verdict: %s\n",
+    const json& peer = peer_in(s, "127.0.0.1:26025");
+    REQUIRE(peer.contains("busy"));
+    const uint64_t peer_busy = peer["busy"].get<uint64_t>();
+    std::printf("loops_test nginx proxy: utilization %.2f, in flight %llu, calls out %llu (peer busy %llu, replied %llu, "
+                "upstream's own in service %lld), verdict: %s\n",
                 (*loop)["utilization"].get<double>(), (unsigned long long)in_flight, (unsigned long long)calls,
-                (unsigned long long)peer_busy, (long long)upstream_in_flight,
-                s["verdict"]["summary"].get<std::string>().c_str());
+                (unsigned long long)peer_busy, (unsigned long long)peer["replied"].get<uint64_t>(),
+                (long long)upstream_in_flight, s["verdict"]["summary"].get<std::string>().c_str());
     // The loop works: gzip holds it most of the window.
     CHECK((*loop)["utilization"].get<double>() > 0.5);
     // Most proxied requests are in calls at any instant (200 ms upstream, a few ms of nginx).
@@ -414,16 +452,48 @@ TEST_CASE("nginx gzipping while it proxies: requests waiting on the upstream are
     CHECK(std::abs(static_cast<int64_t>(calls) - upstream_in_flight) <= kProxyClients / 5);
     CHECK(std::abs(static_cast<int64_t>(calls) - static_cast<int64_t>(peer_busy)) <= 2);
     // Behind the loop: the gzip clients' requests, and proxied ones unread or between their
-    // reply and their response while a turn runs (a 110 KB gzip is ~10 ms of it). Each wrk
-    // connection holds one request at a time; with the calls' requests counted, this was 40+.
-    uint64_t carriers_waiting = 0;
-    for (const auto& r : s["verdict"]["ranking"])
-        if (r["stage"] == "carriers") carriers_waiting = r["waiting"].get<uint64_t>();
-    CHECK(carriers_waiting <= kGzipClients + 10);
+    // reply and their response while a turn runs. With the calls' requests counted, this was 40+.
+    CHECK(ranked(s, "carriers") <= kGzipClients + 10);
     CHECK(s["verdict"]["stage"] != "carriers");
-    master.signal(SIGQUIT);
-    master.wait(10);
-    std::system(("rm -rf " + prefix).c_str());
+}
+
+// A 1 ms upstream behind a loop in 170 ms gzip turns (1.3 MB): the upstream answers at once,
+// and its replies wait in the worker's sockets for the turn to end. Those calls are busy (reply
+// unread) but answered: the requests wait on the loop. Named as calls awaiting a reply, the
+// verdict would send the reader to an upstream whose own count of requests in service is ~0.
+TEST_CASE("nginx in long gzip turns before a fast upstream: replies waiting unread are the loop's",
+          "[loops][integration][nginx]") {
+    if (!require_root()) return;
+    if (find_nginx().empty() || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("nginx or wrk not installed (.ci/setup installs both)");
+        return;
+    }
+    const ProxyRun r = gzip_and_proxy(200000, 1, 0);
+    const json& s = r.snap;
+    INFO("verdict: " << s["verdict"].dump());
+    INFO("loops: " << s["carriers"]["loops"].dump());
+    INFO("downstream: " << s["downstream"].dump());
+    INFO("upstream's counters: " << r.upstream.dump());
+    REQUIRE(r.upstream.is_object());
+    const json* loop = find_loop(s, r.worker);
+    REQUIRE(loop != nullptr);
+    const json& peer = peer_in(s, "127.0.0.1:26025");
+    REQUIRE(peer.contains("busy"));
+    const uint64_t busy = peer["busy"].get<uint64_t>(), replied = peer["replied"].get<uint64_t>();
+    const int64_t upstream_in_flight = r.upstream["in_flight"].get<int64_t>();
+    std::printf("loops_test nginx fast upstream: longest turn %.3f s, peer busy %llu, replied %llu, upstream's own in "
+                "service %lld, loop's calls out %llu; verdict: %s\n",
+                (*loop)["longest_turn_seconds"].get<double>(), (unsigned long long)busy, (unsigned long long)replied,
+                (long long)upstream_in_flight, (unsigned long long)(*loop)["calls_in_progress"].get<uint64_t>(),
+                s["verdict"]["summary"].get<std::string>().c_str());
+    CHECK((*loop)["longest_turn_seconds"].get<double>() >= 0.05);
+    // The upstream holds almost nothing: what qscope sees busy has been answered.
+    CHECK(upstream_in_flight <= 3);
+    CHECK(replied <= busy);
+    CHECK(busy - replied <= 3);
+    CHECK((*loop)["calls_in_progress"].get<uint64_t>() <= 3);
+    CHECK(ranked(s, "downstream") <= 3);
+    CHECK(s["verdict"]["stage"] == "carriers");
 }
 
 TEST_CASE("redis: a slow Lua script holds the loop, as SLOWLOG says", "[loops][integration][redis]") {

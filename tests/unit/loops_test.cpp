@@ -73,6 +73,26 @@ Snapshot node_cpu_bound() {
     return s;
 }
 
+// A server on `port` with `in_flight` requests read, `busy` of its `connections` to `peer` in a
+// call.
+Snapshot calling_a_peer(uint16_t port, uint64_t in_flight, const std::string& peer, uint64_t connections,
+                        uint64_t busy) {
+    Snapshot s;
+    s.window_seconds = 5;
+    Listener l;
+    l.port = port;
+    l.backlog = 511;
+    s.listeners.push_back(l);
+    s.requests.in_flight = in_flight;
+    DownstreamPeer d;
+    d.peer = peer;
+    d.connections = connections;
+    d.busy = busy;
+    d.busy_max = busy;
+    s.downstream.push_back(d);
+    return s;
+}
+
 }  // namespace
 
 TEST_CASE("loops: a polling thread is a loop only when it serves connections", "[loops]") {
@@ -182,19 +202,7 @@ TEST_CASE("verdict: a busy loop read between two turns is still the limit, by th
 // them in calls out whose replies have not come. Those wait on the upstream: counted behind
 // the loop, they made it rank with the peer (session 29: downstream 40, carriers 39).
 TEST_CASE("verdict: a proxy loop's requests waiting on its upstream are not behind the loop", "[loops][verdict]") {
-    Snapshot s;
-    s.window_seconds = 5;
-    Listener lis;
-    lis.port = 8080;
-    lis.backlog = 511;
-    s.listeners.push_back(lis);
-    s.requests.in_flight = 41;
-    DownstreamPeer d;
-    d.peer = "127.0.0.1:18311";
-    d.connections = 64;
-    d.busy = 36;
-    d.busy_max = 40;
-    s.downstream.push_back(d);
+    Snapshot s = calling_a_peer(8080, 41, "127.0.0.1:18311", 64, 36);
     s.carriers.loops.push_back(polling(200, 200, "nginx", 0.97));
     ThreadServing t = serving(200, 200, 44, 44, 41, 0);
     t.calling = 36;
@@ -218,6 +226,26 @@ TEST_CASE("verdict: a proxy loop's requests waiting on its upstream are not behi
     // The report names the calls.
     s.probes = {ProbeFamily::sock, ProbeFamily::sched};
     CHECK(render_report(s).find("; 36 calls out in progress") != std::string::npos);
+
+    // A fast upstream and a loop in 170 ms turns: the replies have come, and wait for the loop
+    // to read them. Busy calls still (their replies unread), but they wait on the loop: the
+    // peer is no stage for them, and the loop holds them.
+    Snapshot fast = calling_a_peer(8080, 41, "127.0.0.1:18311", 64, 36);
+    fast.downstream[0].replied = 34;
+    fast.carriers.loops.push_back(polling(200, 200, "nginx", 0.97));
+    ThreadServing f = serving(200, 200, 44, 44, 41, 0);
+    f.calling = 2;  // the sock scan counts only the calls whose reply has not come
+    fast.serving.push_back(f);
+    for (int i = 0; i < 36; i++) fast.calling_tids.push_back(200);
+    compute_verdict(fast);
+    CHECK(fast.verdict.stage == Stage::carriers);
+    CHECK(fast.verdict.waiting == 38);
+    for (const auto& r : fast.verdict.ranking)
+        if (r.stage == Stage::downstream) CHECK(r.waiting == 2);
+    // Every reply come: the peer waits for nothing, and is no stage at all.
+    fast.downstream[0].replied = 36;
+    compute_verdict(fast);
+    for (const auto& r : fast.verdict.ranking) CHECK(r.stage != Stage::downstream);
 }
 
 TEST_CASE("loops: waiting on a serving thread, averaged over the window's ticks", "[loops]") {
@@ -419,19 +447,7 @@ TEST_CASE("verdict: a queue at the door of a server short of a CPU names the CPU
 // requests read on its connections, 4 in calls to the pool's peer, the other 28 queued in the
 // agent; 4 idle platform workers in uv_cond_wait the whole window.
 static Snapshot node_at_a_pool() {
-    Snapshot s;
-    s.window_seconds = 5;
-    Listener l;
-    l.port = 3000;
-    l.backlog = 511;
-    s.listeners.push_back(l);
-    s.requests.in_flight = 32;
-    DownstreamPeer d;
-    d.peer = "127.0.0.1:5432";
-    d.connections = 4;
-    d.busy = 4;
-    d.busy_max = 4;
-    s.downstream.push_back(d);
+    Snapshot s = calling_a_peer(3000, 32, "127.0.0.1:5432", 4, 4);
     ThreadGroup g;
     g.name = "node";
     g.threads = 7;

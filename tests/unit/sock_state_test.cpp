@@ -444,6 +444,32 @@ TEST_CASE("outbound: connect latency, busy calls, close while busy", "[sock]") {
     CHECK(k.g.connect_failures == 0);
 }
 
+// A proxy's loop in a long turn: the upstream's reply comes and waits unread. The call is
+// still busy (its reply not read) but answered: the request waits on the caller now.
+TEST_CASE("outbound: a reply that came and waits unread is flagged, never in the connector gauge", "[sock]") {
+    Conn k;
+    qs_conn_init_outbound(&k.c, 1000, 9);
+    k.established(1300);
+    k.arrive(1350, 40);             // a greeting, no call in progress: not a reply
+    CHECK(!(k.c.aflags & QS_A_UNREAD));
+    k.read(1400, 40);
+    k.write(2000, 10);
+    CHECK(k.g.busy == 1);
+    CHECK(!(k.c.aflags & QS_A_UNREAD));
+    k.arrive(2200, 300);            // the reply
+    CHECK((k.c.aflags & QS_A_UNREAD));
+    CHECK(k.g.busy == 1);           // not read yet: still a call in progress
+    CHECK(k.g.unread == 0);         // no request of an inbound connection
+    k.arrive(2210, 600);            // more of it: nothing changes
+    CHECK(k.g.unread == 0);
+    k.read(2900, 600);              // read at the turn's end: the call's time spans the wait
+    CHECK(!(k.c.aflags & QS_A_UNREAD));
+    CHECK(k.g.busy == 0);
+    CHECK(k.g.calls == 1);
+    CHECK(k.g.last_call == 900);
+    CHECK(k.g.unread == 0);
+}
+
 TEST_CASE("outbound: SYN_SENT then close is a connect failure", "[sock]") {
     Conn k;
     qs_conn_init_outbound(&k.c, 1000, 9);

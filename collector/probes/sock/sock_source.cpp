@@ -1206,6 +1206,7 @@ private:
     void scan_conns(uint64_t now, double& oldest_req, double& oldest_unread, std::map<uint32_t, double>& oldest_busy) {
         serving_now_.clear();
         calling_now_.clear();
+        replied_now_.clear();
         // HTTP/2 connections' open streams: they are its requests in flight (bpf/h2.h).
         h2_open_.clear();
         h2_.for_each(bpf_map__fd(skel_->maps.h2_conns), [&](const __u64& key, const qs_h2& h) {
@@ -1237,9 +1238,11 @@ private:
                 if ((c.aflags & QS_A_COUNTED) && c.t_unread && now > c.t_unread)
                     oldest_unread = std::max(oldest_unread, (now - c.t_unread) / 1e9);
             } else if (c.dir == QS_DIR_OUT && c.state == QS_ST_BUSY) {
+                const bool replied = c.aflags & QS_A_UNREAD;  // the reply has come, unread
+                if (replied) replied_now_[c.idx]++;
                 if (c.server_tid) {
                     calling_now_.push_back(static_cast<int>(c.server_tid));
-                    serving_now_[c.server_tid].calling++;
+                    if (!replied) serving_now_[c.server_tid].calling++;
                 }
                 if (c.t_req && now > c.t_req) {
                     double& o = oldest_busy[c.idx];
@@ -1274,6 +1277,7 @@ private:
             any_unix = any_unix || key.family == AF_UNIX;
             p.connections = u(load(ps.connections));
             p.busy = u(load(ps.busy));
+            if (auto it = replied_now_.find(i); it != replied_now_.end()) p.replied = std::min(p.busy, it->second);
             p.busy_max = std::max<uint64_t>(p.busy, u(load(ps.busy_max)));
             p.calls_total = cum.calls;
             p.calls = cum.calls - std::min(cum.calls, base.calls);
@@ -1601,6 +1605,7 @@ private:
     MapReader<__u32, qs_served> served_;
     std::map<uint32_t, ThreadServing> serving_now_;  // by server tid, from scan_conns
     std::vector<int> calling_now_;                    // Snapshot::calling_tids, from scan_conns
+    std::map<uint32_t, uint64_t> replied_now_;        // by peer index: busy calls whose reply waits unread
 
     // Inbound connections per serving thread, for event-loop detection (model/loops.h).
     void collect_serving(Snapshot& snap, const Tick& tick) {

@@ -66,7 +66,8 @@ struct Inside {
     const Wait* top_gate = nullptr;    // the gate group's wait row with the most waiters
     uint64_t syscall_waiters = 0;      // threads blocked in a syscall holding a request
     const Wait* top_syscall = nullptr;
-    uint64_t downstream_busy = 0;      // calls awaiting a peer's reply
+    uint64_t downstream_busy = 0;      // calls out whose reply the caller has not read
+    uint64_t downstream_replied = 0;   // of them, answered: the reply waits unread
     uint64_t room = UINT64_MAX;        // in flight beyond the busy calls: what gate waiters can be
     double futex_average = 0;          // the gate group's futex waiters over the window, on average
     const Wait* window_gate = nullptr; // that group's wait row with the most futex time in the window
@@ -241,7 +242,10 @@ Inside count_inside(const Snapshot& s) {
             if (!in.top_syscall || now > in.top_syscall->threads_now) in.top_syscall = &w;
         }
     }
-    for (const auto& d : s.downstream) in.downstream_busy += d.busy;
+    for (const auto& d : s.downstream) {
+        in.downstream_busy += d.busy;
+        in.downstream_replied += std::min(d.busy, d.replied);
+    }
     // Idle pool threads park on futexes too; only as many waiters as there are requests in
     // flight can be requests waiting (when the request path is visible at all). The gate
     // group's threads on a CPU, or runnable, hold their requests there, not at a gate: eight
@@ -339,13 +343,23 @@ Candidate pool_gate_stage(const Snapshot& s, const Inside& in, const PoolGate& p
             pool.waiters + pool.busy};
 }
 
+// The calls in progress whose reply came and waits unread: a loop about to read it, so the
+// peer's own stage (ranked apart) counts only the others and may be absent.
+std::string answered_of(const Inside& in) {
+    const uint64_t n = in.downstream_replied;
+    if (n == 0) return "";
+    const std::string replies = n == 1 ? "the reply" : "the replies";
+    if (n == in.downstream_busy) return (n == 1 ? ", answered, " : ", all answered, ") + replies + " not yet read";
+    return ", " + fmt_count(n) + " of them answered, " + replies + " not yet read";
+}
+
 Candidate plain_gate_stage(const Snapshot& s, const Inside& in, uint64_t gate_total) {
     if (!in.futex_waiters && in.held_in_loops) {
         const DownstreamPeer* peer = busiest_peer(s);
         return {Stage::gate, in.loops_of,
                 "requests wait inside " + in.loops_of + ": " + fmt_count(in.held_in_loops) +
                     " in flight with no call out and no turn running, beside " + counted(in.downstream_busy, "call") +
-                    " in progress" + (peer ? " to " + peer->peer : std::string()) +
+                    " in progress" + (peer ? " to " + peer->peer : std::string()) + answered_of(in) +
                     " (a cap on them, as a pool's size or a connection limit sets; or another wait of the "
                     "application)",
                 gate_total};

@@ -564,6 +564,24 @@ TEST_CASE("verdict: requests two idle loops hold with no call out wait inside th
     CHECK(s.verdict.ranking[1].stage == Stage::downstream);
     CHECK(s.verdict.ranking[1].waiting == 8);
 
+    // Replies come and not yet read: the calls are still the loops' (in progress, counted
+    // beside), but the peer waits on none of them; the peer's stage counts the others.
+    s.downstream[0].replied = 3;
+    compute_verdict(s);
+    CHECK(s.verdict.summary.find("beside 8 calls in progress to 127.0.0.1:5432, 3 of them answered, the replies not "
+                                 "yet read (a cap") != std::string::npos);
+    REQUIRE(s.verdict.ranking.size() == 2);
+    CHECK(s.verdict.ranking[1].waiting == 5);
+    // CI's instant: every call answered. The sentence says so, and no stage blames the peer.
+    s.downstream[0].busy = s.downstream[0].replied = 2;
+    compute_verdict(s);
+    CHECK(s.verdict.where == "haproxy's 2 event loops");
+    CHECK(s.verdict.summary.find("beside 2 calls in progress to 127.0.0.1:5432, all answered, the replies not yet "
+                                 "read (a cap") != std::string::npos);
+    for (const auto& r : s.verdict.ranking) CHECK(r.stage != Stage::downstream);
+    s.downstream[0].busy = 8;
+    s.downstream[0].replied = 0;
+
     // CI's instant: both loops in their turns, on a CPU, 28 read and 8 in calls. Each loop
     // holds one request once, not once as a turn and again as a thread on a CPU: 18 wait.
     s.carriers.loops[0].state = CarrierState::running;

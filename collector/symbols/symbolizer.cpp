@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -31,6 +32,7 @@
 #include <mutex>
 #include <sstream>
 #include <string_view>
+#include <utility>
 #include <unordered_map>
 
 #include "sys/proc_maps.h"
@@ -72,26 +74,6 @@ std::string hex(uint64_t v) {
 std::string basename_of(std::string_view path) {
     size_t s = path.rfind('/');
     return std::string(s == std::string_view::npos ? path : path.substr(s + 1));
-}
-
-std::string demangle(const char* name) {
-    // "pthread_cond_wait@@GLIBC_2.3.2": the symbol version is noise in a stack, and would
-    // split otherwise equal frames between builds.
-    if (const char* at = std::strchr(name, '@'); at && at != name) {
-        std::string plain(name, at);
-        return demangle(plain.c_str());
-    }
-    if (name[0] == '_' && name[1] == 'Z') {
-        int status = 0;
-        char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-        if (d && status == 0) {
-            std::string s(d);
-            std::free(d);
-            return s;
-        }
-        std::free(d);
-    }
-    return name;
 }
 
 std::string frame_text(std::string_view func, uint64_t off, std::string_view module) {
@@ -140,6 +122,79 @@ std::string_view take_field(std::string_view& line) {
 }
 
 }  // namespace
+
+namespace {
+
+// Rust's legacy mangling, after __cxa_demangle: a path ends with its crate's hash
+// ("::h96ed1d0f37b0cd92"), which names nothing a reader knows and splits one function's
+// frames between builds; and punctuation is escaped ("Core$LT$T$C$S$GT$::poll",
+// "{{closure}}" as "$u7b$$u7b$closure$u7d$$u7d$"). Other names are left as they are.
+void tidy_rust_legacy(std::string& s) {
+    constexpr size_t kLen = 3 + 16;
+    if (s.size() <= kLen || s.compare(s.size() - kLen, 3, "::h") != 0) return;
+    for (size_t i = s.size() - 16; i < s.size(); ++i)
+        if (!std::isxdigit(static_cast<unsigned char>(s[i]))) return;
+    s.resize(s.size() - kLen);
+    static constexpr std::pair<std::string_view, char> kEscapes[] = {
+        {"$SP$", '@'}, {"$BP$", '*'}, {"$RF$", '&'}, {"$LT$", '<'}, {"$GT$", '>'}, {"$LP$", '('}, {"$RP$", ')'},
+        {"$C$", ','}};
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size();) {
+        bool done = false;
+        for (const auto& [esc, c] : kEscapes)
+            if (s.compare(i, esc.size(), esc) == 0) {
+                out += c;
+                i += esc.size();
+                done = true;
+                break;
+            }
+        if (done) continue;
+        if (s.compare(i, 2, "$u") == 0 && i + 4 < s.size() && s[i + 4] == '$' && std::isxdigit(static_cast<unsigned char>(s[i + 2])) &&
+            std::isxdigit(static_cast<unsigned char>(s[i + 3]))) {
+            out += static_cast<char>(std::stoi(s.substr(i + 2, 2), nullptr, 16));
+            i += 5;
+            continue;
+        }
+        if (s.compare(i, 2, "..") == 0) {
+            out += "::";
+            i += 2;
+            continue;
+        }
+        out += s[i++];
+    }
+    s.swap(out);
+}
+
+}  // namespace
+
+std::string demangle(const char* name) {
+    // "pthread_cond_wait@@GLIBC_2.3.2": the symbol version is noise in a stack, and would
+    // split otherwise equal frames between builds.
+    if (const char* at = std::strchr(name, '@'); at && at != name) {
+        std::string plain(name, at);
+        return demangle(plain.c_str());
+    }
+    // "_ZN5tokio…E.llvm.3720632788608573848": LLVM's suffix on a symbol it made local (LTO,
+    // Rust's codegen units) is no part of the mangled name, and __cxa_demangle refuses it.
+    if (const char* llvm = std::strstr(name, ".llvm."); llvm && name[0] == '_' && name[1] == 'Z') {
+        std::string plain(name, llvm);
+        return demangle(plain.c_str());
+    }
+    if (name[0] == '_' && name[1] == 'Z') {
+        int status = 0;
+        char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+        if (d && status == 0) {
+            std::string s(d);
+            std::free(d);
+            tidy_rust_legacy(s);
+            return s;
+        }
+        std::free(d);
+    }
+    return name;
+}
+
 
 // ---- kernel symbols: one table per collector process, loaded on first use ------------
 const KernelSymbols& kernel_symbols() {

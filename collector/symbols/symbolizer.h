@@ -53,6 +53,10 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// A symbol's name as a reader knows it: C++ and Rust (legacy mangling, with its hash and
+// escapes tidied; LLVM's ".llvm.N" suffix dropped) demangled, a symbol version dropped.
+std::string demangle(const char* name);
+
 // One line of /tmp/perf-PID.map: "START SIZE name" (hex, optional 0x).
 struct PerfMapEntry {
     uint64_t start = 0, size = 0;

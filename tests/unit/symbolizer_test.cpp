@@ -267,3 +267,20 @@ TEST_CASE("kernel frames resolve through /proc/kallsyms", "[symbolizer][kallsyms
     CHECK(out[0] == "schedule+0x10 (kernel)");
     CHECK(out[1] == "schedule+0x0 (kernel)");
 }
+
+// Rust's legacy mangling, from qs_tokio (tests/apps/tokio, rustc 1.63). Oracle: `nm -C`,
+// binutils' own Rust demangler, on the same symbols.
+TEST_CASE("demangle: Rust legacy names lose their hash, escapes and LLVM's suffix; C++ as before", "[symbolizer]") {
+    using qscope::demangle;
+    CHECK(demangle("_ZN5tokio7runtime4park5Inner4park17h96ed1d0f37b0cd92E.llvm.3720632788608573848") ==
+          "tokio::runtime::park::Inner::park");
+    CHECK(demangle("_ZN5tokio7runtime4task4core17Core$LT$T$C$S$GT$4poll17h192d51691461e366E") ==
+          "tokio::runtime::task::core::Core<T,S>::poll");
+    CHECK(demangle("_ZN4core3ops8function6FnOnce40call_once$u7b$$u7b$vtable.shim$u7d$$u7d$17h0123456789abcdefE") ==
+          "core::ops::function::FnOnce::call_once{{vtable.shim}}");
+    CHECK(demangle("_ZN3std6thread5sleep17h5894ef2d541bc80bE") == "std::thread::sleep");
+    // Not Rust: a C++ name whose last component merely looks like a hash is left alone.
+    CHECK(demangle("_ZN2ns1hEv") == "ns::h()");
+    CHECK(demangle("_ZNSt6vectorIiSaIiEE9push_backERKi") == "std::vector<int, std::allocator<int> >::push_back(int const&)");
+    CHECK(demangle("pthread_cond_wait@@GLIBC_2.3.2") == "pthread_cond_wait");
+}

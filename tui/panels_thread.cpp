@@ -265,11 +265,12 @@ PanelBody carriers_panel(const Snapshot& s, const UiState& ui, int width) {
                      {d + std::to_string(c.runnable) + " runnable", count_role(c.runnable, Role::warn)},
                      {d + std::to_string(c.stalled) + " stalled", count_role(c.stalled, Role::critical)}});
     if (c.procs > 0) {
-        // Go: how many of the Ps the carriers kept busy; all of them is the scheduler's limit.
+        // Go, Tokio: how many of the Ps (workers) the carriers kept busy; all of them is the
+        // scheduler's limit.
         char busy[32];
         std::snprintf(busy, sizeof busy, "%.2f", c.busy);
-        add_text_row(b, {{"GOMAXPROCS " + std::to_string(c.procs) + ": ", Role::dim},
-                         {std::string("busy ") + busy + " of " + std::to_string(c.procs) + " Ps",
+        add_text_row(b, {{procs_label(c) + ": ", Role::dim},
+                         {std::string("busy ") + busy + " of " + std::to_string(c.procs) + " " + procs_unit(c),
                           carriers_saturated(c) ? Role::critical : Role::normal}});
     }
     if (!c.per_carrier.empty()) add_state_strip(b, c, width, ui.unicode);

@@ -77,6 +77,39 @@ std::string go_idle_frame(const std::vector<std::string>& frames) {
     return {};
 }
 
+std::string tokio_idle_frame(const std::vector<std::string>& frames) {
+    // Exact functions where a module also runs tasks: block_on polls its future under
+    // tokio::runtime::park::CachedParkThread::block_on, a current-thread runtime its tasks.
+    static constexpr std::string_view kTokioIdle[] = {
+        "tokio::runtime::park::Inner::park",                       // block_on's parker (often main)
+        "tokio::runtime::park::CachedParkThread::park",
+        "tokio::runtime::scheduler::multi_thread::park::",          // a worker's Parker, all of it
+        "tokio::runtime::scheduler::current_thread::Context::park",
+        "tokio::runtime::blocking::pool::Inner::run"};              // the blocking pool between jobs
+    bool in_a_task = false;  // a frame inside the match runs a task: the pool's job, not its wait
+    for (const auto& f : frames) {
+        const std::string fn = frame_function(f);
+        if (fn.rfind("tokio::runtime::task::", 0) == 0) in_a_task = true;
+        for (auto idle : kTokioIdle) {
+            if (fn.compare(0, idle.size(), idle) != 0) continue;
+            if (idle == kTokioIdle[4] && in_a_task) return {};
+            return fn;
+        }
+    }
+    return {};
+}
+
+bool tokio_blocking_pool(const std::vector<std::string>& frames) {
+    // A worker runs under the blocking pool too (Tokio launches its workers as blocking
+    // tasks): the innermost of the two says which the thread is now.
+    for (const auto& f : frames) {
+        const std::string fn = frame_function(f);
+        if (fn.rfind("tokio::runtime::scheduler::multi_thread::worker::", 0) == 0) return false;
+        if (fn.rfind("tokio::runtime::blocking::", 0) == 0) return true;
+    }
+    return false;
+}
+
 bool go_cgo_call(const std::vector<std::string>& frames) {
     for (const auto& f : frames) {
         const std::string fn = frame_function(f);

@@ -42,6 +42,17 @@ bool is_event_loop_frame(const std::string& frame);
 // stack shows none of them: a futex wait outside them (a cgo call's pthread lock) holds the
 // goroutine it runs. Verified on Go 1.19.
 std::string go_idle_frame(const std::vector<std::string>& frames);
+// Tokio's runtime (Rust). A thread with no task to run parks under one of these frames: a
+// worker in its scheduler's park (multi_thread::park, on a condvar, or the I/O driver's
+// epoll_wait when it holds the driver), a thread in `block_on` (often main) on its own
+// parker, a blocking-pool thread between jobs. Returns the innermost ("tokio::runtime::park::
+// Inner::park"), or "" when the stack shows none: a worker's futex wait outside them (a
+// std::sync::Mutex) holds the task it runs. Verified on Tokio 1.24.
+std::string tokio_idle_frame(const std::vector<std::string>& frames);
+// A thread of Tokio's blocking pool (spawn_blocking, tokio::fs, block_in_place) in a job:
+// named as the workers are ("tokio-runtime-worker"), but what it blocks in is the job it was
+// given, not a worker's.
+bool tokio_blocking_pool(const std::vector<std::string>& frames);
 // A goroutine's call into C (runtime.cgocall, runtime.asmcgocall): the M is held for its whole
 // length, like a blocking syscall.
 bool go_cgo_call(const std::vector<std::string>& frames);

@@ -97,6 +97,12 @@ bool connection_limit_reached(const Listener& l) {
     return full && l.accept_queue > 0 && l.connections > 0 && l.seconds_since_accept >= 1.0;
 }
 
+std::string procs_label(const Carriers& c) {
+    return c.runtime == "tokio" ? std::to_string(c.procs) + " workers" : "GOMAXPROCS " + std::to_string(c.procs);
+}
+
+std::string procs_unit(const Carriers& c) { return c.runtime == "tokio" ? "workers" : "Ps"; }
+
 bool carriers_saturated(const Carriers& c) {
     return c.detected && c.procs > 0 && c.busy >= kLoopSaturated * c.procs;
 }

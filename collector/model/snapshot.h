@@ -432,7 +432,7 @@ struct ThreadServing {
 struct Carriers {
     bool detected = false;
     std::string pattern;                // the regex or the built-in pattern's name
-    std::string runtime;                // "jvm", "go" or "generic"
+    std::string runtime;                // "jvm", "go", "tokio" or "generic"
     bool mount_state_known = false;     // JavaThread fields read (JDK 21+)
     int threads = 0, running = 0, idle = 0, runnable = 0, stalled = 0;
     uint64_t stall_events = 0;          // window
@@ -443,15 +443,20 @@ struct Carriers {
     std::vector<CarrierThread> per_carrier;
     Histogram stall_total;              // since attach
     double busy = 0;                    // window: carriers on a CPU or runnable, on average (sum of utilization)
-    int procs = 0;                      // Go: GOMAXPROCS now (runtime.gomaxprocs), 0 otherwise or unread
+    int procs = 0;                      // Go: GOMAXPROCS now (runtime.gomaxprocs); Tokio: its workers; 0 otherwise or unread
     // Event loops (any runtime), busiest first; JVM carriers above are unaffected.
     std::vector<EventLoop> loops;
     double loop_stall_threshold_seconds = 0.02;
 };
 
+// What runs the runtime's tasks, counted: "GOMAXPROCS 2" and "Ps" (Go), "2 workers" and
+// "workers" (Tokio).
+std::string procs_label(const Carriers& c);
+std::string procs_unit(const Carriers& c);
+
 // Go: every P is taken — the carriers were on a CPU or runnable, on average, for as many
 // threads as GOMAXPROCS for the saturated share of the window (model/loops.h kLoopSaturated).
-// Goroutines beyond them wait in the runtime's run queues for a P.
+// Goroutines beyond them wait in the runtime's run queues for a P. Tokio: every worker.
 bool carriers_saturated(const Carriers& c);
 
 struct StageCount {

@@ -28,14 +28,20 @@ namespace qscope {
 namespace {
 
 // A wait at a gate: a futex, or a lock wait that looks like an idle poll (ProcSleep). A Go M
-// parked under the runtime's idle frames (runtime.stopm) waits for work, not at a gate.
+// parked under the runtime's idle frames (runtime.stopm), or a Tokio thread on its parker
+// (main in block_on, a blocking-pool thread between jobs), waits for work, not at a gate.
 bool at_a_gate(const Wait& w) {
-    if (!go_idle_frame(w.stack).empty()) return false;
+    if (!go_idle_frame(w.stack).empty() || !tokio_idle_frame(w.stack).empty()) return false;
     return w.kind == WaitKind::futex || !lock_wait_frame(w.stack).empty();
 }
 
-// Where requests with no OS thread wait: "the Go runtime", "the runtime" (virtual threads).
-std::string parked_where(const Snapshot& s) { return s.carriers.runtime == "go" ? "the Go runtime" : "the runtime"; }
+// Where requests with no OS thread wait: "the Go runtime", "the Tokio runtime", "the runtime"
+// (virtual threads).
+std::string parked_where(const Snapshot& s) {
+    if (s.carriers.runtime == "go") return "the Go runtime";
+    if (s.carriers.runtime == "tokio") return "the Tokio runtime";
+    return "the runtime";
+}
 
 // A gate's name: the lock-wait frame, else its first application frame ("pool_borrow",
 // "HikariPool.getConnection").
@@ -142,6 +148,15 @@ struct GateGroup {
     std::set<std::string> idle;
 };
 
+// Futex waiters of a group whose stacks show a runtime's idle frames: a Tokio program's main
+// thread in block_on, its blocking pool between jobs. They wait for work.
+int idle_by_frames(const Snapshot& s, const std::string& group) {
+    int n = 0;
+    for (const auto& w : s.waits)
+        if (w.group == group && w.kind == WaitKind::futex && !at_a_gate(w)) n += waiting_now(w);
+    return n;
+}
+
 // Futex waiters of the one group with the most of them: the request handlers. Other groups
 // (GC, housekeeping, idle carriers) park on futexes all the time.
 GateGroup gate_group(const Snapshot& s, const std::set<std::string>& carrier_groups) {
@@ -153,7 +168,7 @@ GateGroup gate_group(const Snapshot& s, const std::set<std::string>& carrier_gro
     for (const auto& g : s.thread_groups) {
         if (carrier_groups.count(g.name)) continue;
         auto it = g.blocked_by.find("futex");
-        const int idle = idle_futex_waiters(s, g);
+        const int idle = idle_futex_waiters(s, g) + idle_by_frames(s, g.name);
         idle_workers |= idle > 0;
         const int blocked = it == g.blocked_by.end() ? 0 : it->second;
         if (idle > 0 && idle >= blocked) top.idle.insert(g.name);
@@ -431,27 +446,38 @@ std::optional<Candidate> syscall_stage(const Inside& in) {
                      in.syscall_waiters};
 }
 
-// Go with every P busy: the goroutines no pool explains wait in the runtime's run queues.
+// What runs the runtime's tasks, for the saturated stage: "the Go scheduler's 2 Ps
+// (GOMAXPROCS=2)", "the Tokio runtime's 2 workers".
+std::string task_runners(const Carriers& c) {
+    const std::string procs = std::to_string(c.procs);
+    if (c.runtime == "tokio") return "the Tokio runtime's " + procs + " workers";
+    return "the Go scheduler's " + procs + " Ps (GOMAXPROCS=" + procs + ")";
+}
+
+// Go with every P busy, Tokio with every worker: the requests no pool explains wait in the
+// runtime's run queues, and those unread wait for a task runner to read them (said after, as
+// the door queues are).
 std::optional<Candidate> saturated_carriers_stage(const Snapshot& s, uint64_t parked_elsewhere) {
     const auto& c = s.carriers;
     char busy[32];
     std::snprintf(busy, sizeof busy, "%.2f", c.busy);
-    const std::string procs = std::to_string(c.procs);
     return Candidate{Stage::carriers, c.pattern,
-                     "requests queue for the Go scheduler's " + procs + " Ps (GOMAXPROCS=" + procs + "): carriers busy " +
-                         busy + " of " + procs + " over the window, " + counted(parked_elsewhere, "request") +
-                         " parked in the Go runtime",
+                     "requests queue for " + task_runners(c) + ": carriers busy " + busy + " of " +
+                         std::to_string(c.procs) + " over the window" +
+                         (parked_elsewhere ? ", " + counted(parked_elsewhere, "request") + " parked in " + parked_where(s)
+                                           : std::string()),
                      parked_elsewhere + static_cast<uint64_t>(c.running + c.runnable)};
 }
 
 // Stalled carriers hold up their own virtual threads and the parked ones no pool explains.
 std::optional<Candidate> carriers_stage(const Snapshot& s, uint64_t parked_elsewhere) {
     const auto& c = s.carriers;
-    if (c.detected && c.stalled <= 0 && carriers_saturated(c) && parked_elsewhere > 0)
+    if (c.detected && c.stalled <= 0 && carriers_saturated(c) && (parked_elsewhere > 0 || s.requests.waiting_unread > 0))
         return saturated_carriers_stage(s, parked_elsewhere);
     if (!c.detected || c.stalled <= 0) return std::nullopt;
     return Candidate{Stage::carriers, c.pattern,
-                     std::to_string(c.stalled) + " of " + std::to_string(c.threads) + " carrier threads stalled" +
+                     std::to_string(c.stalled) + " of " + std::to_string(c.threads) +
+                         (c.runtime == "tokio" ? " Tokio workers stalled" : " carrier threads stalled") +
                          (c.stalls.empty() ? ""
                                            : " (" + c.stalls.front().reason + " in " + c.stalls.front().syscall + ")"),
                      static_cast<uint64_t>(c.stalled) + parked_elsewhere};

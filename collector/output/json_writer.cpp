@@ -439,7 +439,7 @@ static void render_threads(std::ostringstream& o, const Snapshot& s) {
         if (c.procs > 0) {
             char busy[32];
             std::snprintf(busy, sizeof busy, "%.2f", c.busy);
-            o << "    GOMAXPROCS " << c.procs << ": carriers busy " << busy << " on average over the window\n";
+            o << "    " << procs_label(c) << ": carriers busy " << busy << " on average over the window\n";
         }
         for (const auto& st : c.stalls)
             o << "    tid " << st.tid << " " << st.reason << " in " << st.syscall << " for " << ms(st.seconds)

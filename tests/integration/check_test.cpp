@@ -128,7 +128,9 @@ TEST_CASE("probe_attach lists every family's hooks as the kernel offers them", "
     for (const char* h : {"sched_switch", "sched_wakeup", "JVM_VirtualThreadPinnedEvent"}) {
         const std::string key = std::string("jvm ") + h;
         CHECK(attach(key) == "none");
-        CHECK(by[key].value("off", "") == "the target is neither a JVM nor a Go program, and no --carriers pattern was given");
+        CHECK(by[key].value("off", "") ==
+              "the target is neither a JVM, a Go program nor a Tokio one (threads named tokio-runtime-worker), and no "
+              "--carriers pattern was given");
     }
 }
 

@@ -55,3 +55,50 @@ TEST_CASE("go: an M with no goroutine waits under the runtime's idle frames", "[
     // By function name, not by prefix: runtime.stopmX is not runtime.stopm.
     CHECK(go_idle_frame({"runtime.stopmX+0x1 (qs_gopool)"}).empty());
 }
+
+// Tokio 1.24's threads, as qscope symbolized their waits in qs_tokio (tests/apps/tokio),
+// innermost first.
+TEST_CASE("tokio: threads with no task park under the runtime's frames; the blocking pool's jobs are not a worker's",
+          "[frames][tokio]") {
+    const std::vector<std::string> main_in_block_on = {
+        "syscall+0x19 (libc.so.6)", "std::sys::unix::futex::futex_wait+0xd5 (qs_tokio)",
+        "std::sys::unix::locks::futex::Condvar::wait+0x57 (qs_tokio)", "tokio::runtime::park::Inner::park+0xb4 (qs_tokio)",
+        "tokio::runtime::park::CachedParkThread::block_on+0xeb (qs_tokio)", "qs_tokio::main+0x4db (qs_tokio)"};
+    CHECK(tokio_idle_frame(main_in_block_on) == "tokio::runtime::park::Inner::park");
+    const std::vector<std::string> worker_parked = {
+        "syscall+0x19 (libc.so.6)", "std::sys::unix::futex::futex_wait+0xd5 (qs_tokio)",
+        "std::sys::unix::locks::futex::Condvar::wait+0x57 (qs_tokio)",
+        "tokio::runtime::scheduler::multi_thread::park::Parker::park+0x175 (qs_tokio)",
+        "tokio::runtime::scheduler::multi_thread::worker::Context::park_timeout+0xc4 (qs_tokio)",
+        "tokio::runtime::scheduler::multi_thread::worker::run+0xb1 (qs_tokio)",
+        "tokio::runtime::task::core::Core<T,S>::poll+0x2e (qs_tokio)",
+        "tokio::runtime::task::harness::Harness<T,S>::poll+0x9f (qs_tokio)",
+        "tokio::runtime::blocking::pool::Inner::run+0x133 (qs_tokio)"};
+    CHECK(tokio_idle_frame(worker_parked) == "tokio::runtime::scheduler::multi_thread::park::Parker::park");
+    CHECK_FALSE(tokio_blocking_pool(worker_parked));  // Tokio launches its workers on the pool
+    // block_on polls main's future under CachedParkThread::block_on: a lock taken there holds it.
+    CHECK(tokio_idle_frame({"syscall+0x19 (libc.so.6)", "std::sys::unix::locks::futex::Mutex::lock_contended+0x40 (app)",
+                            "app::handler+0x10 (app)", "tokio::runtime::park::CachedParkThread::block_on+0xeb (app)"})
+              .empty());
+    // A worker's task waiting on a std Mutex holds the task.
+    CHECK(tokio_idle_frame({"syscall+0x19 (libc.so.6)", "std::sys::unix::locks::futex::Mutex::lock_contended+0x40 (app)",
+                            "app::handler+0x10 (app)", "tokio::runtime::task::core::Core<T,S>::poll+0x4c (app)",
+                            "tokio::runtime::scheduler::multi_thread::worker::Context::run_task+0x1 (app)",
+                            "tokio::runtime::scheduler::multi_thread::worker::run+0xb1 (app)",
+                            "tokio::runtime::task::core::Core<T,S>::poll+0x2e (app)",
+                            "tokio::runtime::blocking::pool::Inner::run+0x133 (app)"})
+              .empty());
+    // A blocking-pool thread in its job (spawn_blocking(|| sleep(..))): the pool's, not idle.
+    const std::vector<std::string> pool_job = {
+        "clock_nanosleep+0x65 (libc.so.6)", "__nanosleep+0x13 (libc.so.6)", "std::thread::sleep+0x60 (qs_tokio)",
+        "tokio::runtime::task::core::Core<T,S>::poll+0x4c (qs_tokio)",
+        "tokio::runtime::task::harness::Harness<T,S>::poll+0x51 (qs_tokio)",
+        "tokio::runtime::blocking::pool::Inner::run+0x133 (qs_tokio)"};
+    CHECK(tokio_blocking_pool(pool_job));
+    CHECK(tokio_idle_frame(pool_job).empty());
+    // Between jobs, on its condvar: idle.
+    CHECK(tokio_idle_frame({"syscall+0x19 (libc.so.6)", "std::sys::unix::locks::futex::Condvar::wait_timeout+0x40 (a)",
+                            "tokio::runtime::blocking::pool::Inner::run+0x2a1 (a)"}) ==
+          "tokio::runtime::blocking::pool::Inner::run");
+    CHECK(tokio_idle_frame({"runtime.futex.abi0+0x23 (qs_gopool)", "runtime.notesleep+0x87 (qs_gopool)"}).empty());
+}

@@ -529,6 +529,68 @@ TEST_CASE("go: every P busy, goroutines wait for one", "[verdict][go]") {
     CHECK(t.verdict.summary == "99 requests parked in the Go runtime");
 }
 
+// Tokio (tests/apps/tokio as qscope saw it): 2 workers, the carriers; main parked in block_on,
+// a futex waiter of its own group that is no gate.
+static Snapshot tokio_snapshot(uint64_t in_flight) {
+    Snapshot s;
+    s.listeners.push_back(listener(26080, 0, 1024));
+    s.requests.in_flight = in_flight;
+    s.carriers.detected = true;
+    s.carriers.runtime = "tokio";
+    s.carriers.pattern = "Tokio runtime workers (tokio-runtime-worker)";
+    s.carriers.procs = 2;
+    for (int i = 0; i < 2; i++) s.carriers.per_carrier.push_back({101 + i, "tokio-runtime-w", CarrierState::idle});
+    s.carriers.threads = 2;
+    s.carriers.idle = 2;
+    ThreadGroup workers;
+    workers.name = "tokio-runtime-w";
+    workers.threads = 2;
+    workers.blocked = 2;
+    workers.blocked_by["futex"] = 1;
+    workers.blocked_by["epoll_wait"] = 1;
+    ThreadGroup main_thread;
+    main_thread.name = "qs_tokio";
+    main_thread.threads = 1;
+    main_thread.blocked = 1;
+    main_thread.blocked_by["futex"] = 1;
+    s.thread_groups = {workers, main_thread};
+    s.waits.push_back(futex_wait("qs_tokio", 1,
+                                 {"syscall+0x19 (libc.so.6)", "std::sys::unix::futex::futex_wait+0xd5 (qs_tokio)",
+                                  "std::sys::unix::locks::futex::Condvar::wait+0x57 (qs_tokio)",
+                                  "tokio::runtime::park::Inner::park+0xb4 (qs_tokio)",
+                                  "tokio::runtime::park::CachedParkThread::block_on+0xeb (qs_tokio)"}));
+    return s;
+}
+
+TEST_CASE("tokio: handlers awaiting a timer are parked in the runtime; main in block_on is no gate",
+          "[verdict][tokio]") {
+    Snapshot s = tokio_snapshot(32);
+    s.carriers.busy = 0.02;
+    compute_verdict(s);
+    CHECK(s.parked_in_runtime == 32);
+    CHECK(s.verdict.stage == Stage::gate);
+    CHECK(s.verdict.summary == "32 requests parked in the Tokio runtime");
+}
+
+TEST_CASE("tokio: every worker busy, the requests unread wait for one", "[verdict][tokio]") {
+    // /spin handlers, 32 clients: 2 requests on the workers, 30 unread on their connections.
+    Snapshot s = tokio_snapshot(2);
+    s.requests.waiting_unread = 30;
+    s.carriers.running = 1;
+    s.carriers.runnable = 1;
+    s.carriers.idle = 0;
+    s.carriers.busy = 2.0;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::carriers);
+    CHECK(s.verdict.summary ==
+          "requests queue for the Tokio runtime's 2 workers: carriers busy 2.00 of 2 over the window; 30 requests "
+          "unread in the connector");
+    // Not busy: the door is the stage, as before.
+    s.carriers.busy = 1.0;
+    compute_verdict(s);
+    CHECK(s.verdict.stage == Stage::connector);
+}
+
 // The first tick is the instant of attach: a loop is told from its turns and none has been
 // seen. Node under load, attached mid-spike: one V8 worker parked in uv_cond_wait while the
 // loop thread is busy and requests pile up at the door.

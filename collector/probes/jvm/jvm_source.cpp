@@ -3,6 +3,7 @@
 // bpf/carrier.bpf.c; model: carrier_model.h; JVM internals: jvm_vmstructs.h; Go:
 // go_runtime.h.
 #include <dirent.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include "probes/jvm/go_runtime.h"
 #include "model/errors.h"
 #include "model/runtime_frames.h"
+#include "model/syscall_table.h"
 #include "probes/jvm/jvm_dump.h"
 #include "probes/jvm/jvm_vmstructs.h"
 #include "engine/source.h"
@@ -69,6 +71,10 @@ std::string read_comm(int pid, int tid) {
     return s;
 }
 
+// Tokio's multi-thread runtime names its workers "tokio-runtime-worker" (a comm keeps 15
+// characters) unless the program names them otherwise (Builder::thread_name).
+constexpr std::string_view kTokioWorkerComm = "tokio-runtime-w";
+
 std::vector<int> list_tids(int pid) {
     std::vector<int> out;
     DIR* d = opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
@@ -112,9 +118,15 @@ public:
             if (!go_->why.empty())
                 notes_.push_back("carriers: Go program " + go_->path + ": GOMAXPROCS unknown (" + go_->why +
                                  "); whether every P is busy is not judged");
+        } else if (has_tokio_workers()) {
+            // Tokio's workers run tasks as Go's Ms run goroutines: parked on a condvar (futex)
+            // or in the I/O driver's epoll_wait when they have none, the generic rule.
+            tokio_mode_ = true;
+            pattern_ = "Tokio runtime workers (tokio-runtime-worker)";
         } else {
-            // Not a JVM or Go, and no pattern: nothing to watch, no probes attached.
-            hooks_off("the target is neither a JVM nor a Go program, and no --carriers pattern was given");
+            // Not a JVM, Go or Tokio, and no pattern: nothing to watch, no probes attached.
+            hooks_off("the target is neither a JVM, a Go program nor a Tokio one (threads named tokio-runtime-worker), "
+                      "and no --carriers pattern was given");
             return;
         }
         jvm_mode_ = jvm_ && jvm_->layout.has_value();
@@ -200,6 +212,7 @@ public:
         }
         refresh_carriers(false);
         symbolized_this_tick_ = 0;
+        tokio_looked_at_.clear();
         ring_buffer__consume(rb_.get());
         lost_.update("carriers",
                      {{read_counter(QS_CC_RB_DROPS), "stall records (ring buffer full): not listed, still counted"}},
@@ -232,6 +245,7 @@ public:
             c.stall_total = Histogram::from_kernel(h);
 
         if (go_mode_) c.procs = std::max(0, go::read_gomaxprocs(*mem_, *go_));
+        if (tokio_mode_) c.procs = static_cast<int>(carriers_.size());  // its blocking pool's threads dropped once seen
         const int map_fd = bpf_map__fd(skel_->maps.carriers);
         std::vector<CarrierStall> ongoing;
         for (auto& [tid, info] : carriers_) {
@@ -259,7 +273,7 @@ public:
             // pause): not a stall of the carrier's task. Shown as "blocked", counted nowhere.
             // A Go M blocked under one of the runtime's idle frames holds no goroutine: idle.
             std::string vm_now;
-            if (have && k.state == QS_CS_STALLED && (jvm_mode_ || go_mode_) && cfg_.want_stacks)
+            if (have && k.state == QS_CS_STALLED && (jvm_mode_ || go_mode_ || tokio_mode_) && cfg_.want_stacks)
                 vm_now = current_vm_wait(tid);
             if (!vm_now.empty()) t.state = go_mode_ ? CarrierState::idle : CarrierState::blocked;
             c.threads++;
@@ -275,7 +289,7 @@ public:
                 CarrierStall s;
                 s.tid = tid;
                 s.syscall = carrier::syscall_label(k.syscall);
-                s.reason = carrier::stall_reason(k.syscall, false);
+                s.reason = stall_reason(k.syscall, false);
                 s.seconds = (now - k.block_start_ns) / 1e9;
                 s.ongoing = true;
                 ongoing.push_back(s);
@@ -296,7 +310,7 @@ public:
             CarrierStall s;
             s.tid = r->tid;
             s.syscall = carrier::syscall_label(r->syscall);
-            s.reason = carrier::stall_reason(r->syscall, r->pinned);
+            s.reason = stall_reason(r->syscall, r->pinned);
             if (go_mode_ && go_cgo_call(r->stack)) s.reason = "cgo call";
             s.seconds = r->duration_ns / 1e9;
             s.stack = r->stack;
@@ -343,7 +357,19 @@ private:
         uint64_t busy_base = 0, base_ns = 0;
     };
 
-    std::string runtime() const { return jvm_mode_ ? "jvm" : go_mode_ ? "go" : "generic"; }
+    // A sleep on a JVM carrier is a native call; on a Tokio worker, a task's blocking call.
+    std::string stall_reason(int64_t syscall, bool pinned) const {
+        std::string r = carrier::stall_reason(syscall, pinned);
+        return tokio_mode_ && r == "native call" ? "blocking call" : r;
+    }
+
+    std::string runtime() const { return jvm_mode_ ? "jvm" : go_mode_ ? "go" : tokio_mode_ ? "tokio" : "generic"; }
+
+    bool has_tokio_workers() const {
+        for (int tid : list_tids(pid_))
+            if (read_comm(pid_, tid).rfind(kTokioWorkerComm, 0) == 0) return true;
+        return false;
+    }
 
     uint64_t read_counter(uint32_t idx) const {
         uint64_t v = 0;
@@ -421,9 +447,13 @@ private:
             s.start_ns = r->start_ns;
             s.duration_ns = r->duration_ns;
             s.syscall = r->syscall;
-            if (kind == QS_CARRIER_REC_STALL_STACK)
+            // Tokio: a thread is told apart (worker or blocking pool) by one stack a tick, so that
+            // 32 pool threads' records, ten a second each, leave the tick's budget for the rest.
+            const bool told_apart = self->tokio_mode_ && (self->tokio_blocking_.count(s.tid) ||
+                                                          !self->tokio_looked_at_.insert(s.tid).second);
+            if (kind == QS_CARRIER_REC_STALL_STACK && !told_apart)
                 self->symbolize(static_cast<const qs_carrier_stall_stack*>(data)->stack, s.stack);
-            s.vm_reason = self->not_a_stall(s.stack);
+            s.vm_reason = self->not_a_stall(s.tid, s.stack);
             if (!s.vm_reason.empty()) {
                 self->vm_pending_.push_back(s.start_ns + s.duration_ns);
                 if (self->cfg_.verbose >= 1) {
@@ -455,19 +485,26 @@ private:
     // The stack copied when the carrier's current block began (its slot is marked with
     // start_ns 0 until the block ends), judged like a finished record's.
     std::string current_vm_wait(int tid) {
+        if (tokio_blocking_.count(tid)) return not_a_stall(tid, {});
         if (!stack_buf_) stack_buf_ = std::make_unique<qs_carrier_stall_stack>();
         const uint32_t key = static_cast<uint32_t>(tid);
         if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stack_slots), &key, stack_buf_.get()) != 0) return {};
         if (stack_buf_->hdr.start_ns != 0 || stack_buf_->stack.tid != key) return {};
         std::vector<std::string> frames;
         symbolize(stack_buf_->stack, frames);
-        return not_a_stall(frames);
+        return not_a_stall(tid, frames);
     }
 
     // A mounted block that is no stall of the carrier's task, by its stack: the JVM's own
-    // waits (carrier::vm_wait_reason), or a Go M parked under one of the runtime's idle
-    // frames (model/runtime_frames.h). "" for a stall.
-    std::string not_a_stall(const std::vector<std::string>& stack) const {
+    // waits (carrier::vm_wait_reason), a Go M parked under one of the runtime's idle frames
+    // (model/runtime_frames.h), or a thread of Tokio's blocking pool in its job (it shares
+    // the workers' name; dropped from the carriers at the next scan). "" for a stall.
+    std::string not_a_stall(int tid, const std::vector<std::string>& stack) {
+        if (tokio_mode_) {
+            if (!tokio_blocking_.count(tid) && !tokio_blocking_pool(stack)) return {};
+            if (tokio_blocking_.insert(tid).second) tokio_rescan_ = true;
+            return "tokio: a blocking-pool thread in its job, not a worker";
+        }
         if (!go_mode_) return carrier::vm_wait_reason(stack);
         const std::string idle = go_idle_frame(stack);
         return idle.empty() ? std::string() : "go: idle M in " + idle;
@@ -501,6 +538,44 @@ private:
         }
     }
 
+    // Whether a thread named as Tokio's workers is its blocking pool's, told from /proc as the
+    // scan first meets it (a thread met in its job has no stack copied for that block, so its
+    // first stall could not be told apart). Between jobs a pool thread waits on a condvar with
+    // its keep-alive (10 s by default) as a timeout, where a worker parks with none or in the
+    // I/O driver's epoll_wait: a timed futex wait (its 4th argument) is the pool's. A worker
+    // whose task waits on a timed condvar would be taken for the pool's and left out of the
+    // workers' count: a blocking call on a worker is a mistake Tokio's documentation warns of.
+    // Blocked elsewhere, its stack is read as it stands: stack pointer and program counter
+    // from the same file, the bytes above from /proc/PID/mem.
+    bool in_blocking_pool_now(int tid) {
+        const std::string base = "/proc/" + std::to_string(pid_) + "/task/" + std::to_string(tid);
+        std::string sc;
+        if (!read_file(base + "/syscall", sc)) return false;
+        long long nr = -1;
+        unsigned long long a[6] = {}, sp = 0, pc = 0;
+        if (std::sscanf(sc.c_str(), "%lld %llx %llx %llx %llx %llx %llx %llx %llx", &nr, &a[0], &a[1], &a[2], &a[3],
+                        &a[4], &a[5], &sp, &pc) != 9)
+            return false;  // running, or unreadable
+        const SyscallClass cls = syscall_class(nr);
+        if (cls == SyscallClass::futex) return a[3] != 0;
+        if (cls == SyscallClass::epoll || !cfg_.want_stacks) return false;
+        if (!stack_buf_) stack_buf_ = std::make_unique<qs_carrier_stall_stack>();
+        qs_ustack& st = stack_buf_->stack;
+        st = {};
+        st.regs[QS_REG_RSP] = sp;
+        st.regs[QS_REG_RIP] = pc;
+        st.tid = static_cast<uint32_t>(tid);
+        const int fd = ::open(("/proc/" + std::to_string(pid_) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return false;
+        const ssize_t n = ::pread(fd, st.data, sizeof st.data, static_cast<off_t>(sp));
+        ::close(fd);
+        if (n <= 0) return false;
+        st.size = static_cast<uint32_t>(n);
+        std::vector<std::string> frames;
+        symbolize(st, frames);
+        return tokio_blocking_pool(frames);
+    }
+
     // /proc/PID/stat's num_threads: cheaper than listing the tasks every tick.
     int thread_count() const {
         std::string stat;
@@ -517,7 +592,9 @@ private:
     void refresh_carriers(bool force) {
         const uint64_t now = monotonic_ns();
         const int nthreads = thread_count();
-        if (!force && nthreads == last_nthreads_ && (now - last_scan_ns_) / 1e9 < kRescanSeconds) return;
+        if (!force && !tokio_rescan_ && nthreads == last_nthreads_ && (now - last_scan_ns_) / 1e9 < kRescanSeconds)
+            return;
+        tokio_rescan_ = false;
         last_nthreads_ = nthreads;
         last_scan_ns_ = now;
 
@@ -539,6 +616,13 @@ private:
             info.name = comm;
             if (go_mode_) {
                 found[tid] = info;
+                continue;
+            }
+            if (tokio_mode_ && !by_regex) {
+                if (comm.rfind(kTokioWorkerComm, 0) != 0) continue;
+                if (!carriers_.count(tid) && !tokio_blocking_.count(tid) && in_blocking_pool_now(tid))
+                    tokio_blocking_.insert(tid);
+                if (!tokio_blocking_.count(tid)) found[tid] = info;
                 continue;
             }
             if (by_regex) {
@@ -571,7 +655,16 @@ private:
         if (need_names) filter_by_java_names(found);
         if (cfg_.verbose >= 2)
             std::fprintf(stderr, "qscope: carriers: scan of %d threads found %zu carriers\n", nthreads, found.size());
-        if (!jvm_mode_ && !go_mode_ && !by_regex && !comm_only_noted_) {
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (tokio_mode_ && !by_regex && cpus > 0 && found.size() > static_cast<size_t>(cpus) && !comm_only_noted_) {
+            comm_only_noted_ = true;
+            notes_.push_back("carriers: " + std::to_string(found.size()) + " threads named tokio-runtime-worker, more " +
+                             "than the " + std::to_string(cpus) + " CPUs Tokio starts as many workers as: its " +
+                             "blocking pool's threads (spawn_blocking, tokio::fs) share the name, and one is counted " +
+                             "as a worker until seen in a job, so whether every worker is busy is judged against " +
+                             "too many");
+        }
+        if (!jvm_mode_ && !go_mode_ && !tokio_mode_ && !by_regex && !comm_only_noted_) {
             comm_only_noted_ = true;
             notes_.push_back("carriers: matched by thread name prefix only; JDK 25's ForkJoinPool-1-delayScheduler "
                              "may be counted as a carrier");
@@ -657,6 +750,9 @@ private:
     bool jvm_mode_ = false;
     std::optional<go::GoProcess> go_;
     bool go_mode_ = false;
+    bool tokio_mode_ = false;
+    std::set<int> tokio_blocking_;  // tids of Tokio's blocking pool (seen in a job, or idle in it): never workers
+    bool tokio_rescan_ = false;     // one joined tokio_blocking_: drop it at the next tick
     std::regex regex_;
     std::string pattern_;
     std::vector<std::string> notes_;
@@ -685,6 +781,7 @@ private:
     std::deque<uint64_t> vm_pending_;   // end times of VM-wait records not yet subtracted
     uint64_t vm_waits_total_ = 0, vm_waits_base_ = 0;
     size_t symbolized_this_tick_ = 0;
+    std::set<int> tokio_looked_at_;  // this tick: tids whose record's stack was looked at
     std::unique_ptr<Symbolizer> symbolizer_;
     std::unique_ptr<qs_carrier_stall_stack> stack_buf_;  // 8 KiB: not on the stack
     std::vector<ParkedFrames> parked_;

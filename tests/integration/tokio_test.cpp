@@ -1,0 +1,278 @@
+// Tokio, Rust's work-stealing runtime: an HTTP/1.1 server (tests/apps/tokio, built with
+// Debian's cargo from its packaged crates into build/targets/qs_tokio) with 2 workers, found
+// as Tokio by its threads' name, its workers as carriers. Before, its workers were taken for
+// event loops: a worker parked on its condvar read as a loop in a 100 ms turn "blocked in
+// futex", and 25 requests awaiting their timers as "waiting behind it". Oracle: the program's
+// own counts of its handlers in each state (awaiting a timer, blocking their worker, in the
+// blocking pool), written every 10 ms by a thread outside the runtime and sampled every 10 ms
+// across qscope's window; the worker threads' schedstat.
+//  - sleep: handlers awaiting a 100 ms timer. Parked in the Tokio runtime, as many as the
+//    program counts at the window's end (within 3); no worker stalled, no loop, no gate.
+//  - block: handlers sleeping 30 ms on their worker (std::thread::sleep). Both workers
+//    stalled in clock_nanosleep, as the program counts 2 blocking; stall events at least the
+//    handlers the program completed in the window (each one is a stall).
+//  - pool: handlers awaiting a 100 ms job on the blocking pool (spawn_blocking), whose 32
+//    threads share the workers' name. Still 2 workers, none stalled; parked as counted.
+//  - spin: handlers spinning 5 ms on their worker. Busy 2 of 2 (schedstat's CPU + runqueue
+//    share of the two workers within 0.3), the verdict the workers' limit.
+// Ports 27150-27159.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "harness.h"
+
+using namespace qs_test;
+using nlohmann::json;
+
+namespace {
+
+bool have_tokio_app() { return access(target_bin("qs_tokio").c_str(), X_OK) == 0; }
+
+// The program's counters file, read every 10 ms on a thread of its own, each read kept with
+// its moment (now_s()).
+class Counts {
+public:
+    explicit Counts(std::string path) : path_(std::move(path)), th_([this] {
+          while (!stop_) {
+              json c = read_counters(path_);
+              if (!c.is_null()) {
+                  std::lock_guard<std::mutex> g(mu_);
+                  rows_.emplace_back(now_s(), std::move(c));
+              }
+              sleep_s(0.01);
+          }
+      }) {}
+    ~Counts() { finish(); }
+    void finish() {
+        stop_ = true;
+        if (th_.joinable()) th_.join();
+    }
+    // {min, max} of `key` over the reads in [t0, t1]; {1, 0} when there is none.
+    std::pair<long, long> range(const std::string& key, double t0, double t1) {
+        finish();
+        std::pair<long, long> r{LONG_MAX, LONG_MIN};
+        for (const auto& [t, c] : rows_)
+            if (t >= t0 && t <= t1) r = {std::min(r.first, c[key].get<long>()), std::max(r.second, c[key].get<long>())};
+        return r.first > r.second ? std::pair<long, long>{1, 0} : r;
+    }
+    // `key` at the last read at or before t; -1 when there is none.
+    long at(const std::string& key, double t) {
+        finish();
+        long v = -1;
+        for (const auto& [ts, c] : rows_)
+            if (ts <= t) v = c[key].get<long>();
+        return v;
+    }
+
+private:
+    std::string path_;
+    std::atomic<bool> stop_{false};
+    std::mutex mu_;
+    std::vector<std::pair<double, json>> rows_;
+    std::thread th_;
+};
+
+struct Run {
+    json snap;
+    double start_s = 0, end_s = 0;  // qscope's window on now_s()'s clock
+    std::string load_out;
+};
+
+// qs_tokio with 2 workers on `port`, writing its counters file.
+struct TokioApp {
+    ScratchFile counters, counters_tmp;  // before the process: it is stopped first
+    Proc app;
+    explicit TokioApp(uint16_t port)
+        : counters("/tmp/qs-tokio-" + std::to_string(port) + ".json"), counters_tmp(counters.path + ".tmp") {
+        require_free_port(port);
+        app = spawn({target_bin("qs_tokio"), std::to_string(port), "2", counters.path});
+        REQUIRE(wait_for_port(port, 10));
+    }
+};
+
+// `clients` wrk connections on `path` for the whole run, and one `qscope snapshot` of 3 s
+// once the load is steady.
+Run observe(TokioApp& t, uint16_t port, const std::string& path, int clients) {
+    Run r;
+    Proc wrk = spawn({"/usr/bin/wrk", "-t1", "-c" + std::to_string(clients), "-d40s", "--timeout", "20s",
+                      "http://127.0.0.1:" + std::to_string(port) + path});
+    // Steady: every client has had an answer once.
+    for (double until = now_s() + 15; now_s() < until; sleep_s(0.1)) {
+        const json c = read_counters(t.counters.path);
+        if (!c.is_null() && c["completed"].get<long>() >= clients) break;
+    }
+    sleep_s(1.0);
+    Proc snap = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(t.app.pid()), "--duration", "3", "--json"});
+    REQUIRE(wait_attached(snap.pid(), 30));
+    REQUIRE(snap.wait(40) == 0);
+    const double exited = now_s();
+    const auto wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+    wrk.kill_and_wait();
+    r.load_out = wrk.out() + wrk.err();
+    r.snap = qscope_json(snap.out());
+    r.end_s = exited - static_cast<double>(wall_ms - r.snap["taken_at_unix_ms"].get<int64_t>()) / 1e3;
+    r.start_s = r.end_s - r.snap["window_seconds"].get<double>();
+    return r;
+}
+
+bool skipped() {
+    if (!require_root()) return true;
+    if (!have_tokio_app()) {
+        skip("build/targets/qs_tokio not built: no Debian cargo, rustc or librust-tokio-dev (.ci/setup installs them)");
+        return true;
+    }
+    if (access("/usr/bin/wrk", X_OK) != 0) {
+        skip("wrk not installed (.ci/setup installs it)");
+        return true;
+    }
+    return false;
+}
+
+// What every Tokio case holds: found as Tokio, its 2 workers the carriers, no event loop.
+void check_found_as_tokio(const json& s) {
+    const json& c = s["carriers"];
+    INFO("carriers: " << c.dump());
+    REQUIRE(c["detected"] == true);
+    CHECK(c["runtime"] == "tokio");
+    CHECK(c["procs"].get<int>() == 2);
+    CHECK(c["threads"].get<int>() == 2);
+    CHECK(c["loops"].empty());
+}
+
+}  // namespace
+
+TEST_CASE("tokio sleep: handlers awaiting a timer are parked in the runtime, no worker stalls",
+          "[tokio][integration]") {
+    if (skipped()) return;
+    TokioApp t(27150);
+    Counts counts(t.counters.path);
+    const Run r = observe(t, 27150, "/sleep?ms=100", 32);
+    const json& s = r.snap;
+    const auto [lo, hi] = counts.range("sleeping", r.end_s - 0.05, r.end_s + 0.05);
+    const std::string summary = s["verdict"]["summary"].get<std::string>();
+    INFO("verdict: " << s["verdict"].dump() << "\nwrk: " << r.load_out);
+    std::printf("tokio sleep: parked %lld, program sleeping %ld..%ld at the window's end; stalled %d; %s\n",
+                s["parked_in_runtime"].get<long long>(), lo, hi, s["carriers"]["stalled"].get<int>(), summary.c_str());
+    check_found_as_tokio(s);
+    REQUIRE(lo <= hi);
+    CHECK(lo >= 24);  // the scenario holds: the clients' requests are in their handlers
+    CHECK(s["carriers"]["stalled"].get<int>() == 0);
+    CHECK(s["parked_in_runtime"].get<long>() >= lo - 3);
+    CHECK(s["parked_in_runtime"].get<long>() <= hi + 3);
+    CHECK(s["verdict"]["stage"] == "gate");
+    CHECK(summary.find("parked in the Tokio runtime") != std::string::npos);
+    CHECK(summary.find("thread") == std::string::npos);  // main, parked in block_on, is no gate
+}
+
+TEST_CASE("tokio block: handlers sleeping on their worker stall it, one stall a request", "[tokio][integration]") {
+    if (skipped()) return;
+    TokioApp t(27151);
+    Counts counts(t.counters.path);
+    const Run r = observe(t, 27151, "/block?ms=30", 16);
+    const json& s = r.snap;
+    const json& c = s["carriers"];
+    const auto [lo, hi] = counts.range("blocking", r.end_s - 0.05, r.end_s + 0.05);
+    const long done = counts.at("completed", r.end_s) - counts.at("completed", r.start_s);
+    const std::string summary = s["verdict"]["summary"].get<std::string>();
+    INFO("verdict: " << s["verdict"].dump() << "\nwrk: " << r.load_out);
+    std::printf("tokio block: stalled %d, program blocking %ld..%ld; stall events %lld, program completed %ld in the "
+                "window; %s\n",
+                c["stalled"].get<int>(), lo, hi, c["stall_events"].get<long long>(), done, summary.c_str());
+    check_found_as_tokio(s);
+    REQUIRE(lo <= hi);
+    CHECK(hi == 2);  // both workers in a handler's sleep
+    // At the instant: each worker is in a 30 ms sleep but for the microseconds between two.
+    CHECK(c["stalled"].get<int>() >= std::max(1L, lo));
+    REQUIRE(done >= 50);
+    // Every request the window completed was a stall of its worker. The first window's stalls
+    // count from the probes' attach, before the window's first tick (0.4 s here, more on a
+    // busy machine), hence the looser bound above.
+    const double events = c["stall_events"].get<double>();
+    CHECK(events >= static_cast<double>(done) - 3);
+    CHECK(events <= 1.5 * static_cast<double>(done));
+    REQUIRE(!c["stalls"].empty());
+    CHECK(c["stalls"][0]["syscall"] == "clock_nanosleep");
+    CHECK(c["stalls"][0]["reason"] == "blocking call");
+    CHECK(s["verdict"]["stage"] == "carriers");
+    CHECK(summary.find("Tokio workers stalled (blocking call in clock_nanosleep)") != std::string::npos);
+}
+
+TEST_CASE("tokio pool: spawn_blocking's threads share the workers' name and are not counted as workers",
+          "[tokio][integration]") {
+    if (skipped()) return;
+    TokioApp t(27152);
+    Counts counts(t.counters.path);
+    const Run r = observe(t, 27152, "/pool?ms=100", 32);
+    const json& s = r.snap;
+    const auto [lo, hi] = counts.range("in_pool", r.end_s - 0.05, r.end_s + 0.05);
+    const std::string summary = s["verdict"]["summary"].get<std::string>();
+    INFO("verdict: " << s["verdict"].dump() << "\nwrk: " << r.load_out);
+    int named_like_workers = 0;
+    for (const auto& task : proc_tasks(t.app.pid())) named_like_workers += task.comm == "tokio-runtime-w";
+    std::printf("tokio pool: %d threads named tokio-runtime-w; carriers %d, stalled %d; parked %lld, program in the "
+                "pool %ld..%ld; %s\n",
+                named_like_workers, s["carriers"]["threads"].get<int>(), s["carriers"]["stalled"].get<int>(),
+                s["parked_in_runtime"].get<long long>(), lo, hi, summary.c_str());
+    REQUIRE(named_like_workers >= 2 + 24);  // the pool grew a thread a job
+    check_found_as_tokio(s);
+    REQUIRE(lo <= hi);
+    CHECK(lo >= 24);
+    CHECK(s["carriers"]["stalled"].get<int>() == 0);
+    CHECK(s["parked_in_runtime"].get<long>() >= lo - 3);
+    CHECK(s["parked_in_runtime"].get<long>() <= hi + 3);
+    CHECK(summary.find("parked in the Tokio runtime") != std::string::npos);
+    CHECK(summary.find("stalled") == std::string::npos);
+}
+
+TEST_CASE("tokio spin: both workers busy on handlers, the requests wait for a worker", "[tokio][integration]") {
+    if (skipped()) return;
+    TokioApp t(27153);
+    std::vector<int> workers;
+    for (const auto& task : proc_tasks(t.app.pid()))
+        if (task.comm == "tokio-runtime-w") workers.push_back(task.tid);
+    REQUIRE(workers.size() == 2);
+    // The workers' CPU + runqueue seconds from before qscope's window to after it, under a
+    // steady load: their share of the span, the window's own within the noise.
+    double before = 0, after = 0, t0 = 0, t1 = 0;
+    Run r;
+    {
+        Proc wrk = spawn({"/usr/bin/wrk", "-t1", "-c32", "-d40s", "--timeout", "20s", "http://127.0.0.1:27153/spin?ms=5"});
+        sleep_s(2.0);
+        t0 = now_s();
+        for (int tid : workers) {
+            const auto [cpu, rq] = thread_schedstat(t.app.pid(), tid);
+            before += cpu + rq;
+        }
+        Proc snap = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(t.app.pid()), "--duration", "3", "--json"});
+        REQUIRE(wait_attached(snap.pid(), 30));
+        REQUIRE(snap.wait(40) == 0);
+        t1 = now_s();
+        for (int tid : workers) {
+            const auto [cpu, rq] = thread_schedstat(t.app.pid(), tid);
+            after += cpu + rq;
+        }
+        wrk.kill_and_wait();
+        r.snap = qscope_json(snap.out());
+        r.load_out = wrk.out() + wrk.err();
+    }
+    const json& s = r.snap;
+    const double oracle = (after - before) / (t1 - t0), busy = s["carriers"]["busy"].get<double>();
+    const std::string summary = s["verdict"]["summary"].get<std::string>();
+    INFO("verdict: " << s["verdict"].dump() << "\nwrk: " << r.load_out);
+    std::printf("tokio spin: busy %.2f of 2, schedstat CPU + runqueue %.2f; %s\n", busy, oracle, summary.c_str());
+    check_found_as_tokio(s);
+    CHECK(std::abs(busy - oracle) <= 0.3);
+    CHECK(busy >= 1.8);
+    CHECK(s["verdict"]["stage"] == "carriers");
+    CHECK(summary.find("requests queue for the Tokio runtime's 2 workers") != std::string::npos);
+}

@@ -149,6 +149,21 @@ void check_found_as_tokio(const json& s) {
     CHECK(c["loops"].empty());
 }
 
+// Requests awaiting something inside the program have no thread: parked in the runtime, as
+// many as the program counts (lo..hi at the window's end), no worker stalled.
+void check_parked_as_counted(const json& s, long lo, long hi) {
+    check_found_as_tokio(s);
+    REQUIRE(lo <= hi);
+    CHECK(lo >= 24);  // the scenario holds: the clients' requests are in their handlers
+    CHECK(s["carriers"]["stalled"].get<int>() == 0);
+    CHECK(s["parked_in_runtime"].get<long>() >= lo - 3);
+    CHECK(s["parked_in_runtime"].get<long>() <= hi + 3);
+    CHECK(s["verdict"]["stage"] == "gate");
+    const std::string summary = s["verdict"]["summary"].get<std::string>();
+    CHECK(summary.find("parked in the Tokio runtime") != std::string::npos);
+    CHECK(summary.find("stalled") == std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("tokio sleep: handlers awaiting a timer are parked in the runtime, no worker stalls",
@@ -163,14 +178,7 @@ TEST_CASE("tokio sleep: handlers awaiting a timer are parked in the runtime, no 
     INFO("verdict: " << s["verdict"].dump() << "\nwrk: " << r.load_out);
     std::printf("tokio sleep: parked %lld, program sleeping %ld..%ld at the window's end; stalled %d; %s\n",
                 s["parked_in_runtime"].get<long long>(), lo, hi, s["carriers"]["stalled"].get<int>(), summary.c_str());
-    check_found_as_tokio(s);
-    REQUIRE(lo <= hi);
-    CHECK(lo >= 24);  // the scenario holds: the clients' requests are in their handlers
-    CHECK(s["carriers"]["stalled"].get<int>() == 0);
-    CHECK(s["parked_in_runtime"].get<long>() >= lo - 3);
-    CHECK(s["parked_in_runtime"].get<long>() <= hi + 3);
-    CHECK(s["verdict"]["stage"] == "gate");
-    CHECK(summary.find("parked in the Tokio runtime") != std::string::npos);
+    check_parked_as_counted(s, lo, hi);
     CHECK(summary.find("thread") == std::string::npos);  // main, parked in block_on, is no gate
 }
 
@@ -224,14 +232,7 @@ TEST_CASE("tokio pool: spawn_blocking's threads share the workers' name and are 
                 named_like_workers, s["carriers"]["threads"].get<int>(), s["carriers"]["stalled"].get<int>(),
                 s["parked_in_runtime"].get<long long>(), lo, hi, summary.c_str());
     REQUIRE(named_like_workers >= 2 + 24);  // the pool grew a thread a job
-    check_found_as_tokio(s);
-    REQUIRE(lo <= hi);
-    CHECK(lo >= 24);
-    CHECK(s["carriers"]["stalled"].get<int>() == 0);
-    CHECK(s["parked_in_runtime"].get<long>() >= lo - 3);
-    CHECK(s["parked_in_runtime"].get<long>() <= hi + 3);
-    CHECK(summary.find("parked in the Tokio runtime") != std::string::npos);
-    CHECK(summary.find("stalled") == std::string::npos);
+    check_parked_as_counted(s, lo, hi);
 }
 
 TEST_CASE("tokio spin: both workers busy on handlers, the requests wait for a worker", "[tokio][integration]") {

@@ -361,7 +361,21 @@ struct ProxyRun {
     json snap;
     json upstream;  // qs_server's counters, a moment after qscope's last tick (the load goes on)
     pid_t worker = 0;
+    json loop, peer;  // the worker's loop, and the upstream as a downstream peer
+    // What a failing check is read against.
+    std::string context() const {
+        return "verdict: " + snap["verdict"].dump() + "\nloops: " + snap["carriers"]["loops"].dump() +
+               "\ndownstream: " + snap["downstream"].dump() + "\nupstream's counters: " + upstream.dump();
+    }
 };
+bool proxy_case_skipped() {
+    if (!require_root()) return true;
+    if (find_nginx().empty() || access("/usr/bin/wrk", X_OK) != 0) {
+        skip("nginx or wrk not installed (.ci/setup installs both)");
+        return true;
+    }
+    return false;
+}
 ProxyRun gzip_and_proxy(int text_lines, int service_ms, int jitter_ms) {
     ProxyRun r;
     const std::string nginx = find_nginx();
@@ -400,14 +414,15 @@ ProxyRun gzip_and_proxy(int text_lines, int service_ms, int jitter_ms) {
     master.signal(SIGQUIT);
     master.wait(10);
     std::system(("rm -rf " + prefix).c_str());
+    INFO(r.context());
+    REQUIRE(r.upstream.is_object());
+    const json* loop = find_loop(r.snap, r.worker);
+    REQUIRE(loop != nullptr);
+    r.loop = *loop;
+    for (const auto& d : r.snap["downstream"])
+        if (d["peer"] == "127.0.0.1:26025") r.peer = d;
+    REQUIRE(r.peer.contains("busy"));
     return r;
-}
-
-const json& peer_in(const json& snap, const std::string& peer) {
-    static const json none = json::object();
-    for (const auto& d : snap["downstream"])
-        if (d["peer"] == peer) return d;
-    return none;
 }
 
 uint64_t ranked(const json& snap, const std::string& stage) {
@@ -421,26 +436,16 @@ uint64_t ranked(const json& snap, const std::string& stage) {
 // (session 29: downstream 40, carriers 39).
 TEST_CASE("nginx gzipping while it proxies: requests waiting on the upstream are not behind the loop",
           "[loops][integration][nginx]") {
-    if (!require_root()) return;
-    if (find_nginx().empty() || access("/usr/bin/wrk", X_OK) != 0) {
-        skip("nginx or wrk not installed (.ci/setup installs both)");
-        return;
-    }
+    if (proxy_case_skipped()) return;
     // 110 KB of text: ~10 ms turns. Jittered, so the 40 requests do not come back in waves
     // that sit unread together.
     const ProxyRun r = gzip_and_proxy(20000, 200, 100);
     const json& s = r.snap;
-    INFO("verdict: " << s["verdict"].dump());
-    INFO("loops: " << s["carriers"]["loops"].dump());
-    INFO("downstream: " << s["downstream"].dump());
-    INFO("upstream's counters: " << r.upstream.dump());
-    REQUIRE(r.upstream.is_object());
+    const json* loop = &r.loop;
+    const json& peer = r.peer;
+    INFO(r.context());
     const int64_t upstream_in_flight = r.upstream["in_flight"].get<int64_t>();
-    const json* loop = find_loop(s, r.worker);
-    REQUIRE(loop != nullptr);
     const uint64_t in_flight = (*loop)["in_flight"].get<uint64_t>(), calls = (*loop)["calls_in_progress"].get<uint64_t>();
-    const json& peer = peer_in(s, "127.0.0.1:26025");
-    REQUIRE(peer.contains("busy"));
     const uint64_t peer_busy = peer["busy"].get<uint64_t>();
     std::printf("loops_test nginx proxy: utilization %.2f, in flight %llu, calls out %llu (peer busy %llu, replied %llu, "
                 "upstream's own in service %lld), verdict: %s\n",
@@ -466,22 +471,12 @@ TEST_CASE("nginx gzipping while it proxies: requests waiting on the upstream are
 // verdict would send the reader to an upstream whose own count of requests in service is ~0.
 TEST_CASE("nginx in long gzip turns before a fast upstream: replies waiting unread are the loop's",
           "[loops][integration][nginx]") {
-    if (!require_root()) return;
-    if (find_nginx().empty() || access("/usr/bin/wrk", X_OK) != 0) {
-        skip("nginx or wrk not installed (.ci/setup installs both)");
-        return;
-    }
+    if (proxy_case_skipped()) return;
     const ProxyRun r = gzip_and_proxy(200000, 1, 0);
     const json& s = r.snap;
-    INFO("verdict: " << s["verdict"].dump());
-    INFO("loops: " << s["carriers"]["loops"].dump());
-    INFO("downstream: " << s["downstream"].dump());
-    INFO("upstream's counters: " << r.upstream.dump());
-    REQUIRE(r.upstream.is_object());
-    const json* loop = find_loop(s, r.worker);
-    REQUIRE(loop != nullptr);
-    const json& peer = peer_in(s, "127.0.0.1:26025");
-    REQUIRE(peer.contains("busy"));
+    const json* loop = &r.loop;
+    const json& peer = r.peer;
+    INFO(r.context());
     const uint64_t busy = peer["busy"].get<uint64_t>(), replied = peer["replied"].get<uint64_t>();
     const int64_t upstream_in_flight = r.upstream["in_flight"].get<int64_t>();
     std::printf("loops_test nginx fast upstream: longest turn %.3f s, peer busy %llu, replied %llu, upstream's own in "

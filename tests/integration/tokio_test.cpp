@@ -15,6 +15,8 @@
 //    threads share the workers' name. Still 2 workers, none stalled; parked as counted.
 //  - spin: handlers spinning 5 ms on their worker. Busy 2 of 2 (schedstat's CPU + runqueue
 //    share of the two workers within 0.3), the verdict the workers' limit.
+//  - current-thread: the runtime on main alone, with no thread named as a worker, is an
+//    event loop, read as one: stalled in the handlers' sleep, as the program counts one.
 // Ports 27150-27159.
 #include <unistd.h>
 
@@ -86,14 +88,14 @@ struct Run {
     std::string load_out;
 };
 
-// qs_tokio with 2 workers on `port`, writing its counters file.
+// qs_tokio with 2 workers (0: a current-thread runtime) on `port`, writing its counters file.
 struct TokioApp {
     ScratchFile counters, counters_tmp;  // before the process: it is stopped first
     Proc app;
-    explicit TokioApp(uint16_t port)
+    explicit TokioApp(uint16_t port, int workers = 2)
         : counters("/tmp/qs-tokio-" + std::to_string(port) + ".json"), counters_tmp(counters.path + ".tmp") {
         require_free_port(port);
-        app = spawn({target_bin("qs_tokio"), std::to_string(port), "2", counters.path});
+        app = spawn({target_bin("qs_tokio"), std::to_string(port), std::to_string(workers), counters.path});
         REQUIRE(wait_for_port(port, 10));
     }
 };
@@ -276,4 +278,33 @@ TEST_CASE("tokio spin: both workers busy on handlers, the requests wait for a wo
     CHECK(busy >= 1.8);
     CHECK(s["verdict"]["stage"] == "carriers");
     CHECK(summary.find("requests queue for the Tokio runtime's 2 workers") != std::string::npos);
+}
+
+TEST_CASE("tokio current-thread: the runtime is main's own event loop, stalled by a handler's sleep",
+          "[tokio][integration]") {
+    if (skipped()) return;
+    TokioApp t(27154, 0);
+    Counts counts(t.counters.path);
+    const Run r = observe(t, 27154, "/block?ms=30", 16);
+    const json& s = r.snap;
+    const auto [lo, hi] = counts.range("blocking", r.end_s - 0.05, r.end_s + 0.05);
+    const std::string summary = s["verdict"]["summary"].get<std::string>();
+    INFO("verdict: " << s["verdict"].dump() << "\ncarriers: " << s["carriers"].dump());
+    std::printf("tokio current-thread: program blocking %ld..%ld; %s\n", lo, hi, summary.c_str());
+    REQUIRE(hi == 1);  // main, in a handler's sleep
+    // No thread is named as a worker: no carriers, and main is the loop.
+    CHECK(s["carriers"]["detected"] == false);
+    const pid_t main_tid = t.app.pid();
+    bool found = false;
+    for (const auto& l : s["carriers"]["loops"])
+        if (l["tid"].get<int>() == main_tid) {
+            found = true;
+            // A turn runs every ready task before the next poll: up to 16 handlers' sleeps (480 ms).
+            CHECK(l["stalls"].get<int>() >= 2);
+            CHECK(l["longest_turn_seconds"].get<double>() >= 0.03);
+        }
+    CHECK(found);
+    CHECK(s["verdict"]["stage"] == "carriers");
+    CHECK(s["verdict"]["where"] == "event loop of qs_tokio (tid " + std::to_string(main_tid) + ")");
+    CHECK(summary.find("clock_nanosleep") != std::string::npos);
 }

@@ -576,6 +576,13 @@ private:
         return tokio_blocking_pool(frames);
     }
 
+    // The pool's threads end after their keep-alive and new ones start: an exporter running for
+    // weeks keeps only the tids still there.
+    void forget_gone_pool_threads() {
+        for (auto it = tokio_blocking_.begin(); it != tokio_blocking_.end();)
+            it = comm_cache_.count(*it) ? std::next(it) : tokio_blocking_.erase(it);
+    }
+
     // /proc/PID/stat's num_threads: cheaper than listing the tasks every tick.
     int thread_count() const {
         std::string stat;
@@ -655,14 +662,14 @@ private:
         if (need_names) filter_by_java_names(found);
         if (cfg_.verbose >= 2)
             std::fprintf(stderr, "qscope: carriers: scan of %d threads found %zu carriers\n", nthreads, found.size());
+        if (tokio_mode_) forget_gone_pool_threads();
         const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        if (tokio_mode_ && !by_regex && cpus > 0 && found.size() > static_cast<size_t>(cpus) && !comm_only_noted_) {
-            comm_only_noted_ = true;
+        if (tokio_mode_ && !by_regex && cpus > 0 && found.size() > static_cast<size_t>(cpus) && !tokio_count_noted_) {
+            tokio_count_noted_ = true;
             notes_.push_back("carriers: " + std::to_string(found.size()) + " threads named tokio-runtime-worker, more " +
-                             "than the " + std::to_string(cpus) + " CPUs Tokio starts as many workers as: its " +
-                             "blocking pool's threads (spawn_blocking, tokio::fs) share the name, and one is counted " +
-                             "as a worker until seen in a job, so whether every worker is busy is judged against " +
-                             "too many");
+                             "than this host's " + std::to_string(cpus) + " CPUs (Tokio's default number of workers): " +
+                             "some may be its blocking pool's (spawn_blocking, tokio::fs), each counted as a worker " +
+                             "until seen in a job, and whether every worker is busy is then judged against too many");
         }
         if (!jvm_mode_ && !go_mode_ && !tokio_mode_ && !by_regex && !comm_only_noted_) {
             comm_only_noted_ = true;
@@ -753,6 +760,7 @@ private:
     bool tokio_mode_ = false;
     std::set<int> tokio_blocking_;  // tids of Tokio's blocking pool (seen in a job, or idle in it): never workers
     bool tokio_rescan_ = false;     // one joined tokio_blocking_: drop it at the next tick
+    bool tokio_count_noted_ = false;
     std::regex regex_;
     std::string pattern_;
     std::vector<std::string> notes_;

@@ -5,7 +5,7 @@
 // plain thread, outside the runtime, writes how many handlers are in each state to the
 // counters file every 10 ms, as JSON.
 //
-// Usage: qs_tokio PORT WORKERS [COUNTERS_FILE]
+// Usage: qs_tokio PORT WORKERS [COUNTERS_FILE]    (WORKERS 0: a current-thread runtime)
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -114,7 +114,12 @@ fn main() {
     if let Some(path) = args.get(3).cloned() {
         std::thread::Builder::new().name("qs-counters".into()).spawn(move || write_counters(path)).unwrap();
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap();
+    // WORKERS 0: a current-thread runtime, main's own loop.
+    let rt = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap()
+    };
     rt.block_on(async move {
         let l = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
         loop {

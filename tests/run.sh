@@ -35,6 +35,8 @@ if [[ $sanitize == ON ]]; then
   # Leaks are errors; UB halts with a stack.
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:log_path=$reports/asan"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan"
+  # Leaks in the C library's own one-time state, each named with its reason in the file.
+  export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0"
 fi
 rc=0
 # -j: the integration, soak and fuzz tests are RUN_SERIAL (they measure the machine) and run

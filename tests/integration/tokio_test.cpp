@@ -201,8 +201,11 @@ TEST_CASE("tokio block: handlers sleeping on their worker stall it, one stall a 
     check_found_as_tokio(s);
     REQUIRE(lo <= hi);
     CHECK(hi == 2);  // both workers in a handler's sleep
-    // At the instant: each worker is in a 30 ms sleep but for the microseconds between two.
-    CHECK(c["stalled"].get<int>() >= std::max(1L, lo));
+    // At the instant: each worker is in a 30 ms sleep but for the moments between two, which
+    // the program's reads 10 ms apart can miss and qscope's one instant can meet (CI56: 1
+    // stalled, the program 2..2 around it).
+    CHECK(c["stalled"].get<int>() >= 1);
+    CHECK(c["stalled"].get<int>() <= hi);
     REQUIRE(done >= 50);
     // Every request the window completed was a stall of its worker. The first window's stalls
     // count from the probes' attach, before the window's first tick (0.4 s here, more on a

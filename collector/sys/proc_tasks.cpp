@@ -50,26 +50,49 @@ bool parse_proc_syscall(const std::string& text, ProcSyscall& out) {
     return hex(tok[7], out.sp) && hex(tok[8], out.pc);
 }
 
-std::vector<ProcTask> read_proc_tasks(int pid, bool with_syscall) {
-    std::vector<ProcTask> out;
-    const std::string base = "/proc/" + std::to_string(pid) + "/task";
-    DIR* d = opendir(base.c_str());
-    if (!d) return out;
+namespace {
+std::string task_dir(int pid, int tid) { return "/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid); }
+}  // namespace
+
+std::vector<int> list_tids(int pid) {
     std::vector<int> tids;
+    DIR* d = opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+    if (!d) return tids;
     while (auto* e = readdir(d))
         if (e->d_name[0] >= '0' && e->d_name[0] <= '9') tids.push_back(std::atoi(e->d_name));
     closedir(d);
-    for (int tid : tids) {
-        const std::string dir = base + "/" + std::to_string(tid);
+    return tids;
+}
+
+std::string read_task_comm(int pid, int tid) {
+    std::string s;
+    if (!read_file(task_dir(pid, tid) + "/comm", s)) return {};
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    return s;
+}
+
+std::optional<ProcSyscall> read_task_syscall(int pid, int tid) {
+    std::string text;
+    ProcSyscall sc;
+    if (!read_file(task_dir(pid, tid) + "/syscall", text) || !parse_proc_syscall(text, sc)) return std::nullopt;
+    return sc;
+}
+
+std::vector<ProcTask> read_proc_tasks(int pid, bool with_syscall) {
+    std::vector<ProcTask> out;
+    for (int tid : list_tids(pid)) {
         std::string text;
         ProcStat st;
-        if (!read_file(dir + "/stat", text) || !parse_proc_stat(text, st)) continue;
+        if (!read_file(task_dir(pid, tid) + "/stat", text) || !parse_proc_stat(text, st)) continue;
         ProcTask t;
         t.tid = tid;
         t.comm = st.comm;
         t.state = st.state;
-        if (with_syscall && read_file(dir + "/syscall", text))
-            t.syscall_known = parse_proc_syscall(text, t.syscall);
+        if (with_syscall) {
+            const auto sc = read_task_syscall(pid, tid);
+            t.syscall_known = sc.has_value();
+            if (sc) t.syscall = *sc;
+        }
         out.push_back(std::move(t));
     }
     return out;

@@ -26,6 +26,13 @@ struct ProcSyscall {
 };
 bool parse_proc_syscall(const std::string& text, ProcSyscall& out);
 
+// PID's thread ids as /proc/PID/task lists them (empty when PID is gone).
+std::vector<int> list_tids(int pid);
+// /proc/PID/task/TID/comm without its newline; empty when the thread is gone.
+std::string read_task_comm(int pid, int tid);
+// /proc/PID/task/TID/syscall, parsed; nullopt when the thread is gone or the text is not one.
+std::optional<ProcSyscall> read_task_syscall(int pid, int tid);
+
 // One thread as /proc shows it.
 struct ProcTask {
     int tid = 0;

@@ -31,6 +31,7 @@
 #include "probes/jvm/jvm_vmstructs.h"
 #include "engine/source.h"
 #include "symbols/symbolizer.h"
+#include "sys/proc_tasks.h"
 #include "engine/target.h"
 
 namespace qscope {
@@ -64,26 +65,9 @@ struct StallRec {
     std::vector<std::string> stack;
 };
 
-std::string read_comm(int pid, int tid) {
-    std::string s;
-    if (!read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm", s)) return {};
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-    return s;
-}
-
 // Tokio's multi-thread runtime names its workers "tokio-runtime-worker" (a comm keeps 15
 // characters) unless the program names them otherwise (Builder::thread_name).
 constexpr std::string_view kTokioWorkerComm = "tokio-runtime-w";
-
-std::vector<int> list_tids(int pid) {
-    std::vector<int> out;
-    DIR* d = opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
-    if (!d) return out;
-    while (auto* e = readdir(d))
-        if (e->d_name[0] >= '0' && e->d_name[0] <= '9') out.push_back(atoi(e->d_name));
-    closedir(d);
-    return out;
-}
 
 class JvmSource final : public Source {
 public:
@@ -365,9 +349,13 @@ private:
 
     std::string runtime() const { return jvm_mode_ ? "jvm" : go_mode_ ? "go" : tokio_mode_ ? "tokio" : "generic"; }
 
-    bool has_tokio_workers() const {
-        for (int tid : list_tids(pid_))
-            if (read_comm(pid_, tid).rfind(kTokioWorkerComm, 0) == 0) return true;
+    // Reads every thread's name into the cache the first scan uses: one walk at attach. Not
+    // Tokio: the cache is dropped (nothing is watched).
+    bool has_tokio_workers() {
+        for (int tid : list_tids(pid_)) comm_cache_[tid] = read_task_comm(pid_, tid);
+        for (const auto& [tid, comm] : comm_cache_)
+            if (comm.rfind(kTokioWorkerComm, 0) == 0) return true;
+        comm_cache_.clear();
         return false;
     }
 
@@ -529,12 +517,9 @@ private:
         if (read_file(base + "/stat", stat) && parse_proc_stat(stat, ps)) o.proc_state = ps.state;
         if (jvm_mode_ && jt) {
             o.mounted_now = jvm::thread_mounted(*mem_, *jvm_->layout, jt);
-        } else {
-            std::string sc;
-            if (read_file(base + "/syscall", sc)) {
-                if (sc.rfind("running", 0) == 0) o.proc_syscall = -1;
-                else o.proc_syscall = atoll(sc.c_str());
-            }
+        } else if (const auto sc = read_task_syscall(pid_, tid)) {
+            // The model's -1 is "not in a syscall": /proc's running, or its -1 (outside one).
+            o.proc_syscall = sc->running ? -1 : sc->nr;
         }
     }
 
@@ -548,26 +533,20 @@ private:
     // Blocked elsewhere, its stack is read as it stands: stack pointer and program counter
     // from the same file, the bytes above from /proc/PID/mem.
     bool in_blocking_pool_now(int tid) {
-        const std::string base = "/proc/" + std::to_string(pid_) + "/task/" + std::to_string(tid);
-        std::string sc;
-        if (!read_file(base + "/syscall", sc)) return false;
-        long long nr = -1;
-        unsigned long long a[6] = {}, sp = 0, pc = 0;
-        if (std::sscanf(sc.c_str(), "%lld %llx %llx %llx %llx %llx %llx %llx %llx", &nr, &a[0], &a[1], &a[2], &a[3],
-                        &a[4], &a[5], &sp, &pc) != 9)
-            return false;  // running, or unreadable
-        const SyscallClass cls = syscall_class(nr);
-        if (cls == SyscallClass::futex) return a[3] != 0;
+        const auto sc = read_task_syscall(pid_, tid);
+        if (!sc || sc->running || sc->nr < 0) return false;
+        const SyscallClass cls = syscall_class(sc->nr);
+        if (cls == SyscallClass::futex) return sc->args[3] != 0;
         if (cls == SyscallClass::epoll || !cfg_.want_stacks) return false;
         if (!stack_buf_) stack_buf_ = std::make_unique<qs_carrier_stall_stack>();
         qs_ustack& st = stack_buf_->stack;
         st = {};
-        st.regs[QS_REG_RSP] = sp;
-        st.regs[QS_REG_RIP] = pc;
+        st.regs[QS_REG_RSP] = sc->sp;
+        st.regs[QS_REG_RIP] = sc->pc;
         st.tid = static_cast<uint32_t>(tid);
         const int fd = ::open(("/proc/" + std::to_string(pid_) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0) return false;
-        const ssize_t n = ::pread(fd, st.data, sizeof st.data, static_cast<off_t>(sp));
+        const ssize_t n = ::pread(fd, st.data, sizeof st.data, static_cast<off_t>(sc->sp));
         ::close(fd);
         if (n <= 0) return false;
         st.size = static_cast<uint32_t>(n);
@@ -615,7 +594,7 @@ private:
         std::map<int, std::string> comms;
         for (int tid : list_tids(pid_)) {
             auto cached = comm_cache_.find(tid);
-            comms[tid] = cached != comm_cache_.end() ? cached->second : read_comm(pid_, tid);
+            comms[tid] = cached != comm_cache_.end() ? cached->second : read_task_comm(pid_, tid);
         }
         comm_cache_.swap(comms);
         for (const auto& [tid, comm] : comm_cache_) {

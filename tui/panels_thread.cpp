@@ -258,7 +258,7 @@ PanelBody carriers_panel(const Snapshot& s, const UiState& ui, int width) {
                {std::to_string(c.stalled) + " stalled", count_role(c.stalled, Role::critical)},
                {d + fmt_count(c.stall_events) + " stall events", Role::normal}};
     add_text_row(b, {{std::to_string(c.threads) + " " + (c.pattern.empty() ? "carriers" : c.pattern) +
-                          (c.runtime.empty() ? "" : " (" + c.runtime + ")") + ": ",
+                          (c.runtime == CarrierRuntime::none ? "" : std::string(" (") + contract_name(c.runtime) + ")") + ": ",
                       Role::dim},
                      {std::to_string(c.running) + " running", Role::ok},
                      {d + std::to_string(c.idle) + " idle", Role::normal},

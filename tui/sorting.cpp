@@ -34,7 +34,7 @@ int panel_items(const Snapshot& s, Panel p) {
 
 std::string wait_key(const Wait& w) { return w.group + '\x1f' + w.syscall + '\x1f' + w.resource; }
 
-bool is_jvm(const Snapshot& s) { return s.carriers.runtime == "jvm" || s.target.comm == "java"; }
+bool is_jvm(const Snapshot& s) { return s.carriers.runtime == CarrierRuntime::jvm || s.target.comm == "java"; }
 
 template <class T, class Less>
 static std::vector<size_t> order_by(const std::vector<T>& v, Less less) {

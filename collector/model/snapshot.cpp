@@ -59,6 +59,24 @@ const char* contract_name(CarrierState v) {
     return "running";
 }
 
+const char* contract_name(CarrierRuntime v) {
+    switch (v) {
+        case CarrierRuntime::none: return "";
+        case CarrierRuntime::generic: return "generic";
+        case CarrierRuntime::jvm: return "jvm";
+        case CarrierRuntime::go: return "go";
+        case CarrierRuntime::tokio: return "tokio";
+    }
+    return "";
+}
+
+std::optional<CarrierRuntime> carrier_runtime_named(std::string_view name) {
+    for (auto r : {CarrierRuntime::none, CarrierRuntime::generic, CarrierRuntime::jvm, CarrierRuntime::go,
+                   CarrierRuntime::tokio})
+        if (name == contract_name(r)) return r;
+    return std::nullopt;
+}
+
 const char* contract_name(ProbeFamily v) {
     switch (v) {
         case ProbeFamily::sock: return "sock";
@@ -98,10 +116,11 @@ bool connection_limit_reached(const Listener& l) {
 }
 
 std::string procs_label(const Carriers& c) {
-    return c.runtime == "tokio" ? std::to_string(c.procs) + " workers" : "GOMAXPROCS " + std::to_string(c.procs);
+    return c.runtime == CarrierRuntime::tokio ? std::to_string(c.procs) + " workers"
+                                              : "GOMAXPROCS " + std::to_string(c.procs);
 }
 
-std::string procs_unit(const Carriers& c) { return c.runtime == "tokio" ? "workers" : "Ps"; }
+std::string procs_unit(const Carriers& c) { return c.runtime == CarrierRuntime::tokio ? "workers" : "Ps"; }
 
 bool carriers_saturated(const Carriers& c) {
     return c.detected && c.procs > 0 && c.busy >= kLoopSaturated * c.procs;

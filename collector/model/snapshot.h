@@ -51,6 +51,12 @@ const char* contract_name(Severity v);
 const char* contract_name(WaitKind v);
 const char* contract_name(CarrierState v);
 const char* contract_name(ProbeFamily v);
+// What runs a target's tasks on carrier threads: a JVM's virtual-thread scheduler, Go's Ms,
+// Tokio's workers, or the threads a --carriers pattern names (generic); none when no carriers
+// are watched. Its contract name is "" for none.
+enum class CarrierRuntime { none, generic, jvm, go, tokio };
+const char* contract_name(CarrierRuntime v);
+std::optional<CarrierRuntime> carrier_runtime_named(std::string_view name);
 // Inverses, for input that arrives as those strings (a /proc fd kind, a source's name).
 std::optional<WaitKind> wait_kind_named(std::string_view name);
 std::optional<ProbeFamily> probe_family_named(std::string_view name);
@@ -432,7 +438,7 @@ struct ThreadServing {
 struct Carriers {
     bool detected = false;
     std::string pattern;                // the regex or the built-in pattern's name
-    std::string runtime;                // "jvm", "go", "tokio" or "generic"
+    CarrierRuntime runtime = CarrierRuntime::none;
     bool mount_state_known = false;     // JavaThread fields read (JDK 21+)
     int threads = 0, running = 0, idle = 0, runnable = 0, stalled = 0;
     uint64_t stall_events = 0;          // window

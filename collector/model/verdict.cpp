@@ -38,8 +38,8 @@ bool at_a_gate(const Wait& w) {
 // Where requests with no OS thread wait: "the Go runtime", "the Tokio runtime", "the runtime"
 // (virtual threads).
 std::string parked_where(const Snapshot& s) {
-    if (s.carriers.runtime == "go") return "the Go runtime";
-    if (s.carriers.runtime == "tokio") return "the Tokio runtime";
+    if (s.carriers.runtime == CarrierRuntime::go) return "the Go runtime";
+    if (s.carriers.runtime == CarrierRuntime::tokio) return "the Tokio runtime";
     return "the runtime";
 }
 
@@ -450,7 +450,7 @@ std::optional<Candidate> syscall_stage(const Inside& in) {
 // (GOMAXPROCS=2)", "the Tokio runtime's 2 workers".
 std::string task_runners(const Carriers& c) {
     const std::string procs = std::to_string(c.procs);
-    if (c.runtime == "tokio") return "the Tokio runtime's " + procs + " workers";
+    if (c.runtime == CarrierRuntime::tokio) return "the Tokio runtime's " + procs + " workers";
     return "the Go scheduler's " + procs + " Ps (GOMAXPROCS=" + procs + ")";
 }
 
@@ -477,7 +477,7 @@ std::optional<Candidate> carriers_stage(const Snapshot& s, uint64_t parked_elsew
     if (!c.detected || c.stalled <= 0) return std::nullopt;
     return Candidate{Stage::carriers, c.pattern,
                      std::to_string(c.stalled) + " of " + std::to_string(c.threads) +
-                         (c.runtime == "tokio" ? " Tokio workers stalled" : " carrier threads stalled") +
+                         (c.runtime == CarrierRuntime::tokio ? " Tokio workers stalled" : " carrier threads stalled") +
                          (c.stalls.empty() ? ""
                                            : " (" + c.stalls.front().reason + " in " + c.stalls.front().syscall + ")"),
                      static_cast<uint64_t>(c.stalled) + parked_elsewhere};

@@ -242,7 +242,7 @@ static json carriers_json(const Carriers& c) {
                        {"utilization", t.utilization}});
     return {{"detected", c.detected},
             {"pattern", c.pattern},
-            {"runtime", c.runtime},
+            {"runtime", contract_name(c.runtime)},
             {"mount_state_known", c.mount_state_known},
             {"threads", c.threads},
             {"running", c.running},

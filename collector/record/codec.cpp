@@ -149,6 +149,8 @@ public:
         varint(v.size());
         out += v;
     }
+    // By name, as recordings did when it was a string: "" (none), "generic", "jvm", "go", "tokio".
+    void operator()(CarrierRuntime r) { (*this)(std::string(contract_name(r))); }
     // Sparse: most of a histogram's 640 slots are empty.
     void operator()(const Histogram& h) {
         const auto& slots = h.slots();
@@ -248,6 +250,14 @@ public:
         if (n > static_cast<uint64_t>(end_ - p_)) return (void)fail();
         v.assign(p_, n);
         p_ += n;
+    }
+    void operator()(CarrierRuntime& r) {
+        std::string name;
+        (*this)(name);
+        if (*bad_) return;
+        const auto known = carrier_runtime_named(name);
+        if (!known) return (void)fail();
+        r = *known;
     }
     void operator()(Histogram& h) {
         uint64_t used;

@@ -229,7 +229,7 @@ inline Snapshot carriers_stalled() {
     auto& c = s.carriers;
     c.detected = true;
     c.pattern = "ForkJoinPool-1-worker";
-    c.runtime = "jvm";
+    c.runtime = CarrierRuntime::jvm;
     c.mount_state_known = true;
     c.threads = 4;
     c.running = 1;

@@ -474,7 +474,7 @@ static Snapshot go_snapshot(uint64_t in_flight) {
     s.listeners.push_back(listener(8080, 0, 4096));
     s.requests.in_flight = in_flight;
     s.carriers.detected = true;
-    s.carriers.runtime = "go";
+    s.carriers.runtime = CarrierRuntime::go;
     s.carriers.pattern = "Go scheduler threads (Ms, go1.19.8)";
     s.carriers.procs = 2;
     for (int i = 0; i < 6; i++) s.carriers.per_carrier.push_back({100 + i, "qs_gopool", CarrierState::idle});
@@ -536,7 +536,7 @@ static Snapshot tokio_snapshot(uint64_t in_flight) {
     s.listeners.push_back(listener(26080, 0, 1024));
     s.requests.in_flight = in_flight;
     s.carriers.detected = true;
-    s.carriers.runtime = "tokio";
+    s.carriers.runtime = CarrierRuntime::tokio;
     s.carriers.pattern = "Tokio runtime workers (tokio-runtime-worker)";
     s.carriers.procs = 2;
     for (int i = 0; i < 2; i++) s.carriers.per_carrier.push_back({101 + i, "tokio-runtime-w", CarrierState::idle});

@@ -128,7 +128,7 @@ public:
         open_bpf(cfg);
         refresh_carriers(true);
         if (cfg.verbose)
-            std::fprintf(stderr, "qscope: carriers: %zu attached (%s)\n", carriers_.size(), runtime().c_str());
+            std::fprintf(stderr, "qscope: carriers: %zu attached (%s)\n", carriers_.size(), contract_name(runtime()));
     }
 
     // --jvm-dump, or 'j' in top: jcmd runs on a thread of its own (seconds, with a 15 s
@@ -347,7 +347,12 @@ private:
         return tokio_mode_ && r == "native call" ? "blocking call" : r;
     }
 
-    std::string runtime() const { return jvm_mode_ ? "jvm" : go_mode_ ? "go" : tokio_mode_ ? "tokio" : "generic"; }
+    CarrierRuntime runtime() const {
+        return jvm_mode_ ? CarrierRuntime::jvm
+               : go_mode_ ? CarrierRuntime::go
+               : tokio_mode_ ? CarrierRuntime::tokio
+                             : CarrierRuntime::generic;
+    }
 
     // Reads every thread's name into the cache the first scan uses: one walk at attach. Not
     // Tokio: the cache is dropped (nothing is watched).

@@ -3,8 +3,8 @@
 # suite already runs under ASan+UBSan: tests/run.sh builds it sanitized.
 #   tests/ci-extra.sh [fuzz]
 # Env: FUZZ_SECONDS (default 20 per fuzzer), QSCOPE_FUZZ_DIR (build-fuzz), JOBS (nproc).
-# Budget: ~4 minutes on 2 cores: 2.5 compiling the fuzzed layers with coverage (tests/CMakeLists.txt
-# names the one each fuzzer links), 1.5 fuzzing.
+# Budget: ~3 minutes on 2 cores: 1.5 compiling with coverage what is fuzzed and what it calls
+# (tests/CMakeLists.txt names the layer each fuzzer links and the files it compiles), 1.5 fuzzing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -173,10 +173,11 @@ TEST_CASE("no BPF object survives qscope, however it ends", "[detach]") {
             const double took = now_s() - t_signal;
             INFO("detached after " << detached << " s; exit " << rc << " after " << took << " s");
             REQUIRE(rc != -1);  // it did end
-            // Promptly, not at the next tick. A stop runs one last tick before its report: from
-            // the signal to the detach, 0.6 s unsanitized on a quiet machine and 1.0-1.7 s beside
-            // two CPU hogs, but 8-14 s under ASan beside two hogs and 15 s once in CI. The bound
-            // is half the interval, which only a stop that waits for the tick would reach.
+            // Promptly, not at the next tick. A stop runs one last tick before its report. From
+            // the signal to the exit, unsanitized: 0.6 s on a quiet machine, 1.0-1.7 s beside two
+            // CPU hogs. To the detach under ASan beside two hogs: 8-14 s (15 s to the exit once
+            // in CI). The bound is half the interval, which only a stop that waits for the tick
+            // would reach.
             CHECK(detached >= 0);
             CHECK(detached < 30);
             if (w.sig == SIGKILL) {

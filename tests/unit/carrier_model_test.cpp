@@ -89,13 +89,16 @@ TEST_CASE("carrier utilization: on a CPU or runnable over the window", "[carrier
 }
 
 TEST_CASE("stall reasons and syscall labels", "[carrier]") {
-    CHECK(stall_reason(202, true) == "pinned park");
-    CHECK(stall_reason(202, false) == "futex wait");
-    CHECK(stall_reason(230, false) == "native call");
-    CHECK(stall_reason(35, false) == "native call");
-    CHECK(stall_reason(0, false) == "blocking io");
-    CHECK(stall_reason(45, false) == "blocking io");
-    CHECK(stall_reason(61, false) == "blocked syscall");
+    CHECK(stall_reason(202, true, CarrierRuntime::jvm) == "pinned park");
+    CHECK(stall_reason(202, false, CarrierRuntime::jvm) == "futex wait");
+    CHECK(stall_reason(230, false, CarrierRuntime::jvm) == "native call");
+    CHECK(stall_reason(35, false, CarrierRuntime::jvm) == "native call");
+    CHECK(stall_reason(0, false, CarrierRuntime::jvm) == "blocking io");
+    CHECK(stall_reason(45, false, CarrierRuntime::jvm) == "blocking io");
+    CHECK(stall_reason(61, false, CarrierRuntime::jvm) == "blocked syscall");
+    // A sleep on a Tokio worker is a task's blocking call; the other reasons are the same.
+    CHECK(stall_reason(230, false, CarrierRuntime::tokio) == "blocking call");
+    CHECK(stall_reason(202, false, CarrierRuntime::tokio) == "futex wait");
     CHECK(syscall_label(230) == "clock_nanosleep");
     CHECK(syscall_label(202) == "futex");
     CHECK(syscall_label(9999) == "syscall_9999");

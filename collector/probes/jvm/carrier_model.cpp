@@ -13,10 +13,10 @@ namespace qscope::carrier {
 
 std::string syscall_label(int64_t nr) { return nr < 0 ? "-" : syscall_name(nr); }
 
-std::string stall_reason(int64_t nr, bool jvm_reported_pinned) {
+std::string stall_reason(int64_t nr, bool jvm_reported_pinned, CarrierRuntime runtime) {
     if (jvm_reported_pinned) return "pinned park";
     switch (syscall_class(nr)) {
-        case SyscallClass::sleep: return "native call";
+        case SyscallClass::sleep: return runtime == CarrierRuntime::tokio ? "blocking call" : "native call";
         case SyscallClass::futex: return "futex wait";
         case SyscallClass::poll:
         case SyscallClass::accept:

@@ -37,9 +37,9 @@ double utilization(uint64_t busy_from, uint64_t busy_now, uint64_t from_ns, uint
 std::string syscall_label(int64_t nr);
 
 // Why a carrier stalled: "pinned park" (the JVM reported a pinned park right after),
-// "native call" (sleep), "blocking io", "futex wait" (class init, VM lock, a park the JVM
-// did not report), "blocked syscall".
-std::string stall_reason(int64_t syscall_nr, bool jvm_reported_pinned);
+// "native call" (sleep; on a Tokio worker "blocking call", a task's), "blocking io",
+// "futex wait" (class init, VM lock, a park the JVM did not report), "blocked syscall".
+std::string stall_reason(int64_t syscall_nr, bool jvm_reported_pinned, CarrierRuntime runtime);
 
 // A mounted block that the VM caused, not the virtual thread's code: the carrier waits for a
 // safepoint, a VM operation (GC pause), a GC allocation slow path or the JIT compile queue

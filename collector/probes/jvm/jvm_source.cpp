@@ -2,7 +2,6 @@
 // runtimes) and the on-demand JVM enrichments (thread-dump aggregation, perf map). BPF side:
 // bpf/carrier.bpf.c; model: carrier_model.h; JVM internals: jvm_vmstructs.h; Go:
 // go_runtime.h.
-#include <dirent.h>
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
@@ -273,7 +272,7 @@ public:
                 CarrierStall s;
                 s.tid = tid;
                 s.syscall = carrier::syscall_label(k.syscall);
-                s.reason = stall_reason(k.syscall, false);
+                s.reason = carrier::stall_reason(k.syscall, false, runtime());
                 s.seconds = (now - k.block_start_ns) / 1e9;
                 s.ongoing = true;
                 ongoing.push_back(s);
@@ -294,7 +293,7 @@ public:
             CarrierStall s;
             s.tid = r->tid;
             s.syscall = carrier::syscall_label(r->syscall);
-            s.reason = stall_reason(r->syscall, r->pinned);
+            s.reason = carrier::stall_reason(r->syscall, r->pinned, runtime());
             if (go_mode_ && go_cgo_call(r->stack)) s.reason = "cgo call";
             s.seconds = r->duration_ns / 1e9;
             s.stack = r->stack;
@@ -340,12 +339,6 @@ private:
         // Utilization's baseline: carrier::busy_ns() at base_ns (registration or the window's reset).
         uint64_t busy_base = 0, base_ns = 0;
     };
-
-    // A sleep on a JVM carrier is a native call; on a Tokio worker, a task's blocking call.
-    std::string stall_reason(int64_t syscall, bool pinned) const {
-        std::string r = carrier::stall_reason(syscall, pinned);
-        return tokio_mode_ && r == "native call" ? "blocking call" : r;
-    }
 
     CarrierRuntime runtime() const {
         return jvm_mode_ ? CarrierRuntime::jvm

@@ -271,6 +271,12 @@ public:
         snap.calling_tids = calling_now_;
 
         // ---- listeners and requests, per port ------------------------------------------
+        // The window's end reads the kernel side's drops again, now, milliseconds after the
+        // dump: an ACK-stage overflow adds its second sk_drops before kfree_skb counts it in
+        // rcv_drops, so read beside a dump that lands between the two, it is one overflow too
+        // many, which the floor would keep for good. Read late, a drop since the dump only
+        // lowers this tick's total; the next tick counts it.
+        rcv_drops_end_ = rcv_drops_now();
         Requests& r = snap.requests;
         Histogram latency;
         const uint32_t nports = std::min<uint64_t>(load(b->next_port_idx), QS_MAX_PORTS);
@@ -999,8 +1005,7 @@ private:
                 all.clear();
                 for (int fam : {AF_INET, AF_INET6})
                     for (auto& d : sock_diag_dump(fam, kListenMask, true, pid_)) all.push_back(std::move(d));
-                rcv_drops_at_dump_ = rcv_drops_now();
-                if (rcv_drops_at_dump_ == rcv_drops_before_dump_) break;
+                if (rcv_drops_now() == rcv_drops_before_dump_) break;
             }
         } catch (const Error& e) {
             listen_error_ = e.what();
@@ -1124,8 +1129,8 @@ private:
     }
 
     // As a window's base, or at its end. The kernel side's drops are read on both sides of the
-    // sk_drops dump: when one landed during it, the base takes the reading before (overflows
-    // counted high, the window's low) and the end the reading after (counted low): a drop
+    // sk_drops dump: the base takes the reading before (overflows counted high, the window's
+    // low) and the end one taken after, as collect reads the ports (counted low): a drop
     // between the readings never shows as an overflow.
     enum class Reading { base, end };
     PortWindow port_cumulative(uint32_t i, Reading reading = Reading::end) {
@@ -1136,7 +1141,7 @@ private:
         for (int c = 0; c < QS_STATUS_CLASSES; ++c) w.status[c] = load(ps.status[c]);
         for (int h = 0; h < QS_PORT_HISTS; ++h) w.hists[h] = Histogram::from_kernel(skel_->bss->port_hists[i * QS_PORT_HISTS + h]);
         const uint16_t port = static_cast<uint16_t>(load(ps.port));
-        const uint64_t rcv = reading == Reading::base ? rcv_drops_before_dump_[i] : rcv_drops_at_dump_[i];
+        const uint64_t rcv = reading == Reading::base ? rcv_drops_before_dump_[i] : rcv_drops_end_[i];
         // Saturating: early drops found outside tcp_v{4,6}_rcv leave the sum (they are overflows).
         w.overflows = port_overflows(port, rcv - std::min(rcv, rcv_drops_base_[i]));
         // A listener that closes takes its sk_drops with it: never let the total go back.
@@ -1584,7 +1589,7 @@ private:
     std::atomic<bool> rcv_text_settled_{false};     // this
     int early_sweeps_left_ = 3;                     // sweep_early_drops, once settled
     std::array<uint64_t, QS_MAX_PORTS> rcv_drops_before_dump_{};  // rcv_drops_now(), by refresh_listeners
-    std::array<uint64_t, QS_MAX_PORTS> rcv_drops_at_dump_{};      // ... after the dump
+    std::array<uint64_t, QS_MAX_PORTS> rcv_drops_end_{};          // ... as the tick reads its ports (collect)
     std::array<uint64_t, QS_MAX_PORTS> rcv_drops_base_{};         // the reading before, once attached (start)
     std::array<uint64_t, QS_MAX_PORTS> early_pending_{};    // segments per port slot, not yet told apart
     std::array<uint64_t, QS_MAX_PORTS> early_rcv_drops_{};  // ... told apart: tcp_v{4,6}_rcv's

@@ -99,16 +99,28 @@ std::string tokio_idle_frame(const std::vector<std::string>& frames) {
     return {};
 }
 
-bool tokio_blocking_pool(const std::vector<std::string>& frames) {
-    // A worker runs under the blocking pool too (Tokio launches its workers as blocking
-    // tasks): the innermost of the two says which the thread is now.
+namespace {
+
+enum class TokioThread { unknown, worker, blocking_pool };
+
+// A worker runs under the blocking pool too (Tokio launches its workers as blocking tasks):
+// the innermost of the two says which the thread is now.
+TokioThread tokio_thread(const std::vector<std::string>& frames) {
     for (const auto& f : frames) {
         const std::string fn = frame_function(f);
-        if (fn.rfind("tokio::runtime::scheduler::multi_thread::worker::", 0) == 0) return false;
-        if (fn.rfind("tokio::runtime::blocking::", 0) == 0) return true;
+        if (fn.rfind("tokio::runtime::scheduler::multi_thread::worker::", 0) == 0) return TokioThread::worker;
+        if (fn.rfind("tokio::runtime::blocking::", 0) == 0) return TokioThread::blocking_pool;
     }
-    return false;
+    return TokioThread::unknown;
 }
+
+}  // namespace
+
+bool tokio_blocking_pool(const std::vector<std::string>& frames) {
+    return tokio_thread(frames) == TokioThread::blocking_pool;
+}
+
+bool tokio_worker(const std::vector<std::string>& frames) { return tokio_thread(frames) == TokioThread::worker; }
 
 bool go_cgo_call(const std::vector<std::string>& frames) {
     for (const auto& f : frames) {

@@ -53,6 +53,10 @@ std::string tokio_idle_frame(const std::vector<std::string>& frames);
 // named as the workers are ("tokio-runtime-worker"), but what it blocks in is the job it was
 // given, not a worker's.
 bool tokio_blocking_pool(const std::vector<std::string>& frames);
+// A worker of Tokio's multi-thread runtime, whatever the program named it: its scheduler's
+// frames (multi_thread::worker::) innermost of Tokio's, a blocking-pool thread's being
+// blocking:: (Tokio launches its workers as blocking tasks).
+bool tokio_worker(const std::vector<std::string>& frames);
 // A goroutine's call into C (runtime.cgocall, runtime.asmcgocall): the M is held for its whole
 // length, like a blocking syscall.
 bool go_cgo_call(const std::vector<std::string>& frames);

@@ -15,6 +15,9 @@
 //    threads share the workers' name. Still 2 workers, none stalled; parked as counted.
 //  - spin: handlers spinning 5 ms on their worker. Busy 2 of 2 (schedstat's CPU + runqueue
 //    share of the two workers within 0.3), the verdict the workers' limit.
+//  - renamed: the pool case with the program naming its runtime's threads qs-api-0, qs-api-1,
+//    ... (Builder::thread_name_fn): no thread named as Tokio's, the workers found by a
+//    worker's stack; still 2 workers beside the pool's threads of the same names.
 //  - current-thread: the runtime on main alone, with no thread named as a worker, is an
 //    event loop, read as one: stalled in the handlers' sleep, as the program counts one.
 // Ports 27150-27159.
@@ -88,14 +91,17 @@ struct Run {
     std::string load_out;
 };
 
-// qs_tokio with 2 workers (0: a current-thread runtime) on `port`, writing its counters file.
+// qs_tokio with 2 workers (0: a current-thread runtime) on `port`, writing its counters file;
+// with `thread_name`, its runtime's threads are named thread_name-0, thread_name-1, ...
 struct TokioApp {
     ScratchFile counters, counters_tmp;  // before the process: it is stopped first
     Proc app;
-    explicit TokioApp(uint16_t port, int workers = 2)
+    explicit TokioApp(uint16_t port, int workers = 2, const std::string& thread_name = "")
         : counters("/tmp/qs-tokio-" + std::to_string(port) + ".json"), counters_tmp(counters.path + ".tmp") {
         require_free_port(port);
-        app = spawn({target_bin("qs_tokio"), std::to_string(port), std::to_string(workers), counters.path});
+        std::map<std::string, std::string> env;
+        if (!thread_name.empty()) env["QS_TOKIO_THREAD_NAME"] = thread_name;
+        app = spawn({target_bin("qs_tokio"), std::to_string(port), std::to_string(workers), counters.path}, env);
         REQUIRE(wait_for_port(port, 10));
     }
 };
@@ -237,6 +243,28 @@ TEST_CASE("tokio pool: spawn_blocking's threads share the workers' name and are 
                 named_like_workers, s["carriers"]["threads"].get<int>(), s["carriers"]["stalled"].get<int>(),
                 s["parked_in_runtime"].get<long long>(), lo, hi, summary.c_str());
     REQUIRE(named_like_workers >= 2 + 24);  // the pool grew a thread a job
+    check_parked_as_counted(s, lo, hi);
+}
+
+TEST_CASE("tokio renamed: workers the program names itself are found by a worker's stack, the pool's threads "
+          "named alike still told apart",
+          "[tokio][integration]") {
+    if (skipped()) return;
+    TokioApp t(27155, 2, "qs-api");
+    Counts counts(t.counters.path);
+    const Run r = observe(t, 27155, "/pool?ms=100", 32);
+    const json& s = r.snap;
+    const auto [lo, hi] = counts.range("in_pool", r.end_s - 0.05, r.end_s + 0.05);
+    INFO("verdict: " << s["verdict"].dump() << "\nwrk: " << r.load_out);
+    int named = 0;
+    for (const auto& task : proc_tasks(t.app.pid())) named += task.comm.rfind("qs-api-", 0) == 0;
+    std::printf("tokio renamed: %d threads named qs-api-N; carriers %d (%s), stalled %d; parked %lld, program in "
+                "the pool %ld..%ld\n",
+                named, s["carriers"]["threads"].get<int>(), s["carriers"]["pattern"].get<std::string>().c_str(),
+                s["carriers"]["stalled"].get<int>(), s["parked_in_runtime"].get<long long>(), lo, hi);
+    REQUIRE(named >= 2 + 24);  // workers and the pool's threads share the program's names
+    for (const auto& task : proc_tasks(t.app.pid())) REQUIRE(task.comm.rfind("tokio-runtime-w", 0) != 0);
+    CHECK(s["carriers"]["pattern"] == "Tokio runtime workers (named qs-api-*, found by a worker's stack)");
     check_parked_as_counted(s, lo, hi);
 }
 

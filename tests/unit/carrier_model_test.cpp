@@ -209,3 +209,11 @@ TEST_CASE("VM waits: pinned parks, native calls and class init stay stalls", "[c
     CHECK(vm_wait_reason({}).empty());
     CHECK(vm_wait_reason({"0x7f3a1c0a2f8c", "0x7f3a1c0a2000"}).empty());
 }
+
+TEST_CASE("carrier name family: a pool's numbered names less their number", "[carrier]") {
+    CHECK(name_family("api-worker-3") == "api-worker-");
+    CHECK(name_family("qs-api-12") == "qs-api-");
+    CHECK(name_family("worker") == "worker");
+    CHECK(name_family("0123") == "0123");  // all digits: the whole name
+    CHECK(name_family("").empty());
+}

@@ -287,3 +287,14 @@ TEST_CASE("VMStructs: JDK 17 layout (JavaThread::_osthread, no virtual threads)"
     CHECK(l->oop_klass == 0);  // no class names: callers fall back to Java names
     CHECK(thread_mounted(b, *l, kBase + 0x60000) == -1);
 }
+
+TEST_CASE("ELF symbols: by exact name, and by a part of a mangled name", "[jvm]") {
+    // This test binary is an ELF file with a symbol table: its own function names are in it.
+    const std::string self = "/proc/self/exe";
+    CHECK(elf_has_symbol_containing(self, "elf_has_symbol_containing"));
+    CHECK(elf_has_symbol_containing(self, "25elf_has_symbol_containing"));  // Itanium mangling's length prefix
+    CHECK_FALSE(elf_has_symbol_containing(self, "7runtime9scheduler12multi_thread6worker"));
+    CHECK_FALSE(elf_has_symbol_containing("/nonexistent", "main"));
+    CHECK_FALSE(elf_has_symbol_containing("/proc/self/status", "main"));  // not ELF
+    CHECK(elf_symbols(self, {"main"}).count("main") == 1);
+}

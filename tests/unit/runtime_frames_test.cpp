@@ -76,6 +76,8 @@ TEST_CASE("tokio: threads with no task park under the runtime's frames; the bloc
         "tokio::runtime::blocking::pool::Inner::run+0x133 (qs_tokio)"};
     CHECK(tokio_idle_frame(worker_parked) == "tokio::runtime::scheduler::multi_thread::park::Parker::park");
     CHECK_FALSE(tokio_blocking_pool(worker_parked));  // Tokio launches its workers on the pool
+    CHECK(tokio_worker(worker_parked));                // whatever the program named it
+    CHECK_FALSE(tokio_worker(main_in_block_on));
     // block_on polls main's future under CachedParkThread::block_on: a lock taken there holds it.
     CHECK(tokio_idle_frame({"syscall+0x19 (libc.so.6)", "std::sys::unix::locks::futex::Mutex::lock_contended+0x40 (app)",
                             "app::handler+0x10 (app)", "tokio::runtime::park::CachedParkThread::block_on+0xeb (app)"})
@@ -95,6 +97,7 @@ TEST_CASE("tokio: threads with no task park under the runtime's frames; the bloc
         "tokio::runtime::task::harness::Harness<T,S>::poll+0x51 (qs_tokio)",
         "tokio::runtime::blocking::pool::Inner::run+0x133 (qs_tokio)"};
     CHECK(tokio_blocking_pool(pool_job));
+    CHECK_FALSE(tokio_worker(pool_job));
     CHECK(tokio_idle_frame(pool_job).empty());
     // Between jobs, on its condvar: idle.
     CHECK(tokio_idle_frame({"syscall+0x19 (libc.so.6)", "std::sys::unix::locks::futex::Condvar::wait_timeout+0x40 (a)",

@@ -91,4 +91,10 @@ CarrierState classify(const Observation& o) {
     return o.mounted_now == 1 ? CarrierState::stalled : CarrierState::idle;
 }
 
+std::string name_family(std::string_view comm) {
+    size_t end = comm.size();
+    while (end > 0 && comm[end - 1] >= '0' && comm[end - 1] <= '9') --end;
+    return std::string(end == 0 ? comm : comm.substr(0, end));
+}
+
 }  // namespace qscope::carrier

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/snapshot.h"
@@ -49,5 +50,9 @@ std::string stall_reason(int64_t syscall_nr, bool jvm_reported_pinned, CarrierRu
 // "vm: jit compile queue", "vm: vm operation", or "" when the stack shows none of them
 // (or is missing: an unexplained block stays a stall).
 std::string vm_wait_reason(const std::vector<std::string>& stack);
+
+// What a pool's numbered thread names share: the name less its trailing digits
+// ("api-worker-3" → "api-worker-"), or the whole name when it is all digits or has none.
+std::string name_family(std::string_view comm);
 
 }  // namespace qscope::carrier

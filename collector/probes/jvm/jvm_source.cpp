@@ -65,8 +65,13 @@ struct StallRec {
 };
 
 // Tokio's multi-thread runtime names its workers "tokio-runtime-worker" (a comm keeps 15
-// characters) unless the program names them otherwise (Builder::thread_name).
+// characters) unless the program names them otherwise (Builder::thread_name{,_fn}).
 constexpr std::string_view kTokioWorkerComm = "tokio-runtime-w";
+// In a symbol name of every program built with Tokio's multi-thread scheduler, in either of
+// Rust's manglings.
+constexpr std::string_view kTokioSchedulerSymbol = "7runtime9scheduler12multi_thread6worker";
+// At most this many blocked threads' stacks are read at attach to find renamed workers.
+constexpr int kTokioStackLooks = 32;
 
 class JvmSource final : public Source {
 public:
@@ -101,15 +106,21 @@ public:
             if (!go_->why.empty())
                 notes_.push_back("carriers: Go program " + go_->path + ": GOMAXPROCS unknown (" + go_->why +
                                  "); whether every P is busy is not judged");
-        } else if (has_tokio_workers()) {
+        } else if (find_tokio_workers()) {
             // Tokio's workers run tasks as Go's Ms run goroutines: parked on a condvar (futex)
             // or in the I/O driver's epoll_wait when they have none, the generic rule.
             tokio_mode_ = true;
-            pattern_ = "Tokio runtime workers (tokio-runtime-worker)";
+            pattern_ = tokio_comm_ == kTokioWorkerComm
+                           ? "Tokio runtime workers (tokio-runtime-worker)"
+                           : "Tokio runtime workers (named " + tokio_comm_ + "*, found by a worker's stack)";
+        } else if (!tokio_unfound_.empty()) {
+            notes_.push_back("carriers: " + tokio_unfound_);
+            hooks_off(tokio_unfound_);
+            return;
         } else {
             // Not a JVM, Go or Tokio, and no pattern: nothing to watch, no probes attached.
-            hooks_off("the target is neither a JVM, a Go program nor a Tokio one (threads named tokio-runtime-worker), "
-                      "and no --carriers pattern was given");
+            hooks_off("the target is neither a JVM, a Go program nor a Tokio one (threads named tokio-runtime-worker, "
+                      "or found in its scheduler's frames), and no --carriers pattern was given");
             return;
         }
         jvm_mode_ = jvm_ && jvm_->layout.has_value();
@@ -347,14 +358,58 @@ private:
                              : CarrierRuntime::generic;
     }
 
-    // Reads every thread's name into the cache the first scan uses: one walk at attach. Not
-    // Tokio: the cache is dropped (nothing is watched).
-    bool has_tokio_workers() {
+    // Whether the target runs Tokio's multi-thread runtime, and the name its workers share
+    // (tokio_comm_). Reads every thread's name into the cache the first scan uses: one walk at
+    // attach; not Tokio, the cache is dropped (nothing is watched). A program that names its
+    // workers itself is found by its symbols, then by a worker's stack (tokio_worker_comm).
+    bool find_tokio_workers() {
         for (int tid : list_tids(pid_)) comm_cache_[tid] = read_task_comm(pid_, tid);
         for (const auto& [tid, comm] : comm_cache_)
-            if (comm.rfind(kTokioWorkerComm, 0) == 0) return true;
+            if (comm.rfind(kTokioWorkerComm, 0) == 0) {
+                tokio_comm_ = kTokioWorkerComm;
+                return true;
+            }
+        if (jvm::elf_has_symbol_containing("/proc/" + std::to_string(pid_) + "/exe", kTokioSchedulerSymbol)) {
+            tokio_comm_ = tokio_worker_comm();
+            symbolized_this_tick_ = 0;  // the first scan tells the blocking pool apart by stacks too
+            if (!tokio_comm_.empty()) return true;
+        }
         comm_cache_.clear();
         return false;
+    }
+
+    // A renamed worker's name less its number (carrier::name_family), read from one parked on
+    // its condvar or in the I/O driver's epoll_wait whose stack shows the scheduler's worker
+    // frames. The blocking pool's threads, which Tokio names alike, are told apart by the scan
+    // as under the default name. "" when none is found; tokio_unfound_ then says why where a
+    // worker may have been missed (threads running, or no stacks), and nothing for a program
+    // that links the scheduler but runs a current-thread runtime.
+    std::string tokio_worker_comm() {
+        int waiting = 0, running = 0;
+        for (const auto& [tid, comm] : comm_cache_) {
+            if (tid == pid_) continue;  // main runs block_on, never a worker
+            const auto sc = read_task_syscall(pid_, tid);
+            if (!sc) continue;
+            if (sc->running) {
+                ++running;
+                continue;
+            }
+            const SyscallClass cls = sc->nr < 0 ? SyscallClass::other : syscall_class(sc->nr);
+            if (cls != SyscallClass::futex && cls != SyscallClass::epoll) continue;
+            if (++waiting > kTokioStackLooks) break;
+            if (cfg_.want_stacks && tokio_worker(stack_now(tid, *sc))) return carrier::name_family(comm);
+        }
+        const std::string links = "the program links Tokio's multi-thread runtime, but no thread is named "
+                                  "tokio-runtime-worker";
+        if (!cfg_.want_stacks && waiting + running > 0)
+            tokio_unfound_ = links + ", and renamed workers are found by their stacks, which --no-stacks turns off: "
+                                     "name them with --carriers REGEX";
+        else if (running > 0)
+            tokio_unfound_ = links + ", and no thread waiting where a worker parks shows a worker's frames; " +
+                             std::to_string(running) +
+                             " were running, whose stacks are not read: if they are its workers, name them with "
+                             "--carriers REGEX";
+        return {};
     }
 
     uint64_t read_counter(uint32_t idx) const {
@@ -528,29 +583,35 @@ private:
     // I/O driver's epoll_wait: a timed futex wait (its 4th argument) is the pool's. A worker
     // whose task waits on a timed condvar would be taken for the pool's and left out of the
     // workers' count: a blocking call on a worker is a mistake Tokio's documentation warns of.
-    // Blocked elsewhere, its stack is read as it stands: stack pointer and program counter
-    // from the same file, the bytes above from /proc/PID/mem.
+    // Blocked elsewhere, its stack is read as it stands (stack_now).
     bool in_blocking_pool_now(int tid) {
         const auto sc = read_task_syscall(pid_, tid);
         if (!sc || sc->running || sc->nr < 0) return false;
         const SyscallClass cls = syscall_class(sc->nr);
         if (cls == SyscallClass::futex) return sc->args[3] != 0;
         if (cls == SyscallClass::epoll || !cfg_.want_stacks) return false;
+        return tokio_blocking_pool(stack_now(tid, *sc));
+    }
+
+    // The stack of a thread blocked in a syscall, as it stands: stack pointer and program
+    // counter from /proc's syscall file, the bytes above from /proc/PID/mem. Empty when
+    // unreadable or past the tick's symbolizing budget.
+    std::vector<std::string> stack_now(int tid, const ProcSyscall& sc) {
         if (!stack_buf_) stack_buf_ = std::make_unique<qs_carrier_stall_stack>();
         qs_ustack& st = stack_buf_->stack;
         st = {};
-        st.regs[QS_REG_RSP] = sc->sp;
-        st.regs[QS_REG_RIP] = sc->pc;
+        st.regs[QS_REG_RSP] = sc.sp;
+        st.regs[QS_REG_RIP] = sc.pc;
         st.tid = static_cast<uint32_t>(tid);
         const int fd = ::open(("/proc/" + std::to_string(pid_) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return false;
-        const ssize_t n = ::pread(fd, st.data, sizeof st.data, static_cast<off_t>(sc->sp));
+        if (fd < 0) return {};
+        const ssize_t n = ::pread(fd, st.data, sizeof st.data, static_cast<off_t>(sc.sp));
         ::close(fd);
-        if (n <= 0) return false;
+        if (n <= 0) return {};
         st.size = static_cast<uint32_t>(n);
         std::vector<std::string> frames;
         symbolize(st, frames);
-        return tokio_blocking_pool(frames);
+        return frames;
     }
 
     // The pool's threads end after their keep-alive and new ones start: an exporter running for
@@ -603,7 +664,7 @@ private:
                 continue;
             }
             if (tokio_mode_ && !by_regex) {
-                if (comm.rfind(kTokioWorkerComm, 0) != 0) continue;
+                if (comm.rfind(tokio_comm_, 0) != 0) continue;
                 if (!carriers_.count(tid) && !tokio_blocking_.count(tid) && in_blocking_pool_now(tid))
                     tokio_blocking_.insert(tid);
                 if (!tokio_blocking_.count(tid)) found[tid] = info;
@@ -738,6 +799,8 @@ private:
     std::set<int> tokio_blocking_;  // tids of Tokio's blocking pool (seen in a job, or idle in it): never workers
     bool tokio_rescan_ = false;     // one joined tokio_blocking_: drop it at the next tick
     bool tokio_count_noted_ = false;
+    std::string tokio_comm_;     // what Tokio's workers' names begin with: kTokioWorkerComm, or the program's
+    std::string tokio_unfound_;  // why a program that links Tokio's scheduler has no workers found
     std::regex regex_;
     std::string pattern_;
     std::vector<std::string> notes_;

@@ -295,35 +295,58 @@ int thread_mounted(const MemReader& mem, const JvmLayout& l, uint64_t jt) {
 
 // ---- ELF and process discovery ----------------------------------------------------------
 
-std::map<std::string, uint64_t> elf_symbols(const std::string& path, const std::vector<std::string>& names) {
-    std::map<std::string, uint64_t> out;
+namespace {
+
+// Calls fn(name, st_value) for each named, defined symbol of .dynsym and .symtab until it
+// returns false. Unreadable or corrupt files have none.
+template <typename Fn>
+void for_each_elf_symbol(const std::string& path, Fn&& fn) {
     elf_version(EV_CURRENT);
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return out;
+    if (fd < 0) return;
     Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
     if (!elf) {
         close(fd);
-        return out;
+        return;
     }
+    bool more = true;
     Elf_Scn* scn = nullptr;
-    while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    while (more && (scn = elf_nextscn(elf, scn)) != nullptr) {
         GElf_Shdr sh;
         if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_DYNSYM && sh.sh_type != SHT_SYMTAB)) continue;
         Elf_Data* data = elf_getdata(scn, nullptr);
         if (!data || !sh.sh_entsize) continue;
         const size_t n = sh.sh_size / sh.sh_entsize;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; more && i < n; i++) {
             GElf_Sym s;
             if (!gelf_getsym(data, static_cast<int>(i), &s) || s.st_value == 0) continue;
             const char* nm = elf_strptr(elf, sh.sh_link, s.st_name);
-            if (!nm || !*nm) continue;
-            for (const auto& want : names)
-                if (want == nm) out.emplace(want, s.st_value);
+            if (nm && *nm) more = fn(std::string_view(nm), s.st_value);
         }
     }
     elf_end(elf);
     close(fd);
+}
+
+}  // namespace
+
+std::map<std::string, uint64_t> elf_symbols(const std::string& path, const std::vector<std::string>& names) {
+    std::map<std::string, uint64_t> out;
+    for_each_elf_symbol(path, [&](std::string_view nm, uint64_t value) {
+        for (const auto& want : names)
+            if (want == nm) out.emplace(want, value);
+        return true;
+    });
     return out;
+}
+
+bool elf_has_symbol_containing(const std::string& path, std::string_view part) {
+    bool found = false;
+    for_each_elf_symbol(path, [&](std::string_view nm, uint64_t) {
+        found = nm.find(part) != std::string_view::npos;
+        return !found;
+    });
+    return found;
 }
 
 std::optional<uint64_t> first_load_vaddr(const std::string& path) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -133,6 +134,9 @@ void load_vmstructs(int pid, JvmProcess& p);
 
 // ELF symbol values (st_value) for the given names from .dynsym and .symtab.
 std::map<std::string, uint64_t> elf_symbols(const std::string& path, const std::vector<std::string>& names);
+// Whether a defined symbol's (mangled) name there contains `part`: Rust's names keep their
+// path's segments length-prefixed in both manglings ("7runtime9scheduler").
+bool elf_has_symbol_containing(const std::string& path, std::string_view part);
 // First PT_LOAD's vaddr minus its offset, as the loader maps it; the load bias is a
 // module's offset-0 mapping (module_base) minus this.
 std::optional<uint64_t> first_load_vaddr(const std::string& path);

@@ -118,7 +118,15 @@ fn main() {
     let rt = if workers == 0 {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
     } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap()
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers).enable_all();
+        // QS_TOKIO_THREAD_NAME=api: the program names its threads api-0, api-1, ... (workers
+        // and blocking pool alike, as Tokio does with any name).
+        if let Ok(name) = std::env::var("QS_TOKIO_THREAD_NAME") {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            b.thread_name_fn(move || format!("{}-{}", name, next.fetch_add(1, Relaxed)));
+        }
+        b.build().unwrap()
     };
     rt.block_on(async move {
         let l = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");

@@ -122,6 +122,17 @@ bool tokio_blocking_pool(const std::vector<std::string>& frames) {
 
 bool tokio_worker(const std::vector<std::string>& frames) { return tokio_thread(frames) == TokioThread::worker; }
 
+bool tokio_task_blocked(const std::vector<std::string>& frames) {
+    if (!tokio_idle_frame(frames).empty() || tokio_blocking_pool(frames)) return false;
+    for (const auto& f : frames) {
+        const std::string fn = frame_function(f);
+        if (fn.rfind("tokio::runtime::task::", 0) == 0 ||
+            fn.rfind("tokio::runtime::scheduler::multi_thread::worker::", 0) == 0)
+            return true;
+    }
+    return false;
+}
+
 bool go_cgo_call(const std::vector<std::string>& frames) {
     for (const auto& f : frames) {
         const std::string fn = frame_function(f);

@@ -57,6 +57,12 @@ bool tokio_blocking_pool(const std::vector<std::string>& frames);
 // frames (multi_thread::worker::) innermost of Tokio's, a blocking-pool thread's being
 // blocking:: (Tokio launches its workers as blocking tasks).
 bool tokio_worker(const std::vector<std::string>& frames);
+// A worker whose task blocks it outside Tokio's park (a std::sync::Mutex, a Condvar): a
+// task's poll (tokio::runtime::task::) or the worker's own frames are there, none of the
+// park's nor the blocking pool's. A task's frames can be large enough that a copied stack
+// (8 KiB) ends at its poll, before the worker's frames. A stack cut short before any of
+// Tokio's frames says nothing (false).
+bool tokio_task_blocked(const std::vector<std::string>& frames);
 // A goroutine's call into C (runtime.cgocall, runtime.asmcgocall): the M is held for its whole
 // length, like a blocking syscall.
 bool go_cgo_call(const std::vector<std::string>& frames);

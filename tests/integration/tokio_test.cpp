@@ -15,6 +15,9 @@
 //    threads share the workers' name. Still 2 workers, none stalled; parked as counted.
 //  - spin: handlers spinning 5 ms on their worker. Busy 2 of 2 (schedstat's CPU + runqueue
 //    share of the two workers within 0.3), the verdict the workers' limit.
+//  - lock: handlers computing 200 ms while they hold a std::sync::Mutex: the other worker's
+//    handler blocks on it in futex, where a parked worker waits too. Stalled 1, as the program
+//    counts 1 waiting for the lock; the verdict the stalled worker.
 //  - renamed: the pool case with the program naming its runtime's threads qs-api-0, qs-api-1,
 //    ... (Builder::thread_name_fn): no thread named as Tokio's, the workers found by a
 //    worker's stack; still 2 workers beside the pool's threads of the same names.
@@ -309,6 +312,35 @@ TEST_CASE("tokio spin: both workers busy on handlers, the requests wait for a wo
     CHECK(busy >= 1.8);
     CHECK(s["verdict"]["stage"] == "carriers");
     CHECK(summary.find("requests queue for the Tokio runtime's 2 workers") != std::string::npos);
+}
+
+TEST_CASE("tokio lock: a worker blocked on a std Mutex in futex is stalled, not parked", "[tokio][integration]") {
+    if (skipped()) return;
+    TokioApp t(27156);
+    Counts counts(t.counters.path);
+    const Run r = observe(t, 27156, "/lock?ms=200", 8);
+    const json& s = r.snap;
+    const json& c = s["carriers"];
+    const auto [lo, hi] = counts.range("lock_waiting", r.end_s - 0.05, r.end_s + 0.05);
+    const std::string summary = s["verdict"]["summary"].get<std::string>();
+    INFO("verdict: " << s["verdict"].dump() << "\ncarriers: " << c.dump() << "\nwrk: " << r.load_out);
+    std::printf("tokio lock: stalled %d, program waiting for the lock %ld..%ld; %s\n", c["stalled"].get<int>(), lo,
+                hi, summary.c_str());
+    check_found_as_tokio(s);
+    REQUIRE(lo <= hi);
+    REQUIRE(hi == 1);  // one worker computes holding the lock, the other's handler waits for it
+    // At the instant: the waiter is in futex but for its moments between two waits.
+    CHECK(c["stalled"].get<int>() == 1);
+    // Listed once its wait is 20 ms old (180 ms of each 200): with its stack, the Mutex's.
+    if (!c["stalls"].empty()) {
+        CHECK(c["stalls"][0]["reason"] == "lock wait");
+        CHECK(c["stalls"][0]["syscall"] == "futex");
+        bool mutex = false;
+        for (const auto& f : c["stalls"][0]["stack"]) mutex |= f.get<std::string>().find("Mutex") != std::string::npos;
+        CHECK(mutex);
+    }
+    CHECK(s["verdict"]["stage"] == "carriers");
+    CHECK(summary.find("1 of 2 Tokio workers stalled") != std::string::npos);
 }
 
 TEST_CASE("tokio current-thread: the runtime is main's own event loop, stalled by a handler's sleep",

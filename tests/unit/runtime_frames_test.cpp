@@ -83,13 +83,25 @@ TEST_CASE("tokio: threads with no task park under the runtime's frames; the bloc
                             "app::handler+0x10 (app)", "tokio::runtime::park::CachedParkThread::block_on+0xeb (app)"})
               .empty());
     // A worker's task waiting on a std Mutex holds the task.
-    CHECK(tokio_idle_frame({"syscall+0x19 (libc.so.6)", "std::sys::unix::locks::futex::Mutex::lock_contended+0x40 (app)",
-                            "app::handler+0x10 (app)", "tokio::runtime::task::core::Core<T,S>::poll+0x4c (app)",
-                            "tokio::runtime::scheduler::multi_thread::worker::Context::run_task+0x1 (app)",
-                            "tokio::runtime::scheduler::multi_thread::worker::run+0xb1 (app)",
-                            "tokio::runtime::task::core::Core<T,S>::poll+0x2e (app)",
-                            "tokio::runtime::blocking::pool::Inner::run+0x133 (app)"})
-              .empty());
+    const std::vector<std::string> worker_in_mutex = {
+        "syscall+0x19 (libc.so.6)", "std::sys::unix::locks::futex::Mutex::lock_contended+0x40 (app)",
+        "app::handler+0x10 (app)", "tokio::runtime::task::core::Core<T,S>::poll+0x4c (app)",
+        "tokio::runtime::scheduler::multi_thread::worker::Context::run_task+0x1 (app)",
+        "tokio::runtime::scheduler::multi_thread::worker::run+0xb1 (app)",
+        "tokio::runtime::task::core::Core<T,S>::poll+0x2e (app)", "tokio::runtime::blocking::pool::Inner::run+0x133 (app)"};
+    CHECK(tokio_idle_frame(worker_in_mutex).empty());
+    CHECK(tokio_task_blocked(worker_in_mutex));
+    CHECK_FALSE(tokio_task_blocked(worker_parked));
+    // As read from qs_tokio's /lock: the copy ends in the task's poll, before the worker's frames.
+    CHECK(tokio_task_blocked({"syscall+0x19 (libc.so.6)", "std::sys::unix::futex::futex_wait+0xd5 (qs_tokio)",
+                              "std::sys::unix::locks::futex::Mutex::lock_contended+0x78 (qs_tokio)",
+                              "_<core::future::from_generator::GenFuture<T> as core::future::future::Future>::poll+0xc5e "
+                              "(qs_tokio)",
+                              "tokio::runtime::task::core::Core<T,S>::poll+0x58 (qs_tokio)",
+                              "tokio::runtime::task::harness::Harness<T,S>::poll+0x62 (qs_tokio)"}));
+    // Cut short before any of Tokio's frames: no evidence either way, not a blocked task.
+    CHECK_FALSE(tokio_task_blocked({worker_in_mutex[0], worker_in_mutex[1], worker_in_mutex[2]}));
+    CHECK_FALSE(tokio_task_blocked(main_in_block_on));
     // A blocking-pool thread in its job (spawn_blocking(|| sleep(..))): the pool's, not idle.
     const std::vector<std::string> pool_job = {
         "clock_nanosleep+0x65 (libc.so.6)", "__nanosleep+0x13 (libc.so.6)", "std::thread::sleep+0x60 (qs_tokio)",
@@ -98,6 +110,7 @@ TEST_CASE("tokio: threads with no task park under the runtime's frames; the bloc
         "tokio::runtime::blocking::pool::Inner::run+0x133 (qs_tokio)"};
     CHECK(tokio_blocking_pool(pool_job));
     CHECK_FALSE(tokio_worker(pool_job));
+    CHECK_FALSE(tokio_task_blocked(pool_job));  // the pool's job, not a worker's task
     CHECK(tokio_idle_frame(pool_job).empty());
     // Between jobs, on its condvar: idle.
     CHECK(tokio_idle_frame({"syscall+0x19 (libc.so.6)", "std::sys::unix::locks::futex::Condvar::wait_timeout+0x40 (a)",

@@ -270,6 +270,11 @@ public:
             if (have && k.state == QS_CS_STALLED && (jvm_mode_ || go_mode_ || tokio_mode_) && cfg_.want_stacks)
                 vm_now = current_vm_wait(tid);
             if (!vm_now.empty()) t.state = go_mode_ ? CarrierState::idle : CarrierState::blocked;
+            std::vector<std::string> lock_stack;
+            if (have && k.state == QS_CS_IDLE && tokio_mode_ && cfg_.want_stacks &&
+                syscall_class(k.syscall) == SyscallClass::futex)
+                lock_stack = task_lock_wait(tid);
+            if (!lock_stack.empty()) t.state = CarrierState::stalled;
             c.threads++;
             switch (t.state) {
                 case CarrierState::running: c.running++; break;
@@ -278,15 +283,16 @@ public:
                 case CarrierState::stalled: c.stalled++; break;
                 case CarrierState::blocked: break;  // see above
             }
-            if (have && k.state == QS_CS_STALLED && vm_now.empty() && k.block_start_ns && now > k.block_start_ns &&
-                now - k.block_start_ns >= kStallThresholdNs) {
+            const bool stalled_now = (have && k.state == QS_CS_STALLED && vm_now.empty()) || !lock_stack.empty();
+            if (stalled_now && k.block_start_ns && now > k.block_start_ns && now - k.block_start_ns >= kStallThresholdNs) {
                 CarrierStall s;
                 s.tid = tid;
                 s.syscall = carrier::syscall_label(k.syscall);
-                s.reason = carrier::stall_reason(k.syscall, false, runtime());
+                s.reason = lock_stack.empty() ? carrier::stall_reason(k.syscall, false, runtime()) : "lock wait";
                 s.seconds = (now - k.block_start_ns) / 1e9;
                 s.ongoing = true;
-                ongoing.push_back(s);
+                s.stack = std::move(lock_stack);
+                ongoing.push_back(std::move(s));
             }
             c.per_carrier.push_back(t);
         }
@@ -534,6 +540,20 @@ private:
         std::vector<std::string> frames;
         symbolize(stack_buf_->stack, frames);
         return not_a_stall(tid, frames);
+    }
+
+    // A Tokio worker idle in futex by the kernel side's rule, whose task holds it there: a
+    // std::sync::Mutex or Condvar wait, where a parked worker waits on a futex too. Told by its
+    // stack as it stands (tokio_task_blocked), read only if the thread is still blocked at the
+    // same place after the read. Returns that stack, or nothing for a parked worker or an
+    // unreadable stack (which stays idle, as the kernel side has it).
+    std::vector<std::string> task_lock_wait(int tid) {
+        const auto sc = read_task_syscall(pid_, tid);
+        if (!sc || sc->running || sc->nr < 0 || syscall_class(sc->nr) != SyscallClass::futex) return {};
+        std::vector<std::string> frames = stack_now(tid, *sc);
+        const auto again = read_task_syscall(pid_, tid);
+        if (!again || again->running || again->sp != sc->sp || again->pc != sc->pc) return {};  // woke meanwhile
+        return tokio_task_blocked(frames) ? frames : std::vector<std::string>{};
     }
 
     // A mounted block that is no stall of the carrier's task, by its stack: the JVM's own

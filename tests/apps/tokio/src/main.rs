@@ -1,7 +1,9 @@
 // qs_tokio: the Tokio tests' HTTP/1.1 server (tests/integration/tokio_test.cpp). Its handlers
 // await a timer (/sleep: the request is held by the runtime with no thread), block the worker
 // that runs them (/block: a sleep on the runtime's thread, the classic mistake; /spin: CPU),
-// or hand a blocking job to Tokio's blocking pool (/pool). Its own counts are the oracle: a
+// or hand a blocking job to Tokio's blocking pool (/pool), or compute holding a
+// std::sync::Mutex that every /lock handler takes (/lock: the worker of the next one blocks on
+// it in futex, where an idle worker parks too). Its own counts are the oracle: a
 // plain thread, outside the runtime, writes how many handlers are in each state to the
 // counters file every 10 ms, as JSON.
 //
@@ -15,6 +17,8 @@ static IN_FLIGHT: AtomicI64 = AtomicI64::new(0); // read, and not yet answered
 static SLEEPING: AtomicI64 = AtomicI64::new(0); // awaiting their timer
 static BLOCKING: AtomicI64 = AtomicI64::new(0); // blocking their worker in a sleep
 static IN_POOL: AtomicI64 = AtomicI64::new(0); // their job running on the blocking pool
+static LOCK_WAITING: AtomicI64 = AtomicI64::new(0); // blocking their worker until LOCK is theirs
+static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 static COMPLETED: AtomicI64 = AtomicI64::new(0);
 
 fn param(path: &str, key: &str) -> u64 {
@@ -38,6 +42,13 @@ impl Drop for In {
     }
 }
 
+fn spin(d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
 async fn handle(path: &str) {
     let ms = Duration::from_millis(param(path, "ms"));
     if path.starts_with("/sleep") {
@@ -47,10 +58,12 @@ async fn handle(path: &str) {
         let _s = In::new(&BLOCKING);
         std::thread::sleep(ms);
     } else if path.starts_with("/spin") {
-        let end = Instant::now() + ms;
-        while Instant::now() < end {
-            std::hint::spin_loop();
-        }
+        spin(ms);
+    } else if path.starts_with("/lock") {
+        let waiting = In::new(&LOCK_WAITING);
+        let _held = LOCK.lock().unwrap();
+        drop(waiting);
+        spin(ms);
     } else if path.starts_with("/pool") {
         let _s = In::new(&IN_POOL);
         let _ = tokio::task::spawn_blocking(move || std::thread::sleep(ms)).await;
@@ -89,11 +102,12 @@ fn write_counters(path: String) {
     let tmp = format!("{}.tmp", path);
     loop {
         let s = format!(
-            "{{\"in_flight\":{},\"sleeping\":{},\"blocking\":{},\"in_pool\":{},\"completed\":{}}}\n",
+            "{{\"in_flight\":{},\"sleeping\":{},\"blocking\":{},\"in_pool\":{},\"lock_waiting\":{},\"completed\":{}}}\n",
             IN_FLIGHT.load(Relaxed),
             SLEEPING.load(Relaxed),
             BLOCKING.load(Relaxed),
             IN_POOL.load(Relaxed),
+            LOCK_WAITING.load(Relaxed),
             COMPLETED.load(Relaxed)
         );
         if std::fs::write(&tmp, s).is_ok() {

@@ -129,8 +129,8 @@ TEST_CASE("probe_attach lists every family's hooks as the kernel offers them", "
         const std::string key = std::string("jvm ") + h;
         CHECK(attach(key) == "none");
         CHECK(by[key].value("off", "") ==
-              "the target is neither a JVM, a Go program nor a Tokio one (threads named tokio-runtime-worker), and no "
-              "--carriers pattern was given");
+              "the target is neither a JVM, a Go program nor a Tokio one (threads named tokio-runtime-worker, or found in "
+              "its scheduler's frames), and no --carriers pattern was given");
     }
 }
 

@@ -61,8 +61,9 @@ static void add_common(CLI::App* app, Config& cfg) {
         ->check(CLI::Range(0.1, 60.0))
         ->capture_default_str();
     app->add_option("--carriers", cfg.carriers_regex,
-                    "regex of thread names that carry a user-space scheduler's tasks "
-                    "(default: detect JVM virtual-thread carriers, ForkJoinPool-N-worker-M)");
+                    "regex of thread names that carry a user-space scheduler's tasks. Without it, a JVM's "
+                    "virtual-thread carriers, a Go program's Ms and a Tokio program's workers (by name, or "
+                    "by a worker's stack) are found, and no other runtime's");
     app->add_option_function<double>(
            "--loop-stall-ms", [&](double ms) { cfg.loop_stall_seconds = ms / 1000.0; },
            "an event-loop turn at least this long is a stall (default 20)")

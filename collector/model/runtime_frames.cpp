@@ -77,6 +77,26 @@ std::string go_idle_frame(const std::vector<std::string>& frames) {
     return {};
 }
 
+namespace {
+// Tokio's modules, as prefixes of a frame's function.
+constexpr std::string_view kTokioTask = "tokio::runtime::task::";  // a task's poll (Harness)
+constexpr std::string_view kTokioWorker = "tokio::runtime::scheduler::multi_thread::worker::";
+constexpr std::string_view kTokioBlocking = "tokio::runtime::blocking::";
+
+enum class TokioThread { unknown, worker, blocking_pool };
+
+// A worker runs under the blocking pool too (Tokio launches its workers as blocking tasks):
+// the innermost of the two says which the thread is now.
+TokioThread tokio_thread(const std::vector<std::string>& frames) {
+    for (const auto& f : frames) {
+        const std::string fn = frame_function(f);
+        if (fn.starts_with(kTokioWorker)) return TokioThread::worker;
+        if (fn.starts_with(kTokioBlocking)) return TokioThread::blocking_pool;
+    }
+    return TokioThread::unknown;
+}
+}  // namespace
+
 std::string tokio_idle_frame(const std::vector<std::string>& frames) {
     // Exact functions where a module also runs tasks: block_on polls its future under
     // tokio::runtime::park::CachedParkThread::block_on, a current-thread runtime its tasks.
@@ -89,7 +109,7 @@ std::string tokio_idle_frame(const std::vector<std::string>& frames) {
     bool in_a_task = false;  // a frame inside the match runs a task: the pool's job, not its wait
     for (const auto& f : frames) {
         const std::string fn = frame_function(f);
-        if (fn.rfind("tokio::runtime::task::", 0) == 0) in_a_task = true;
+        if (fn.starts_with(kTokioTask)) in_a_task = true;
         for (auto idle : kTokioIdle) {
             if (fn.compare(0, idle.size(), idle) != 0) continue;
             if (idle == kTokioIdle[4] && in_a_task) return {};
@@ -98,23 +118,6 @@ std::string tokio_idle_frame(const std::vector<std::string>& frames) {
     }
     return {};
 }
-
-namespace {
-
-enum class TokioThread { unknown, worker, blocking_pool };
-
-// A worker runs under the blocking pool too (Tokio launches its workers as blocking tasks):
-// the innermost of the two says which the thread is now.
-TokioThread tokio_thread(const std::vector<std::string>& frames) {
-    for (const auto& f : frames) {
-        const std::string fn = frame_function(f);
-        if (fn.rfind("tokio::runtime::scheduler::multi_thread::worker::", 0) == 0) return TokioThread::worker;
-        if (fn.rfind("tokio::runtime::blocking::", 0) == 0) return TokioThread::blocking_pool;
-    }
-    return TokioThread::unknown;
-}
-
-}  // namespace
 
 bool tokio_blocking_pool(const std::vector<std::string>& frames) {
     return tokio_thread(frames) == TokioThread::blocking_pool;
@@ -126,9 +129,7 @@ bool tokio_task_blocked(const std::vector<std::string>& frames) {
     if (!tokio_idle_frame(frames).empty() || tokio_blocking_pool(frames)) return false;
     for (const auto& f : frames) {
         const std::string fn = frame_function(f);
-        if (fn.rfind("tokio::runtime::task::", 0) == 0 ||
-            fn.rfind("tokio::runtime::scheduler::multi_thread::worker::", 0) == 0)
-            return true;
+        if (fn.starts_with(kTokioTask) || fn.starts_with(kTokioWorker)) return true;
     }
     return false;
 }

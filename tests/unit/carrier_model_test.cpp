@@ -99,6 +99,17 @@ TEST_CASE("stall reasons and syscall labels", "[carrier]") {
     // A sleep on a Tokio worker is a task's blocking call; the other reasons are the same.
     CHECK(stall_reason(230, false, CarrierRuntime::tokio) == "blocking call");
     CHECK(stall_reason(202, false, CarrierRuntime::tokio) == "futex wait");
+    // Reasons read from the stack (model/runtime_frames.h decides its shape): a Tokio task in a
+    // futex under its poll waits on a lock; a Go M in runtime.cgocall is in C code.
+    const std::vector<std::string> task_in_mutex = {
+        "syscall+0x19 (libc.so.6)", "std::sys::unix::locks::futex::Mutex::lock_contended+0x40 (app)",
+        "app::handler+0x10 (app)", "tokio::runtime::task::harness::Harness<T,S>::poll+0x62 (app)"};
+    CHECK(stall_reason(202, false, CarrierRuntime::tokio, task_in_mutex) == "lock wait");
+    CHECK(stall_reason(202, false, CarrierRuntime::jvm, task_in_mutex) == "futex wait");  // Tokio's frames only on Tokio
+    CHECK(stall_reason(230, false, CarrierRuntime::tokio, task_in_mutex) == "blocking call");  // not a futex
+    const std::vector<std::string> cgo = {"___pthread_mutex_lock+0x8f (libc.so.6)", "runtime.cgocall+0x5c (app)"};
+    CHECK(stall_reason(202, false, CarrierRuntime::go, cgo) == "cgo call");
+    CHECK(stall_reason(202, false, CarrierRuntime::go) == "futex wait");
     CHECK(syscall_label(230) == "clock_nanosleep");
     CHECK(syscall_label(202) == "futex");
     CHECK(syscall_label(9999) == "syscall_9999");

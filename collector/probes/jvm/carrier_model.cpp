@@ -13,11 +13,14 @@ namespace qscope::carrier {
 
 std::string syscall_label(int64_t nr) { return nr < 0 ? "-" : syscall_name(nr); }
 
-std::string stall_reason(int64_t nr, bool jvm_reported_pinned, CarrierRuntime runtime) {
+std::string stall_reason(int64_t nr, bool jvm_reported_pinned, CarrierRuntime runtime,
+                         const std::vector<std::string>& stack) {
     if (jvm_reported_pinned) return "pinned park";
+    if (runtime == CarrierRuntime::go && go_cgo_call(stack)) return "cgo call";
     switch (syscall_class(nr)) {
         case SyscallClass::sleep: return runtime == CarrierRuntime::tokio ? "blocking call" : "native call";
-        case SyscallClass::futex: return "futex wait";
+        case SyscallClass::futex:
+            return runtime == CarrierRuntime::tokio && tokio_task_blocked(stack) ? "lock wait" : "futex wait";
         case SyscallClass::poll:
         case SyscallClass::accept:
         case SyscallClass::recv:

@@ -38,9 +38,13 @@ double utilization(uint64_t busy_from, uint64_t busy_now, uint64_t from_ns, uint
 std::string syscall_label(int64_t nr);
 
 // Why a carrier stalled: "pinned park" (the JVM reported a pinned park right after),
+// "cgo call" (a Go M's stack in runtime.cgocall), "lock wait" (a Tokio task blocked in futex,
+// on a std::sync::Mutex or the like, by its stack: model/runtime_frames.h tokio_task_blocked),
 // "native call" (sleep; on a Tokio worker "blocking call", a task's), "blocking io",
 // "futex wait" (class init, VM lock, a park the JVM did not report), "blocked syscall".
-std::string stall_reason(int64_t syscall_nr, bool jvm_reported_pinned, CarrierRuntime runtime);
+// The stack (innermost first) may be empty: the reason is then the syscall's.
+std::string stall_reason(int64_t syscall_nr, bool jvm_reported_pinned, CarrierRuntime runtime,
+                         const std::vector<std::string>& stack = {});
 
 // A mounted block that the VM caused, not the virtual thread's code: the carrier waits for a
 // safepoint, a VM operation (GC pause), a GC allocation slow path or the JIT compile queue

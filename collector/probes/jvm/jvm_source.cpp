@@ -288,7 +288,7 @@ public:
                 CarrierStall s;
                 s.tid = tid;
                 s.syscall = carrier::syscall_label(k.syscall);
-                s.reason = lock_stack.empty() ? carrier::stall_reason(k.syscall, false, runtime()) : "lock wait";
+                s.reason = carrier::stall_reason(k.syscall, false, runtime(), lock_stack);
                 s.seconds = (now - k.block_start_ns) / 1e9;
                 s.ongoing = true;
                 s.stack = std::move(lock_stack);
@@ -310,8 +310,7 @@ public:
             CarrierStall s;
             s.tid = r->tid;
             s.syscall = carrier::syscall_label(r->syscall);
-            s.reason = carrier::stall_reason(r->syscall, r->pinned, runtime());
-            if (go_mode_ && go_cgo_call(r->stack)) s.reason = "cgo call";
+            s.reason = carrier::stall_reason(r->syscall, r->pinned, runtime(), r->stack);
             s.seconds = r->duration_ns / 1e9;
             s.stack = r->stack;
             c.stalls.push_back(std::move(s));

@@ -21,6 +21,9 @@
 //  - renamed: the pool case with the program naming its runtime's threads qs-api-0, qs-api-1,
 //    ... (Builder::thread_name_fn): no thread named as Tokio's, the workers found by a
 //    worker's stack; still 2 workers beside the pool's threads of the same names.
+//  - renamed, busy at attach: the renamed workers all spinning on handlers while qscope
+//    attaches, so none is found then; once the load stops and they park, found by a later
+//    look (a note says when), both idle, and neither read as an event loop.
 //  - current-thread: the runtime on main alone, with no thread named as a worker, is an
 //    event loop, read as one: stalled in the handlers' sleep, as the program counts one.
 // Ports 27150-27159.
@@ -272,6 +275,50 @@ TEST_CASE("tokio renamed: workers the program names itself are found by a worker
     for (const auto& task : proc_tasks(t.app.pid())) REQUIRE(task.comm.rfind("tokio-runtime-w", 0) != 0);
     CHECK(s["carriers"]["pattern"] == "Tokio runtime workers (named qs-api-*, found by a worker's stack)");
     check_parked_as_counted(s, lo, hi);
+}
+
+TEST_CASE("tokio renamed, busy at attach: workers running when qscope looks are found when one first waits",
+          "[tokio][integration]") {
+    if (skipped()) return;
+    TokioApp t(27157, 2, "qs-api");
+    // 8 clients on 300 ms spins: both workers run handlers back to back, and no thread shows a
+    // worker's stack while qscope attaches.
+    Proc wrk = spawn({"/usr/bin/wrk", "-t1", "-c8", "-d30s", "--timeout", "20s", "http://127.0.0.1:27157/spin?ms=300"});
+    for (double until = now_s() + 15; now_s() < until; sleep_s(0.05)) {
+        const json c = read_counters(t.counters.path);
+        if (!c.is_null() && c["completed"].get<long>() >= 2) break;
+    }
+    // Looked for again every 2 s: the window leaves room for two looks after the handlers end.
+    Proc snap = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(t.app.pid()), "--duration", "7", "--json"});
+    REQUIRE(wait_attached(snap.pid(), 30));
+    sleep_s(0.5);
+    wrk.kill_and_wait();  // the handlers queued end within ~1 s, and the workers park
+    const double load_end = now_s();
+    for (double until = now_s() + 5; now_s() < until; sleep_s(0.05)) {
+        const json c = read_counters(t.counters.path);
+        if (!c.is_null() && c["in_flight"].get<long>() == 0) break;
+    }
+    const json done = read_counters(t.counters.path);
+    std::printf("tokio renamed, busy at attach: the program's handlers all done %.1f s after the load ended\n",
+                now_s() - load_end);
+    REQUIRE(done["in_flight"].get<long>() == 0);
+    REQUIRE(snap.wait(40) == 0);
+    const json s = qscope_json(snap.out());
+    std::string found_note;
+    for (const auto& w : s["warnings"])
+        if (w.get<std::string>().find("Tokio workers (named qs-api-*) were found") != std::string::npos)
+            found_note = w.get<std::string>();
+    INFO("warnings: " << s["warnings"].dump() << "\nverdict: " << s["verdict"].dump());
+    std::printf("tokio renamed, busy at attach: carriers %d (%s), idle %d; %s\n", s["carriers"]["threads"].get<int>(),
+                s["carriers"]["pattern"].get<std::string>().c_str(), s["carriers"]["idle"].get<int>(),
+                found_note.c_str());
+    // Not found at attach (the scenario), found later: the note says when.
+    CHECK(!found_note.empty());
+    CHECK(s["carriers"]["pattern"] == "Tokio runtime workers (named qs-api-*, found by a worker's stack)");
+    check_found_as_tokio(s);
+    // At the end the program has no handler running: both workers idle, none read as a loop.
+    CHECK(s["carriers"]["idle"].get<int>() == 2);
+    CHECK(s["verdict"]["summary"].get<std::string>().find("event loop") == std::string::npos);
 }
 
 TEST_CASE("tokio spin: both workers busy on handlers, the requests wait for a worker", "[tokio][integration]") {

@@ -110,17 +110,21 @@ public:
             // Tokio's workers run tasks as Go's Ms run goroutines: parked on a condvar (futex)
             // or in the I/O driver's epoll_wait when they have none, the generic rule.
             tokio_mode_ = true;
-            pattern_ = tokio_comm_ == kTokioWorkerComm
-                           ? "Tokio runtime workers (tokio-runtime-worker)"
-                           : "Tokio runtime workers (named " + tokio_comm_ + "*, found by a worker's stack)";
-        } else if (!tokio_unfound_.empty()) {
-            notes_.push_back("carriers: " + tokio_unfound_);
-            hooks_off(tokio_unfound_);
-            return;
+            pattern_ = tokio_pattern();
         } else {
-            // Not a JVM, Go or Tokio, and no pattern: nothing to watch, no probes attached.
-            hooks_off("the target is neither a JVM, a Go program nor a Tokio one (threads named tokio-runtime-worker, "
-                      "or found in its scheduler's frames), and no --carriers pattern was given");
+            // Not a JVM, Go or Tokio, and no pattern: nothing to watch, no probes attached. A
+            // program that links Tokio's scheduler is looked at again (look_for_tokio_again).
+            tokio_look_again_ = tokio_links_scheduler_ && cfg.want_stacks;
+            attached_ns_ = mono_ns();
+            if (!tokio_unfound_.empty()) {
+                if (tokio_look_again_) tokio_unfound_ += " (looked for again every few seconds)";
+                notes_.push_back("carriers: " + tokio_unfound_);
+                hooks_off(tokio_unfound_);
+            } else {
+                hooks_off("the target is neither a JVM, a Go program nor a Tokio one (threads named "
+                          "tokio-runtime-worker, or found in its scheduler's frames), and no --carriers pattern "
+                          "was given");
+            }
             return;
         }
         jvm_mode_ = jvm_ && jvm_->layout.has_value();
@@ -181,6 +185,7 @@ public:
     }
 
     void collect(Snapshot& snap, const Tick& tick) override {
+        if (tokio_look_again_) look_for_tokio_again();
         take_thread_dump();
         for (auto& n : dump_notes_) snap.warnings.push_back(std::move(n));
         dump_notes_.clear();
@@ -375,12 +380,62 @@ private:
                 return true;
             }
         if (jvm::elf_has_symbol_containing("/proc/" + std::to_string(pid_) + "/exe", kTokioSchedulerSymbol)) {
+            tokio_links_scheduler_ = true;
             tokio_comm_ = tokio_worker_comm();
             symbolized_this_tick_ = 0;  // the first scan tells the blocking pool apart by stacks too
             if (!tokio_comm_.empty()) return true;
         }
         comm_cache_.clear();
         return false;
+    }
+
+    std::string tokio_pattern() const {
+        return tokio_comm_ == kTokioWorkerComm
+                   ? "Tokio runtime workers (tokio-runtime-worker)"
+                   : "Tokio runtime workers (named " + tokio_comm_ + "*, found by a worker's stack)";
+    }
+
+    // Renamed workers are found by the stack of one that waits (tokio_worker_comm). When none
+    // was seen waiting at attach (all running, or blocked in a task's call), they are looked for
+    // again every kRescanSeconds: before, a program whose workers were busy at attach stayed
+    // read as event loops for the whole run. Found, the family attaches then, and a note says
+    // its numbers start there. A current-thread runtime has none: looked for to the end, at the
+    // cost of reading its waiting threads' stacks (at most kTokioStackLooks) every look.
+    void look_for_tokio_again() {
+        const uint64_t now = mono_ns();
+        if (now - std::max(attached_ns_, last_scan_ns_) < kRescanSeconds * 1e9) return;
+        last_scan_ns_ = now;
+        comm_cache_.clear();
+        for (int tid : list_tids(pid_)) comm_cache_[tid] = read_task_comm(pid_, tid);
+        const std::string unfound = tokio_unfound_;  // as noted at attach; the look rewrites it
+        tokio_comm_ = tokio_worker_comm();
+        tokio_unfound_ = unfound;
+        if (tokio_comm_.empty()) {
+            comm_cache_.clear();
+            return;
+        }
+        tokio_look_again_ = false;
+        std::erase(notes_, "carriers: " + unfound);
+        attach_.clear();  // hooks_off's
+        tokio_mode_ = true;
+        pattern_ = tokio_pattern();
+        symbolized_this_tick_ = 0;
+        char after[32];
+        std::snprintf(after, sizeof after, "%.1f", (now - attached_ns_) / 1e9);
+        notes_.push_back("carriers: the program's Tokio workers (named " + tokio_comm_ + "*) were found " + after +
+                         " s after the attach, when one first waited: they are watched from then on");
+        try {
+            open_bpf(cfg_);
+        } catch (const std::exception& e) {
+            rb_ = {};
+            links_.clear();
+            skel_.reset();
+            attach_.clear();
+            hooks_off(e.what());
+            notes_.push_back(std::string("carriers: Tokio workers found, but the probes failed: ") + e.what());
+            return;
+        }
+        refresh_carriers(true);
     }
 
     // A renamed worker's name less its number (carrier::name_family), read from one parked on
@@ -820,6 +875,9 @@ private:
     bool tokio_count_noted_ = false;
     std::string tokio_comm_;     // what Tokio's workers' names begin with: kTokioWorkerComm, or the program's
     std::string tokio_unfound_;  // why a program that links Tokio's scheduler has no workers found
+    bool tokio_links_scheduler_ = false;  // the executable has Tokio's multi-thread scheduler
+    bool tokio_look_again_ = false;       // ... and no worker was found yet: look_for_tokio_again
+    uint64_t attached_ns_ = 0;
     std::regex regex_;
     std::string pattern_;
     std::vector<std::string> notes_;

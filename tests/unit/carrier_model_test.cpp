@@ -227,4 +227,9 @@ TEST_CASE("carrier name family: a pool's numbered names less their number", "[ca
     CHECK(name_family("worker") == "worker");
     CHECK(name_family("0123") == "0123");  // all digits: the whole name
     CHECK(name_family("").empty());
+    CHECK(in_name_family("qs-api-12", "qs-api-"));
+    CHECK(in_name_family("qs-api-", "qs-api-"));
+    CHECK_FALSE(in_name_family("qs-api-metrics", "qs-api-"));  // the prefix, not the family
+    CHECK_FALSE(in_name_family("qs-api-1x", "qs-api-"));
+    CHECK(in_name_family("tokio-runtime-w", "tokio-runtime-w"));  // Tokio's default, cut at 15
 }

@@ -100,4 +100,6 @@ std::string name_family(std::string_view comm) {
     return std::string(end == 0 ? comm : comm.substr(0, end));
 }
 
+bool in_name_family(std::string_view comm, std::string_view family) { return name_family(comm) == family; }
+
 }  // namespace qscope::carrier

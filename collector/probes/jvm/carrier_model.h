@@ -58,5 +58,8 @@ std::string vm_wait_reason(const std::vector<std::string>& stack);
 // What a pool's numbered thread names share: the name less its trailing digits
 // ("api-worker-3" → "api-worker-"), or the whole name when it is all digits or has none.
 std::string name_family(std::string_view comm);
+// Whether a thread's name is of a family: the family's name then digits only ("qs-api-7" is of
+// "qs-api-", "qs-api-metrics" is not).
+bool in_name_family(std::string_view comm, std::string_view family);
 
 }  // namespace qscope::carrier

@@ -738,7 +738,7 @@ private:
                 continue;
             }
             if (tokio_mode_ && !by_regex) {
-                if (comm.rfind(tokio_comm_, 0) != 0) continue;
+                if (!carrier::in_name_family(comm, tokio_comm_)) continue;
                 if (!carriers_.count(tid) && !tokio_blocking_.count(tid) && in_blocking_pool_now(tid))
                     tokio_blocking_.insert(tid);
                 if (!tokio_blocking_.count(tid)) found[tid] = info;

@@ -117,7 +117,7 @@ public:
             tokio_look_again_ = tokio_links_scheduler_ && cfg.want_stacks;
             attached_ns_ = mono_ns();
             if (!tokio_unfound_.empty()) {
-                if (tokio_look_again_) tokio_unfound_ += " (looked for again every few seconds)";
+                if (tokio_look_again_) tokio_unfound_ += " (looked for again every 2 s, after a minute every 30 s)";
                 notes_.push_back("carriers: " + tokio_unfound_);
                 hooks_off(tokio_unfound_);
             } else {
@@ -397,13 +397,15 @@ private:
 
     // Renamed workers are found by the stack of one that waits (tokio_worker_comm). When none
     // was seen waiting at attach (all running, or blocked in a task's call), they are looked for
-    // again every kRescanSeconds: before, a program whose workers were busy at attach stayed
-    // read as event loops for the whole run. Found, the family attaches then, and a note says
-    // its numbers start there. A current-thread runtime has none: looked for to the end, at the
-    // cost of reading its waiting threads' stacks (at most kTokioStackLooks) every look.
+    // again, every kRescanSeconds for the first minute, then every 30 s: before, a program whose
+    // workers were busy at attach stayed read as event loops for the whole run. Found, the
+    // family attaches then, and a note says its numbers start there. A current-thread runtime
+    // has none: looked for to the end (an exporter's weeks), each look a read of every thread's
+    // name and syscall and of at most kTokioStackLooks stacks.
     void look_for_tokio_again() {
         const uint64_t now = mono_ns();
-        if (now - std::max(attached_ns_, last_scan_ns_) < kRescanSeconds * 1e9) return;
+        const double every = now - attached_ns_ < 60e9 ? kRescanSeconds : 30.0;
+        if (now - std::max(attached_ns_, last_scan_ns_) < every * 1e9) return;
         last_scan_ns_ = now;
         comm_cache_.clear();
         for (int tid : list_tids(pid_)) comm_cache_[tid] = read_task_comm(pid_, tid);
@@ -873,7 +875,7 @@ private:
     std::set<int> tokio_blocking_;  // tids of Tokio's blocking pool (seen in a job, or idle in it): never workers
     bool tokio_rescan_ = false;     // one joined tokio_blocking_: drop it at the next tick
     bool tokio_count_noted_ = false;
-    std::string tokio_comm_;     // what Tokio's workers' names begin with: kTokioWorkerComm, or the program's
+    std::string tokio_comm_;     // Tokio's workers' name family: kTokioWorkerComm, or the program's
     std::string tokio_unfound_;  // why a program that links Tokio's scheduler has no workers found
     bool tokio_links_scheduler_ = false;  // the executable has Tokio's multi-thread scheduler
     bool tokio_look_again_ = false;       // ... and no worker was found yet: look_for_tokio_again

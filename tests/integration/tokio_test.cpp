@@ -288,8 +288,9 @@ TEST_CASE("tokio renamed, busy at attach: workers running when qscope looks are 
         const json c = read_counters(t.counters.path);
         if (!c.is_null() && c["completed"].get<long>() >= 2) break;
     }
-    // Looked for again every 2 s: the window leaves room for two looks after the handlers end.
-    Proc snap = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(t.app.pid()), "--duration", "7", "--json"});
+    // Looked for again every 2 s: the window leaves room for two looks after the handlers end
+    // (they end ~1.2 s after the load, 3.5-5 s after the family started).
+    Proc snap = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(t.app.pid()), "--duration", "8", "--json"});
     REQUIRE(wait_attached(snap.pid(), 30));
     sleep_s(0.5);
     wrk.kill_and_wait();  // the handlers queued end within ~1 s, and the workers park

@@ -22,8 +22,9 @@
 //    ... (Builder::thread_name_fn): no thread named as Tokio's, the workers found by a
 //    worker's stack; still 2 workers beside the pool's threads of the same names.
 //  - renamed, busy at attach: the renamed workers all spinning on handlers while qscope
-//    attaches, so none is found then; once the load stops and they park, found by a later
-//    look (a note says when), both idle, and neither read as an event loop.
+//    attaches, so none is found then: a Tokio program with no workers found, a verdict on a
+//    worker read as a loop hedged; once the load stops and they park, found by a later look
+//    (a note says when), both idle, and neither read as an event loop.
 //  - current-thread: the runtime on main alone, with no thread named as a worker, is an
 //    event loop, read as one: stalled in the handlers' sleep, as the program counts one.
 // Ports 27150-27159.
@@ -287,6 +288,25 @@ TEST_CASE("tokio renamed, busy at attach: workers running when qscope looks are 
     for (double until = now_s() + 15; now_s() < until; sleep_s(0.05)) {
         const json c = read_counters(t.counters.path);
         if (!c.is_null() && c["completed"].get<long>() >= 2) break;
+    }
+    {
+        // While they spin: a Tokio program with no workers found. Its workers read as event
+        // loops, and a verdict on one says it may be a worker (qscope cannot tell).
+        const RunResult early = run_qscope({"snapshot", "--pid", std::to_string(t.app.pid()), "--duration", "1.5",
+                                            "--json"}, 40);
+        REQUIRE(early.rc == 0);
+        const json& e = early.json;
+        const std::string summary = e["verdict"]["summary"].get<std::string>();
+        INFO("early verdict: " << e["verdict"].dump() << "\nwarnings: " << e["warnings"].dump());
+        std::printf("tokio renamed, busy at attach: while they spin: %s\n", summary.c_str());
+        CHECK(e["carriers"]["runtime"] == "tokio");
+        CHECK(e["carriers"]["detected"] == false);
+        bool warned = false;
+        for (const auto& w : e["warnings"])
+            warned |= w.get<std::string>().find("links Tokio's multi-thread runtime") != std::string::npos;
+        CHECK(warned);
+        if (e["verdict"]["where"].get<std::string>().rfind("event loop of qs-api-", 0) == 0)
+            CHECK(summary.find("may be one of them, and the queue the runtime's") != std::string::npos);
     }
     // Looked for again every 2 s: the window leaves room for two looks after the handlers end
     // (they end ~1.2 s after the load, 3.5-5 s after the family started).

@@ -164,6 +164,21 @@ TEST_CASE("verdict: requests queue behind a saturated Node loop, not at uv_cond_
     CHECK(s.verdict.summary.find("27 connections in the accept queue") != std::string::npos);
     for (const auto& r : s.verdict.ranking) CHECK(r.stage != Stage::gate);
     CHECK(s.verdict.severity == Severity::critical);
+    CHECK(s.verdict.summary.find("not told apart") == std::string::npos);
+}
+
+TEST_CASE("verdict: in a Tokio program whose workers were not found, a busy loop may be a worker, and it says so",
+          "[loops][verdict]") {
+    Snapshot s = node_cpu_bound();
+    s.carriers.runtime = CarrierRuntime::tokio;  // links the multi-thread runtime, workers unfound
+    compute_verdict(s);
+    CHECK(s.verdict.where == "event loop of node (tid 100)");
+    CHECK(s.verdict.summary.find("; the program runs Tokio's multi-thread runtime, whose workers were not told "
+                                 "apart yet: node may be one of them, and the queue the runtime's") != std::string::npos);
+    // Found, the workers are carriers, and the loops left are not theirs: no hedge.
+    s.carriers.detected = true;
+    compute_verdict(s);
+    CHECK(s.verdict.summary.find("not told apart") == std::string::npos);
 }
 
 // CI's Redis: busy 91% of the window with 228 stalls (a Lua script per turn, 20 PING clients),

@@ -192,7 +192,12 @@ public:
         if (!parked_.empty()) snap.parked_virtual_threads = parked_;
         for (const auto& n : notes_) snap.warnings.push_back(n);
         snap.probe_attach.insert(snap.probe_attach.end(), attach_.begin(), attach_.end());
-        if (!skel_) return;
+        if (!skel_) {
+            // Tokio's renamed workers not found yet (running at attach, or --no-stacks): a
+            // Tokio program with no carriers, whose event loops may be those workers (loop_limit).
+            if (!tokio_unfound_.empty()) snap.carriers.runtime = CarrierRuntime::tokio;
+            return;
+        }
 
         const uint64_t now = tick.now_ns;
         // The first window starts when the probes attached (before the collector's first

@@ -178,7 +178,9 @@ std::optional<LoopLimit> loop_limit(const Snapshot& s) {
                       span_text(l.waiting_average_seconds) + ", none at this instant";
     // A Tokio program whose workers (named by the program) were not found: a worker reads as a
     // loop, its run of tasks as one long turn. qscope cannot tell which this is, and says so.
-    if (s.carriers.runtime == CarrierRuntime::tokio && !s.carriers.detected)
+    // Never a process's main thread: Tokio starts its workers, and main runs block_on (or a
+    // current-thread runtime, a loop of its own).
+    if (s.carriers.runtime == CarrierRuntime::tokio && !s.carriers.detected && l.tid != l.pid)
         out.detail += "; the program runs Tokio's multi-thread runtime, whose workers were not told apart yet: " +
                       l.name + " may be one of them, and the queue the runtime's";
     out.waiting = top_load.waiting;

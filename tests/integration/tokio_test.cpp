@@ -441,4 +441,5 @@ TEST_CASE("tokio current-thread: the runtime is main's own event loop, stalled b
     CHECK(s["verdict"]["stage"] == "carriers");
     CHECK(s["verdict"]["where"] == "event loop of qs_tokio (tid " + std::to_string(main_tid) + ")");
     CHECK(summary.find("clock_nanosleep") != std::string::npos);
+    CHECK(summary.find("not told apart") == std::string::npos);  // main's loop is no worker of Tokio's
 }

@@ -171,6 +171,11 @@ TEST_CASE("verdict: in a Tokio program whose workers were not found, a busy loop
           "[loops][verdict]") {
     Snapshot s = node_cpu_bound();
     s.carriers.runtime = CarrierRuntime::tokio;  // links the multi-thread runtime, workers unfound
+    // On main, the loop is main's own (a current-thread runtime): not a worker.
+    compute_verdict(s);
+    CHECK(s.verdict.where == "event loop of node (tid 100)");
+    CHECK(s.verdict.summary.find("not told apart") == std::string::npos);
+    s.carriers.loops[0].pid = s.serving[0].pid = 99;  // tid 100 another thread of process 99
     compute_verdict(s);
     CHECK(s.verdict.where == "event loop of node (tid 100)");
     CHECK(s.verdict.summary.find("; the program runs Tokio's multi-thread runtime, whose workers were not told "

@@ -117,8 +117,7 @@ public:
             tokio_look_again_ = tokio_links_scheduler_ && cfg.want_stacks;
             attached_ns_ = mono_ns();
             if (!tokio_unfound_.empty()) {
-                if (tokio_look_again_) tokio_unfound_ += " (looked for again every 2 s, after a minute every 30 s)";
-                notes_.push_back("carriers: " + tokio_unfound_);
+                notes_.push_back(tokio_unfound_note());
                 hooks_off(tokio_unfound_);
             } else {
                 hooks_off("the target is neither a JVM, a Go program nor a Tokio one (threads named "
@@ -394,6 +393,11 @@ private:
         return false;
     }
 
+    std::string tokio_unfound_note() const {
+        return "carriers: " + tokio_unfound_ +
+               (tokio_look_again_ ? " (looked for again every 2 s, after a minute every 30 s)" : "");
+    }
+
     std::string tokio_pattern() const {
         return tokio_comm_ == kTokioWorkerComm
                    ? "Tokio runtime workers (tokio-runtime-worker)"
@@ -414,15 +418,18 @@ private:
         last_scan_ns_ = now;
         comm_cache_.clear();
         for (int tid : list_tids(pid_)) comm_cache_[tid] = read_task_comm(pid_, tid);
-        const std::string unfound = tokio_unfound_;  // as noted at attach; the look rewrites it
+        // The warning says what the last look saw: threads running then (a helper thread of a
+        // current-thread program, met running at attach, is not warned of for the whole run).
+        std::erase(notes_, tokio_unfound_note());
+        tokio_unfound_.clear();
         tokio_comm_ = tokio_worker_comm();
-        tokio_unfound_ = unfound;
         if (tokio_comm_.empty()) {
             comm_cache_.clear();
+            if (!tokio_unfound_.empty()) notes_.push_back(tokio_unfound_note());
             return;
         }
         tokio_look_again_ = false;
-        std::erase(notes_, "carriers: " + unfound);
+        tokio_unfound_.clear();
         attach_.clear();  // hooks_off's
         tokio_mode_ = true;
         pattern_ = tokio_pattern();

@@ -46,6 +46,10 @@ constexpr size_t kMaxWindowStalls = 4096;   // kept per window for the "stalls" 
 constexpr size_t kStallsShown = 20;
 constexpr size_t kSymbolizePerTick = 64;    // stacks are symbolized when they arrive
 constexpr double kRescanSeconds = 2.0;      // carrier set refresh when the thread count is stable
+// Renamed Tokio workers not found at attach are looked for again every kRescanSeconds for the
+// first minute, then every kTokioLookLaterSeconds (look_for_tokio_again).
+constexpr double kTokioLookFirstSeconds = 60.0;
+constexpr double kTokioLookLaterSeconds = 30.0;
 constexpr double kJcmdTimeout = 15.0;
 
 // bpf_ktime_get_ns() clock.
@@ -377,7 +381,7 @@ private:
     // attach; not Tokio, the cache is dropped (nothing is watched). A program that names its
     // workers itself is found by its symbols, then by a worker's stack (tokio_worker_comm).
     bool find_tokio_workers() {
-        for (int tid : list_tids(pid_)) comm_cache_[tid] = read_task_comm(pid_, tid);
+        refill_comm_cache();
         for (const auto& [tid, comm] : comm_cache_)
             if (comm.rfind(kTokioWorkerComm, 0) == 0) {
                 tokio_comm_ = kTokioWorkerComm;
@@ -393,9 +397,23 @@ private:
         return false;
     }
 
+    // Every thread's name, read afresh (a Tokio look: at attach, and again in look_for_tokio_again).
+    void refill_comm_cache() {
+        comm_cache_.clear();
+        for (int tid : list_tids(pid_)) comm_cache_[tid] = read_task_comm(pid_, tid);
+    }
+
+    // The note's intervals are the constants' (the first minute is spelled in words: held to 60 s).
+    static_assert(kTokioLookFirstSeconds == 60.0, "tokio_unfound_note says 'after a minute'");
     std::string tokio_unfound_note() const {
-        return "carriers: " + tokio_unfound_ +
-               (tokio_look_again_ ? " (looked for again every 2 s, after a minute every 30 s)" : "");
+        std::string note = "carriers: " + tokio_unfound_;
+        if (tokio_look_again_) {
+            char again[96];
+            std::snprintf(again, sizeof again, " (looked for again every %g s, after a minute every %g s)",
+                          kRescanSeconds, kTokioLookLaterSeconds);
+            note += again;
+        }
+        return note;
     }
 
     std::string tokio_pattern() const {
@@ -406,18 +424,18 @@ private:
 
     // Renamed workers are found by the stack of one that waits (tokio_worker_comm). When none
     // was seen waiting at attach (all running, or blocked in a task's call), they are looked for
-    // again, every kRescanSeconds for the first minute, then every 30 s: before, a program whose
-    // workers were busy at attach stayed read as event loops for the whole run. Found, the
-    // family attaches then, and a note says its numbers start there. A current-thread runtime
-    // has none: looked for to the end (an exporter's weeks), each look a read of every thread's
-    // name and syscall and of at most kTokioStackLooks stacks.
+    // again, every kRescanSeconds for the first minute, then every kTokioLookLaterSeconds:
+    // before, a program whose workers were busy at attach stayed read as event loops for the
+    // whole run. Found, the family attaches then, and a note says its numbers start there. A
+    // current-thread runtime has none: looked for to the end (an exporter's weeks), each look a
+    // read of every thread's name and syscall and of at most kTokioStackLooks stacks.
     void look_for_tokio_again() {
         const uint64_t now = mono_ns();
-        const double every = now - attached_ns_ < 60e9 ? kRescanSeconds : 30.0;
+        const double every =
+            now - attached_ns_ < kTokioLookFirstSeconds * 1e9 ? kRescanSeconds : kTokioLookLaterSeconds;
         if (now - std::max(attached_ns_, last_scan_ns_) < every * 1e9) return;
         last_scan_ns_ = now;
-        comm_cache_.clear();
-        for (int tid : list_tids(pid_)) comm_cache_[tid] = read_task_comm(pid_, tid);
+        refill_comm_cache();
         // The warning says what the last look saw: threads running then (a helper thread of a
         // current-thread program, met running at attach, is not warned of for the whole run).
         std::erase(notes_, tokio_unfound_note());
@@ -428,8 +446,8 @@ private:
             if (!tokio_unfound_.empty()) notes_.push_back(tokio_unfound_note());
             return;
         }
+        // tokio_unfound_ stays empty: cleared above, and tokio_worker_comm sets it only when none is found.
         tokio_look_again_ = false;
-        tokio_unfound_.clear();
         attach_.clear();  // hooks_off's
         tokio_mode_ = true;
         pattern_ = tokio_pattern();
@@ -444,7 +462,7 @@ private:
             rb_ = {};
             links_.clear();
             skel_.reset();
-            attach_.clear();
+            attach_.clear();  // open_bpf's, when it failed after its hooks were attached (the ring buffer)
             hooks_off(e.what());
             notes_.push_back(std::string("carriers: Tokio workers found, but the probes failed: ") + e.what());
             return;

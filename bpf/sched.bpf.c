@@ -18,6 +18,7 @@
 #include "qs_sched.h"
 #include "qs_loop.h"
 #include "tree.h"
+#include "owner.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -300,6 +301,19 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 	}
 }
 
+/* This target's slot + 1 among an exporter's shared hooks (bpf/owner.h), 0 when it has none.
+ * The shared sched_switch (dispatch.bpf.c) jumps here for a switch whose prev is this
+ * target's, or whose next is when prev is no target's; a next of another target's is handed
+ * on from here, through the same table (user space shares it before load). */
+const volatile __u32 owner_slot = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, QS_OWNER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} switch_targets SEC(".maps");
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(qs_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -308,14 +322,22 @@ int BPF_PROG(qs_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	 * inlines): no helper call, no hashing for a switch between unrelated tasks. */
 	bool p = qs_in_tree(prev->tgid), n = qs_in_tree(next->tgid);
 	__u64 now;
+	__u32 next_owner;
 
-	if (!p && !n)
-		return 0;
-	now = bpf_ktime_get_ns();
-	if (p)
-		switch_out(prev, preempt, prev_state, now);
-	if (n)
-		switch_in(next, now);
+	if (p || n) {
+		now = bpf_ktime_get_ns();
+		if (p)
+			switch_out(prev, preempt, prev_state, now);
+		if (n)
+			switch_in(next, now);
+	}
+	/* Reached for prev (the shared program's first choice), next another target's: its turn.
+	 * The program there sees prev as no member of its own and does not hand it on again. */
+	if (owner_slot && qs_owner_of(prev->tgid) == owner_slot) {
+		next_owner = qs_owner_of(next->tgid);
+		if (next_owner && next_owner != owner_slot)
+			bpf_tail_call(ctx, &switch_targets, next_owner - 1);
+	}
 	return 0;
 }
 

@@ -14,11 +14,18 @@
 
 #include "core_fixes.bpf.h"
 #include "tree.h"
+#include "owner.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 /* Events user space could not be told about (ring buffer full): it rescans /proc. */
 __u64 lost_events = 0;
+
+/* The target's slot + 1 among an exporter's shared hooks (bpf/owner.h), 0 when it has none:
+ * set by user space after the load, before it seeds the tree, so a fork from then on marks
+ * its child's owner here and one before is in the seeding. A mark lost to races on the word
+ * is made again by user space when it reads the fork's record (ProcessTree::add). */
+__u32 owner_slot = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -76,6 +83,8 @@ int BPF_PROG(qs_tree_fork, struct task_struct *parent, struct task_struct *child
 	}
 	__sync_fetch_and_or(bits, 1ULL << (ctgid & 63));
 	widen_range(ctgid);
+	if (owner_slot)
+		qs_owner_swap(ctgid, 0, owner_slot);
 	emit(QS_TREE_FORK, ctgid, ptgid);
 	return 0;
 }
@@ -98,6 +107,8 @@ int BPF_PROG(qs_tree_exit, struct task_struct *p)
 	if (!bits)
 		return 0;
 	__sync_fetch_and_and(bits, ~(1ULL << (tgid & 63)));
+	if (owner_slot)
+		qs_owner_swap(tgid, owner_slot, 0);
 	emit(QS_TREE_EXIT, tgid, 0);
 	return 0;
 }

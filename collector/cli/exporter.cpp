@@ -18,10 +18,12 @@
 #include "cli/follower.h"
 #include "cli/ring_keeper.h"
 #include "engine/collector.h"
+#include "engine/shared_hooks.h"
 #include "metrics/metrics.h"
 #include "metrics/services.h"
 #include "model/errors.h"
 #include "probes/probes.h"
+#include "probes/sched/loops.h"
 #include "prom/pull/exposer.h"
 
 namespace qscope {
@@ -100,8 +102,20 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
         for (const auto& t : opt.targets)
             rings.push_back(std::make_unique<RingKeeper>(opt.ring, t.selector.text(), cfg.interval_seconds, t.service));
     uint64_t signals_seen = install_ring_signal();
-    // One at a time: each target is its own Collector with its own BPF objects (sharing
-    // loaded probes across targets is not built; docs/grafana.md says so).
+    // Several targets: the busiest hooks once for all (engine/shared_hooks.h), each target's
+    // own programs behind them. Without them (a kernel before the tracepoints,
+    // a refused load) each target attaches its own, at a cost per target.
+    if (followers.size() > 1 && (cfg.want_requests || cfg.want_threads)) {
+        try {
+            const auto hooks = SharedHooks::open({std::begin(kLoopPolls), std::end(kLoopPolls)});
+            for (size_t i = 0; i < followers.size() && i < static_cast<size_t>(SharedHooks::kSlots); ++i)
+                followers[i]->share_hooks({hooks, static_cast<int>(i)});
+        } catch (const Error& e) {
+            std::fprintf(stderr, "qscope: the targets' hooks are not shared (each target attaches its own): %s\n",
+                         e.what());
+        }
+    }
+    // One at a time: each target is its own Collector with its own BPF objects.
     for (auto& f : followers) f->start();
     for (size_t i = 0; i < followers.size(); ++i) {
         if (rings.empty()) {

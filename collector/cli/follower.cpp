@@ -76,6 +76,7 @@ bool Follower::try_attach(const Collector::StartProgress& progress) {
     Config c = cfg_;
     c.pid = pid;
     auto col = std::make_unique<Collector>(c);
+    col->share_hooks(shared_);
     for (auto& s : default_sources(c)) col->add_source(std::move(s));
     col->start(progress);
     auto snap = col->tick();

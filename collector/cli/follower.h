@@ -43,6 +43,8 @@ public:
     // Before start(): publish each snapshot with its verdict over the last `seconds` rather
     // than since the attach (record/recent.h; `export`, whose window runs for weeks).
     void verdict_over(double seconds) { recent_.emplace(seconds); }
+    // Before start(): every attach takes this slot of the exporter's shared hooks.
+    void share_hooks(SharedSlot shared) { shared_ = std::move(shared); }
     void stop();
 
     const NamedTarget& target() const { return target_; }
@@ -67,6 +69,7 @@ private:
 
     NamedTarget target_;
     Config cfg_;
+    SharedSlot shared_;
     std::string prefix_;  // "qscope: " or "qscope [web]: "
     bool say_;
     std::mutex col_mu_;

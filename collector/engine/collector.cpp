@@ -58,7 +58,7 @@ void Collector::start(const StartProgress& progress) {
         btf_parse = std::jthread([&kernel_btf] { kernel_btf = shared_vmlinux_btf(); });
     // Before the sources: each loads with the tree's bitmap as its filter.
     try {
-        target_.follow(cfg_.follow_children);
+        target_.follow(cfg_.follow_children, shared_);
     } catch (const Error& err) {
         name_lockdown(err);
     }

@@ -27,6 +27,8 @@ public:
 
     // The probe families to run (probes/probes.h chooses them from the config).
     void add_source(std::unique_ptr<Source> s);
+    // Before start(): the exporter's shared hooks and this target's slot (engine/shared_hooks.h).
+    void share_hooks(SharedSlot shared) { shared_ = std::move(shared); }
 
     // Validates the target, checks privileges and BTF, starts every source (concurrently).
     // Throws Error. `progress`, if set, runs on the calling thread with each source's name
@@ -57,6 +59,7 @@ private:
     void say_scope(const Snapshot& s);
 
     Config cfg_;
+    SharedSlot shared_;
     Target target_;
     std::vector<std::unique_ptr<Source>> sources_;
     std::shared_ptr<const Snapshot> latest_;

@@ -15,6 +15,7 @@
 
 #include "engine/bpf_util.h"
 #include "engine/kernel_features.h"
+#include "engine/shared_hooks.h"
 #include "model/errors.h"
 #include "sys/proc_stat.h"
 #include "tree.h"
@@ -149,9 +150,15 @@ struct ProcessTree::Bpf {
     }
 };
 
-ProcessTree::~ProcessTree() = default;
+ProcessTree::~ProcessTree() {
+    // No fork marks a byte once the slot is 0; then every byte it marked goes.
+    if (shared_.hooks && bpf_ && bpf_->skel) {
+        __atomic_store_n(&bpf_->skel->bss->owner_slot, 0, __ATOMIC_SEQ_CST);
+        shared_.hooks->release_all(static_cast<uint8_t>(shared_.slot + 1));
+    }
+}
 
-std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
+std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children, SharedSlot shared) {
     std::unique_ptr<ProcessTree> t(new ProcessTree());
     t->root_ = root;
     t->children_ = children;
@@ -169,6 +176,12 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
         b.skel.reset(tree_bpf::open());
         if (!b.skel) throw_bpf_error("tree: opening BPF object", errno ? errno : EINVAL);
         bpf_check(bpf_map__set_max_entries(b.skel->maps.qs_tree, words), "tree: sizing map qs_tree");
+        if (shared.hooks) {
+            bpf_check(bpf_map__set_max_entries(b.skel->maps.qs_owner, shared.hooks->owner_words()),
+                      "tree: sizing map qs_owner");
+            bpf_check(bpf_map__reuse_fd(b.skel->maps.qs_owner, shared.hooks->owner_map_fd()),
+                      "tree: sharing map qs_owner");
+        }
     };
     open_sized();
     if (int err = tree_bpf::load(b.skel.get())) {
@@ -189,6 +202,11 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
     // Empty until the root is marked: min > max rejects everything.
     b.range->min = UINT64_MAX;
     b.range->max = 0;
+    // The slot before the fork program attaches and the seeding marks: no member is missed.
+    if (shared.hooks) {
+        t->shared_ = std::move(shared);
+        b.skel->bss->owner_slot = static_cast<__u32>(t->shared_.slot + 1);
+    }
     if (children) {
         // Attach before seeding: a fork during the walk is then seen by one or the other.
         for (bpf_program* p : {b.skel->progs.qs_tree_fork, b.skel->progs.qs_tree_exit})
@@ -197,6 +215,14 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children) {
     }
     t->add(root, 0);
     if (children) t->seed_descendants(root);
+    if (t->owner_conflict_) {
+        // Another target's process is in this tree (two selectors found one server): the
+        // shared hooks hand a process to one owner only, so this tree gives its bytes back
+        // and its families attach their own programs, as without an exporter.
+        __atomic_store_n(&b.skel->bss->owner_slot, 0, __ATOMIC_SEQ_CST);
+        t->shared_.hooks->release_all(static_cast<uint8_t>(t->shared_.slot + 1));
+        t->shared_ = {};
+    }
     return t;
 }
 
@@ -271,6 +297,11 @@ uint64_t ProcessTree::lost_events() const {
 void ProcessTree::mark(int pid, bool on) {
     const uint32_t w = static_cast<uint32_t>(pid) >> 6;
     if (w >= bpf_->words) return;  // beyond pid_max
+    if (shared_.hooks) {
+        const auto mine = static_cast<uint8_t>(shared_.slot + 1);
+        if (on && !shared_.hooks->swap_owner(pid, 0, mine)) owner_conflict_ = true;
+        if (!on) shared_.hooks->swap_owner(pid, mine, 0);
+    }
     const uint64_t bit = 1ULL << (pid & 63);
     if (!on) {
         __atomic_fetch_and(&bpf_->bits[w], ~bit, __ATOMIC_SEQ_CST);

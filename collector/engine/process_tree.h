@@ -36,11 +36,22 @@ std::string process_role(const std::string& comm, const std::string& cmdline, bo
 // threads serve on (ps shows "Zl"); the process is gone when no thread is left.
 bool process_exited(int pid, char leader_state);
 
+class SharedHooks;
+
+// A target's place among an exporter's shared hooks (engine/shared_hooks.h).
+struct SharedSlot {
+    std::shared_ptr<SharedHooks> hooks;
+    int slot = -1;
+};
+
 class ProcessTree {
 public:
     // Loads bpf/tree.bpf.c and marks `root` (and, with `children`, its descendants, and from
-    // then on whatever they fork). Throws Error naming the step that failed.
-    static std::unique_ptr<ProcessTree> open(int root, bool children);
+    // then on whatever they fork). With `shared`, also marks them as the slot's in the shared
+    // hooks' owner map, unless another target owns one of them already: then the tree takes
+    // no slot (shared_slot() is empty) and its families attach their own programs. Throws
+    // Error naming the step that failed.
+    static std::unique_ptr<ProcessTree> open(int root, bool children, SharedSlot shared = {});
     ~ProcessTree();
     ProcessTree(const ProcessTree&) = delete;
     ProcessTree& operator=(const ProcessTree&) = delete;
@@ -57,6 +68,9 @@ public:
     size_t size() const { return members_.size(); }
     bool contains(int pid) const { return members_.count(pid) != 0; }
     bool follows_children() const { return children_; }
+    // The slot whose shared hooks hand this tree's events on; empty when the hooks are not
+    // shared or another target owns one of its processes.
+    const SharedSlot& shared_slot() const { return shared_; }
     // Fork/exit records the ring buffer could not hold (each one triggered a rescan).
     uint64_t lost_events() const;
     // The sockets a member holds, read from its fd table in one pass (iter/task_file); nullopt
@@ -75,6 +89,8 @@ private:
 
     int root_ = 0;
     bool children_ = true;
+    SharedSlot shared_;
+    bool owner_conflict_ = false;  // a member's owner byte was another target's
     std::unique_ptr<Bpf> bpf_;
     std::map<int, ProcessMember> members_;
     uint64_t lost_seen_ = 0;

@@ -106,7 +106,7 @@ void share_tree_maps(bpf_object* obj, const Target& target, const char* family) 
     }
 }
 
-void Target::follow(bool children) { tree_ = ProcessTree::open(pid_, children); }
+void Target::follow(bool children, SharedSlot shared) { tree_ = ProcessTree::open(pid_, children, std::move(shared)); }
 
 int Target::tree_map_fd() const { return tree_ ? tree_->map_fd() : -1; }
 

@@ -30,8 +30,12 @@ public:
 
     // Loads the tree filter every probe family shares (bpf/tree.bpf.c) and marks the target:
     // its root and, with `children`, its descendants and whatever they fork from now on.
-    // Call after the privilege checks; throws Error naming the step that failed.
-    void follow(bool children);
+    // Call after the privilege checks; throws Error naming the step that failed. `shared`:
+    // the exporter's shared hooks and this target's slot in them (ProcessTree::open).
+    void follow(bool children, SharedSlot shared = {});
+    // Where the shared hooks hand this target's events on; empty when its families attach
+    // their own programs.
+    SharedSlot shared_slot() const { return tree_ ? tree_->shared_slot() : SharedSlot{}; }
     // The tree maps (bitmap, range), for bpf_map__reuse_fd() before a family loads.
     int tree_map_fd() const;
     int tree_range_map_fd() const;

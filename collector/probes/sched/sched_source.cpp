@@ -28,6 +28,8 @@
 
 #include "engine/bpf_util.h"
 #include "engine/kernel_features.h"
+#include "engine/shared_hooks.h"
+#include "model/syscall_table.h"
 #include "probes/sched/loops.h"
 #include "model/errors.h"
 #include "sys/proc_tasks.h"
@@ -94,7 +96,10 @@ using WaitRows = std::map<WaitRowKey, WaitRow>;
 
 class SchedSource final : public Source {
 public:
-    ~SchedSource() override { detach_concurrently(links_); }
+    ~SchedSource() override {
+        routes_.clear();  // the shared hooks stop handing events here first
+        detach_concurrently(links_);
+    }
     ProbeFamily family() const override { return ProbeFamily::sched; }
     void start(const Target& target, const Config& cfg) override;
     void collect(Snapshot& snap, const Tick& tick) override;
@@ -130,6 +135,8 @@ private:
     // Declared in the order they are made, so they are released in reverse.
     QSCOPE_SKEL_PTR(sched) skel_;
     std::vector<Link> links_;
+    SharedSlot shared_;                        // the exporter's shared hooks, if any
+    std::vector<SharedHooks::Route> routes_;   // this target's programs in their tables
     Link iter_link_;      // the root's threads only
     Link all_iter_link_;  // every task, filtered by the tree: once the tree has forked
     RingBuffer rb_;
@@ -188,6 +195,7 @@ private:
     std::vector<std::string> loop_warnings_;
     std::vector<ProbeAttach> attach_;  // every hook and how it was reached, for the snapshot
     void attach_loop_hooks();
+    void attach_or_route(bpf_program* prog, SharedHooks::Hook hook);
     void collect_loops(Snapshot& snap, const Tick& tick, const std::vector<qs_thread_rec>& recs);
 };
 
@@ -200,6 +208,13 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     skel_.reset(sched_bpf__open());
     if (!skel_) throw_bpf_error("sched: open BPF object", errno);
     share_tree_maps(skel_->obj, target, "sched");
+    // The exporter's shared switch hook hands events here, and this program hands on those of
+    // another target's next (bpf/sched.bpf.c owner_slot).
+    shared_ = target.shared_slot();
+    if (shared_.hooks && shared_.hooks->has(SharedHooks::Hook::sched_switch)) {
+        shared_.hooks->share_maps(skel_->obj, SharedHooks::Hook::sched_switch, "sched");
+        skel_->rodata->owner_slot = static_cast<__u32>(shared_.slot + 1);
+    }
     skel_->rodata->want_stacks = cfg.want_stacks ? 1 : 0;
     skel_->rodata->stack_min_ns = static_cast<__u64>(cfg.stack_min_block_seconds * 1e9);
     skel_->rodata->max_stacks_per_iter = kMaxStacksPerIter;
@@ -246,12 +261,11 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     std::memset(zh.get(), 0, sizeof(qs_hist));
     bpf_check(bpf_map_update_elem(bpf_map__fd(skel_->maps.rq_hist), &gk, zh.get(), BPF_NOEXIST), "sched: seed map rq_hist");
 
-    links_.push_back(attach_program(skel_->progs.qs_sched_switch, "sched: attach tp_btf/sched_switch"));
-    links_.push_back(attach_program(skel_->progs.qs_sched_wakeup, "sched: attach tp_btf/sched_wakeup"));
-    links_.push_back(attach_program(skel_->progs.qs_sched_wakeup_new, "sched: attach tp_btf/sched_wakeup_new"));
-    for (const bpf_program* prog : {skel_->progs.qs_sched_switch, skel_->progs.qs_sched_wakeup,
-                                    skel_->progs.qs_sched_wakeup_new, skel_->progs.qs_task_iter})
-        attach_.push_back(program_attach(ProbeFamily::sched, prog));
+    for (const auto& [prog, hook] : {std::pair{skel_->progs.qs_sched_switch, SharedHooks::Hook::sched_switch},
+                                     std::pair{skel_->progs.qs_sched_wakeup, SharedHooks::Hook::wakeup},
+                                     std::pair{skel_->progs.qs_sched_wakeup_new, SharedHooks::Hook::wakeup_new}})
+        attach_or_route(prog, hook);
+    attach_.push_back(program_attach(ProbeFamily::sched, skel_->progs.qs_task_iter));
 
     rb_ = open_ring_buffer(skel_->maps.stacks, &SchedSource::ringbuf_cb, this, "sched: open ring buffer stacks");
     attach_loop_hooks();
@@ -743,9 +757,23 @@ std::pair<std::string, std::string> SchedSource::labels_of(const qs_wait_key& k)
     return {label, sc};
 }
 
+// A hook the exporter's targets share (engine/shared_hooks.h) hands this target's events to
+// `prog`; elsewhere `prog` attaches itself.
+void SchedSource::attach_or_route(bpf_program* prog, SharedHooks::Hook hook) {
+    ProbeAttach a = program_attach(ProbeFamily::sched, prog);
+    if (shared_.hooks && shared_.hooks->has(hook)) {
+        routes_.push_back(shared_.hooks->route(hook, shared_.slot, prog));
+        a.via = shared_.hooks->via(a.via, hook, prog, shared_.slot);
+    } else {
+        links_.push_back(attach_program(prog, std::string("sched: attach ") + bpf_program__section_name(prog)));
+    }
+    attach_.push_back(std::move(a));
+}
+
 void SchedSource::attach_loop_hooks() {
     // One entry program for every poll (qs_loop_enter: the syscall's number tells them apart),
     // one exit program each.
+    bool entry_routed = false;
     for (const char* name : kLoopPolls) {
         bpf_program* enter = skel_->progs.qs_loop_enter;
         bpf_program* exit = bpf_object__find_program_by_name(skel_->obj, (std::string("qs_loop_exit_") + name).c_str());
@@ -758,10 +786,22 @@ void SchedSource::attach_loop_hooks() {
                                            "no syscalls/" + hook + " in tracefs: this kernel lacks the syscall"));
                 continue;
             }
+            ProbeAttach a{ProbeFamily::sched, hook, AttachType::tracepoint, "syscalls/" + hook};
+            const auto shared_hook = std::string(dir) == "enter" ? SharedHooks::Hook::poll_enter : SharedHooks::Hook::poll_exit;
+            if (shared_.hooks && shared_.hooks->has(shared_hook)) {
+                // The entry program serves every poll: in its slot once.
+                if (shared_hook == SharedHooks::Hook::poll_exit || !entry_routed) {
+                    routes_.push_back(shared_.hooks->route(shared_hook, shared_.slot, p, syscall_number(name)));
+                    entry_routed |= shared_hook == SharedHooks::Hook::poll_enter;
+                }
+                a.via = shared_.hooks->via(a.via, shared_hook, p, shared_.slot);
+                attach_.push_back(std::move(a));
+                continue;
+            }
             Link l(bpf_program__attach_tracepoint(p, "syscalls", hook.c_str()));
             if (!l) throw_bpf_error("sched: attach tracepoint/syscalls/" + hook, errno);
             links_.push_back(std::move(l));
-            attach_.push_back({ProbeFamily::sched, hook, AttachType::tracepoint, "syscalls/" + hook});
+            attach_.push_back(std::move(a));
         }
     }
     loops_.start(skel_->obj, &skel_->bss->loop_epoch, cfg_.loop_stall_seconds, loop_warnings_, attach_);

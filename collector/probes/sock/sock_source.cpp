@@ -24,6 +24,7 @@
 
 #include "engine/bpf_util.h"
 #include "engine/kernel_features.h"
+#include "engine/shared_hooks.h"
 #include "probes/sock/attach_plan.h"
 #include "probes/sock/scope.h"
 #include "model/errors.h"
@@ -109,6 +110,7 @@ struct ListenSocket {
 class SockSource final : public Source {
 public:
     ~SockSource() override {
+        routes_.clear();  // the shared hooks stop handing events here first
         std::vector<Link> all = std::move(links_);
         for (auto& [pid, proc] : tls_procs_)
             for (Link& l : proc.links) all.push_back(std::move(l));
@@ -862,10 +864,22 @@ private:
             p.qs_data_ready_fentry, p.qs_data_ready_kprobe, p.qs_accept4_exit, p.qs_accept_exit, p.qs_kfree_skb,
             p.qs_rst_in,      p.qs_rst_out,       p.qs_close_enter};
         progs.insert(progs.end(), sys_exit_progs_.begin(), sys_exit_progs_.end());
+        // The exporter's shared hooks, where it has them: each hands this target's events to
+        // its program here (engine/shared_hooks.h).
+        const SharedSlot shared = target_->shared_slot();
+        const std::map<bpf_program*, SharedHooks::Hook> shareable = {
+            {p.qs_recv, SharedHooks::Hook::recv},          {p.qs_send, SharedHooks::Hook::send},
+            {p.qs_accept4_exit, SharedHooks::Hook::accept4}, {p.qs_accept_exit, SharedHooks::Hook::accept},
+            {p.qs_close_enter, SharedHooks::Hook::close}};
         for (bpf_program* ours : progs) {
             bpf_program* prog = loaded(ours);
             if (!bpf_program__autoload(prog)) continue;
             if (ours == arrivals_prog_ && scope_) continue;  // the cgroup's instead (choose_arrival_scope)
+            if (const auto hook = shareable.find(ours); hook != shareable.end() && shared.hooks &&
+                                                           shared.hooks->has(hook->second)) {
+                route_shared(shared, hook->second, prog);
+                continue;
+            }
             Link l(bpf_program__attach(prog));
             if (!l) {
                 const int err = errno;
@@ -879,6 +893,15 @@ private:
             }
             links_.push_back(std::move(l));
         }
+    }
+
+    // The exporter's program on this hook hands the target's events to `prog` (a tail call):
+    // the hook runs once per event however many targets share it. Said in the attach listing.
+    void route_shared(const SharedSlot& shared, SharedHooks::Hook hook, bpf_program* prog) {
+        routes_.push_back(shared.hooks->route(hook, shared.slot, prog));
+        for (ProbeAttach& a : attach_)
+            if (a.family == ProbeFamily::sock && a.hook == program_attach(ProbeFamily::sock, prog).hook)
+                a.via = shared.hooks->via(a.via, hook, prog, shared.slot);
     }
 
     // Connections opened before the attach: walk the target's fd tables once (iter/task_file,
@@ -1595,6 +1618,7 @@ private:
     std::array<uint64_t, QS_MAX_PORTS> early_rcv_drops_{};  // ... told apart: tcp_v{4,6}_rcv's
     bool rcv_text_said_ = false;
     std::vector<Link> links_;
+    std::vector<SharedHooks::Route> routes_;  // taken out of the shared tables with the source
     std::map<int, TlsProcess> tls_procs_;    // by pid, the tree's processes seen so far (links die before skel_)
     std::set<std::string> tls_libs_;         // probed libraries, as the target maps them
     std::set<std::string> tls_unsupported_;  // TLS libraries mapped that --tls does not probe

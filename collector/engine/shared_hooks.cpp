@@ -1,0 +1,213 @@
+#include "engine/shared_hooks.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "dispatch.skel.h"
+#include "engine/kernel_features.h"
+#include "model/errors.h"
+#include "owner.h"
+#include "sys/proc_stat.h"
+
+namespace qscope {
+
+static_assert(SharedHooks::kSlots == QS_OWNER_SLOTS, "bpf/owner.h: QS_OWNER_SLOTS");
+
+struct SharedHooks::Bpf {
+    QSCOPE_SKEL_PTR(dispatch) skel;
+    std::vector<Link> links;
+};
+
+SharedHooks::SharedHooks() : bpf_(std::make_unique<Bpf>()) {}
+
+SharedHooks::~SharedHooks() {
+    // Detach first: no event reads the owner map once it is unmapped here (the kernel keeps
+    // the map itself while a program holds it, but the links go with the skeleton anyway).
+    bpf_->links.clear();
+    if (owner_) munmap(owner_, mapped_);
+}
+
+namespace {
+
+struct HookProgram {
+    SharedHooks::Hook hook;
+    const char* tracepoint;  // its BTF tracepoint, or its syscall tracepoint ("sys_enter_close")
+};
+
+bpf_program* program_of(dispatch_bpf* skel, SharedHooks::Hook hook) {
+    switch (hook) {
+        case SharedHooks::Hook::recv: return skel->progs.qs_all_recv;
+        case SharedHooks::Hook::send: return skel->progs.qs_all_send;
+        case SharedHooks::Hook::wakeup: return skel->progs.qs_all_wakeup;
+        case SharedHooks::Hook::wakeup_new: return skel->progs.qs_all_wakeup_new;
+        case SharedHooks::Hook::poll_enter: return skel->progs.qs_all_poll_in;
+        case SharedHooks::Hook::poll_exit: return skel->progs.qs_all_poll_out;
+        case SharedHooks::Hook::sched_switch: return skel->progs.qs_all_switch;
+        case SharedHooks::Hook::accept4: return skel->progs.qs_all_accept4;
+        case SharedHooks::Hook::accept: return skel->progs.qs_all_accept;
+        case SharedHooks::Hook::close: return skel->progs.qs_all_close;
+    }
+    return nullptr;
+}
+
+bpf_map* table_of(dispatch_bpf* skel, SharedHooks::Hook hook) {
+    switch (hook) {
+        case SharedHooks::Hook::recv: return skel->maps.recv_targets;
+        case SharedHooks::Hook::send: return skel->maps.send_targets;
+        case SharedHooks::Hook::wakeup: return skel->maps.wakeup_targets;
+        case SharedHooks::Hook::wakeup_new: return skel->maps.wakeup_new_targets;
+        case SharedHooks::Hook::poll_enter: return skel->maps.poll_enter_targets;
+        case SharedHooks::Hook::poll_exit: return skel->maps.poll_exit_targets;
+        case SharedHooks::Hook::sched_switch: return skel->maps.switch_targets;
+        case SharedHooks::Hook::accept4: return skel->maps.accept4_targets;
+        case SharedHooks::Hook::accept: return skel->maps.accept_targets;
+        case SharedHooks::Hook::close: return skel->maps.close_targets;
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& polls) {
+    std::shared_ptr<SharedHooks> h(new SharedHooks());
+    // A byte per possible tgid, as the tree's bitmap has a bit (process_tree.cpp).
+    long pid_max = 4194304;
+    {
+        std::string s;
+        if (read_file("/proc/sys/kernel/pid_max", s)) pid_max = std::max(1L, std::atol(s.c_str()));
+    }
+    h->words_ = static_cast<uint32_t>((pid_max + 7) / 8);
+    auto& b = *h->bpf_;
+    b.skel.reset(dispatch_bpf::open());
+    if (!b.skel) throw_bpf_error("shared hooks: opening BPF object", errno ? errno : EINVAL);
+    bpf_check(bpf_map__set_max_entries(b.skel->maps.qs_owner, h->words_), "shared hooks: sizing map qs_owner");
+    // What this kernel has: a hook it lacks is not loaded, and each target attaches its own
+    // program there (the one the sock family's attach plan chose: fexit, a kprobe).
+    KernelTracepoints tps;
+    std::vector<std::string> here;
+    for (const std::string& p : polls)
+        if (KernelTracepoints::has_tracefs("syscalls", "sys_enter_" + p) && KernelTracepoints::has_tracefs("syscalls", "sys_exit_" + p))
+            here.push_back(p);
+    const HookProgram btf_hooks[] = {{Hook::recv, "sock_recv_length"}, {Hook::send, "sock_send_length"},
+                                     {Hook::wakeup, "sched_wakeup"}, {Hook::wakeup_new, "sched_wakeup_new"},
+                                     {Hook::sched_switch, "sched_switch"}};
+    const HookProgram syscall_hooks[] = {
+        {Hook::accept4, "sys_exit_accept4"}, {Hook::accept, "sys_exit_accept"}, {Hook::close, "sys_enter_close"}};
+    for (const HookProgram& hp : btf_hooks)
+        if (!tps.has_btf(hp.tracepoint)) bpf_program__set_autoload(program_of(b.skel.get(), hp.hook), false);
+    for (const HookProgram& hp : syscall_hooks)
+        if (!KernelTracepoints::has_tracefs("syscalls", hp.tracepoint))
+            bpf_program__set_autoload(program_of(b.skel.get(), hp.hook), false);
+    if (here.empty())
+        for (Hook hk : {Hook::poll_enter, Hook::poll_exit}) bpf_program__set_autoload(program_of(b.skel.get(), hk), false);
+    if (int err = dispatch_bpf::load(b.skel.get()))
+        throw_bpf_error("shared hooks: loading BPF programs (dispatch.bpf.c)", err);
+    h->mapped_ = (h->words_ * sizeof(uint64_t) + 4095) / 4096 * 4096;
+    void* m = mmap(nullptr, h->mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_owner), 0);
+    if (m == MAP_FAILED) throw_bpf_error("shared hooks: mmap of map qs_owner", errno);
+    h->owner_ = static_cast<uint64_t*>(m);
+    std::vector<HookProgram> single(std::begin(btf_hooks), std::end(btf_hooks));
+    single.insert(single.end(), std::begin(syscall_hooks), std::end(syscall_hooks));
+    for (const HookProgram& hp : single) {
+        bpf_program* p = program_of(b.skel.get(), hp.hook);
+        if (!bpf_program__autoload(p)) continue;
+        b.links.push_back(attach_program(p, std::string("shared hooks: attaching ") + bpf_program__name(p)));
+        h->attached_.push_back(hp.hook);
+    }
+    for (const std::string& name : here)
+        for (const auto& [hk, dir] : {std::pair{Hook::poll_enter, "sys_enter_"}, std::pair{Hook::poll_exit, "sys_exit_"}}) {
+            Link l(bpf_program__attach_tracepoint(program_of(b.skel.get(), hk), "syscalls", (dir + name).c_str()));
+            if (!l) throw_bpf_error(std::string("shared hooks: attaching tracepoint syscalls/") + dir + name, errno);
+            b.links.push_back(std::move(l));
+        }
+    if (!here.empty()) h->attached_.insert(h->attached_.end(), {Hook::poll_enter, Hook::poll_exit});
+    return h;
+}
+
+void SharedHooks::share_maps(bpf_object* obj, Hook hook, const char* family) const {
+    const std::string f = family;
+    bpf_map* owner = bpf_object__find_map_by_name(obj, "qs_owner");
+    bpf_map* table = bpf_object__find_map_by_name(obj, bpf_map__name(table_of(bpf_->skel.get(), hook)));
+    if (!owner || !table) throw Error(Exit::failure, f + ": BPF object lacks the shared hooks' maps");
+    bpf_check(bpf_map__set_max_entries(owner, words_), f + ": sizing map qs_owner");
+    bpf_check(bpf_map__reuse_fd(owner, owner_map_fd()), f + ": sharing map qs_owner");
+    bpf_check(bpf_map__reuse_fd(table, bpf_map__fd(table_of(bpf_->skel.get(), hook))),
+              f + ": sharing map " + bpf_map__name(table));
+}
+
+bool SharedHooks::has(Hook hook) const {
+    return std::find(attached_.begin(), attached_.end(), hook) != attached_.end();
+}
+
+int SharedHooks::owner_map_fd() const { return bpf_map__fd(bpf_->skel->maps.qs_owner); }
+
+// As bpf/owner.h's qs_owner_swap, from user space: the same words, the same atomics.
+bool SharedHooks::swap_owner(int tgid, uint8_t from, uint8_t to) {
+    const uint32_t w = static_cast<uint32_t>(tgid) >> 3;
+    if (tgid < 0 || w >= words_) return false;
+    const unsigned shift = (static_cast<uint32_t>(tgid) & 7) * 8;
+    uint64_t cur = __atomic_load_n(&owner_[w], __ATOMIC_SEQ_CST);
+    for (;;) {
+        const auto byte = static_cast<uint8_t>((cur >> shift) & 0xff);
+        if (byte != from) return byte == to;
+        const uint64_t next = (cur & ~(0xffULL << shift)) | (static_cast<uint64_t>(to) << shift);
+        if (__atomic_compare_exchange_n(&owner_[w], &cur, next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return true;
+    }
+}
+
+void SharedHooks::release_all(uint8_t owner) {
+    if (!owner) return;
+    for (uint32_t w = 0; w < words_; ++w) {
+        if (__atomic_load_n(&owner_[w], __ATOMIC_RELAXED) == 0) continue;
+        for (int i = 0; i < 8; ++i) swap_owner(static_cast<int>(w * 8 + i), owner, 0);
+    }
+}
+
+SharedHooks::Route SharedHooks::route(Hook hook, int slot, const bpf_program* prog, int syscall) {
+    if (slot < 0 || slot >= kSlots) throw Error(Exit::failure, "shared hooks: no slot " + std::to_string(slot));
+    __u32 key = static_cast<__u32>(slot);
+    if (hook == Hook::poll_exit) {
+        const int i = qs_poll_index(syscall);
+        if (i < 0) throw Error(Exit::failure, "shared hooks: syscall " + std::to_string(syscall) + " is no poll");
+        key = static_cast<__u32>(slot * QS_OWNER_POLLS + i);
+    }
+    const int fd = bpf_map__fd(table_of(bpf_->skel.get(), hook));
+    const __u32 value = static_cast<__u32>(bpf_program__fd(prog));
+    if (bpf_map_update_elem(fd, &key, &value, BPF_ANY))
+        throw_bpf_error(std::string("shared hooks: routing ") + bpf_program__name(program_of(bpf_->skel.get(), hook)) +
+                            " to " + bpf_program__name(prog),
+                        errno);
+    return Route(shared_from_this(), fd, static_cast<int>(key));
+}
+
+std::string SharedHooks::via(const std::string& hook, Hook shared, const bpf_program* prog, int slot) const {
+    return hook + " (shared by the exporter's targets: " + bpf_program__name(program_of(bpf_->skel.get(), shared)) +
+           ", then " +
+           bpf_program__name(prog) + " in slot " + std::to_string(slot) + ")";
+}
+
+SharedHooks::Route& SharedHooks::Route::operator=(Route&& o) noexcept {
+    if (this != &o) {
+        clear();
+        hooks_ = std::move(o.hooks_);
+        fd_ = o.fd_;
+        key_ = o.key_;
+        o.fd_ = -1;
+    }
+    return *this;
+}
+
+void SharedHooks::Route::clear() noexcept {
+    if (fd_ < 0) return;
+    const __u32 key = static_cast<__u32>(key_);
+    bpf_map_delete_elem(fd_, &key);  // hooks_ keeps the table's fd open until here
+    fd_ = -1;
+    hooks_.reset();
+}
+
+}  // namespace qscope

@@ -218,10 +218,16 @@ sysctl -qw kernel.bpf_stats_enabled=1
 for cond in one three; do
   n=1; [[ $cond == three ]] && n=3
   qp=$(export_of $n)
-  s0=$(prog_stats "$qp" | awk '{c+=$2; t+=$3} END{print c+0, t+0}')
+  p0=$(prog_stats "$qp")
   wrk_rps >/dev/null
-  s1=$(prog_stats "$qp" | awk '{c+=$2; t+=$3} END{print c+0, t+0}')
+  p1=$(prog_stats "$qp")
+  s0=$(awk '{c+=$2; t+=$3} END{print c+0, t+0}' <<<"$p0")
+  s1=$(awk '{c+=$2; t+=$3} END{print c+0, t+0}' <<<"$p1")
   record exporter_progs "$cond" 1 "$(python3 -c "a=list(map(int,'$s0'.split())); b=list(map(int,'$s1'.split())); print(f'{(b[1]-a[1])/1e9/$SECS*100:.2f}|{(b[0]-a[0])/$SECS:.0f}')")"
+  # Which programs ran (a shared hook's runs count once, under its own name: the target's
+  # program it jumps to is not counted again): NAME:runs/s, the busiest first.
+  record exporter_prog_runs "$cond" 1 "$(prog_delta "$p0" "$p1" qs | sort -k3 -nr | head -8 |
+    awk -v s="$SECS" '{printf "%s%s %.0f/s", (NR>1?", ":""), $1, $3/s}')"
   stop_proc "$qp"
 done
 sysctl -qw kernel.bpf_stats_enabled=0
@@ -324,6 +330,9 @@ for cond in ("one","three"):
     if v:
         pct,runs=v.split("|")
         print(f"| exporter's BPF programs during (e), bpf_stats on | {cond} target(s) | {pct}% of a CPU, {int(runs):,} runs/s |")
+for cond in ("one","three"):
+    v=by["exporter_prog_runs"].get(cond,{}).get("1")
+    if v: print(f"| exporter's busiest programs during (e) | {cond} target(s) | {v} |")
 for cond in ("one","three"):
     cpu=[float(v) for v in by["exporter_cpu_pct"].get(cond,{}).values()]
     rss=[float(v) for v in by["exporter_rss_kib"].get(cond,{}).values()]

@@ -3,8 +3,8 @@
  *
  * Each target of `qscope export --target ...` loads its own objects. Attached each, a global
  * hook would run once per target for every event on the host, each run but one a reject. Here
- * the busiest hooks whose event names its process (the reads and writes of every socket on
- * the host) are attached once: the program looks the current process's owner up (a byte,
+ * the busiest hooks whose event names its process (every socket's reads and writes, the
+ * switches and wakeups, the polls, accept and close) are attached once: the program looks the current process's owner up (a byte,
  * bpf/owner.h) and jumps (a tail call) to that target's own program, which user space put in
  * the owner's slot. An event of no target's process costs one inlined array look-up; with the
  * slot empty the jump falls through and nothing runs. The target's program runs as if it were
@@ -20,74 +20,28 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* One table per hook: a tail call from a BTF tracepoint must land in a program of the same
  * tracepoint. Indexed by slot. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, QS_OWNER_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} recv_targets SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, QS_OWNER_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} send_targets SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, QS_OWNER_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} wakeup_targets SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, QS_OWNER_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} wakeup_new_targets SEC(".maps");
+QS_TARGET_TABLE(recv_targets, 1);
+QS_TARGET_TABLE(send_targets, 1);
+QS_TARGET_TABLE(wakeup_targets, 1);
+QS_TARGET_TABLE(wakeup_new_targets, 1);
 
 /* The sock family's syscall tracepoints of every process (a target's own programs filter on
  * the current process too): accept's and accept4's exits, close's entry. */
-#define QS_SYSCALL_TABLE(name)                              \
-	struct {                                            \
-		__uint(type, BPF_MAP_TYPE_PROG_ARRAY);      \
-		__uint(max_entries, QS_OWNER_SLOTS);        \
-		__type(key, __u32);                         \
-		__type(value, __u32);                       \
-	} name##_targets SEC(".maps");
-
-QS_SYSCALL_TABLE(accept4)
-QS_SYSCALL_TABLE(accept)
-QS_SYSCALL_TABLE(close)
+QS_TARGET_TABLE(accept4_targets, 1);
+QS_TARGET_TABLE(accept_targets, 1);
+QS_TARGET_TABLE(close_targets, 1);
 
 /* A switch names two tasks: the program of prev's owner runs first (or next's, when prev has
  * none), and it hands the event on to next's owner when that is another target (sched.bpf.c,
  * which shares this table). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, QS_OWNER_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} switch_targets SEC(".maps");
+QS_TARGET_TABLE(switch_targets, 1);
 
 /* Every poll's entry: a target's one entry program (qs_loop_enter), by slot. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, QS_OWNER_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} poll_enter_targets SEC(".maps");
+QS_TARGET_TABLE(poll_enter_targets, 1);
 
 /* Every poll's exit: a target's exit program of that poll, at slot * QS_OWNER_POLLS + the
  * poll's index (qs_poll_index). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, QS_OWNER_SLOTS * QS_OWNER_POLLS);
-	__type(key, __u32);
-	__type(value, __u32);
-} poll_exit_targets SEC(".maps");
+QS_TARGET_TABLE(poll_exit_targets, QS_OWNER_POLLS);
 
 static __always_inline __u32 current_owner(void)
 {
@@ -180,32 +134,17 @@ int qs_all_poll_out(struct trace_event_raw_sys_exit *ctx)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_exit_accept4")
-int qs_all_accept4(struct trace_event_raw_sys_exit *ctx)
-{
-	__u32 o = current_owner();
+/* A syscall tracepoint of the current process: its owner's program in the table. */
+#define QS_DISPATCH_SYSCALL(prog, tracepoint, record, table)          \
+	SEC("tracepoint/syscalls/" tracepoint)                        \
+	int prog(struct record *ctx)                                  \
+	{                                                             \
+		__u32 o = current_owner();                            \
+		if (o)                                                \
+			bpf_tail_call(ctx, &table, o - 1);            \
+		return 0;                                             \
+	}
 
-	if (o)
-		bpf_tail_call(ctx, &accept4_targets, o - 1);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_accept")
-int qs_all_accept(struct trace_event_raw_sys_exit *ctx)
-{
-	__u32 o = current_owner();
-
-	if (o)
-		bpf_tail_call(ctx, &accept_targets, o - 1);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_enter_close")
-int qs_all_close(struct trace_event_raw_sys_enter *ctx)
-{
-	__u32 o = current_owner();
-
-	if (o)
-		bpf_tail_call(ctx, &close_targets, o - 1);
-	return 0;
-}
+QS_DISPATCH_SYSCALL(qs_all_accept4, "sys_exit_accept4", trace_event_raw_sys_exit, accept4_targets)
+QS_DISPATCH_SYSCALL(qs_all_accept, "sys_exit_accept", trace_event_raw_sys_exit, accept_targets)
+QS_DISPATCH_SYSCALL(qs_all_close, "sys_enter_close", trace_event_raw_sys_enter, close_targets)

@@ -38,6 +38,16 @@ static inline int qs_poll_index(long nr)
 }
 
 #ifdef __BPF__
+/* A hook's table of the targets' programs (a tail call lands in the entry of the event's
+ * owner): QS_OWNER_SLOTS entries, or that many per slot. */
+#define QS_TARGET_TABLE(name, per_slot)                                 \
+	struct {                                                        \
+		__uint(type, BPF_MAP_TYPE_PROG_ARRAY);                  \
+		__uint(max_entries, QS_OWNER_SLOTS * (per_slot));       \
+		__type(key, __u32);                                     \
+		__type(value, __u32);                                   \
+	} name SEC(".maps")
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);   /* user space seeds it with atomic compare-and-swap */

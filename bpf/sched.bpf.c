@@ -307,12 +307,7 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
  * on from here, through the same table (user space shares it before load). */
 const volatile __u32 owner_slot = 0;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, QS_OWNER_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} switch_targets SEC(".maps");
+QS_TARGET_TABLE(switch_targets, 1);
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(qs_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,

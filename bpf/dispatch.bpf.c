@@ -4,9 +4,9 @@
  * Each target of `qscope export --target ...` loads its own objects. Attached each, a global
  * hook would run once per target for every event on the host, each run but one a reject. Here
  * the busiest hooks whose event names its process (every socket's reads and writes, the
- * switches and wakeups, the polls, accept and close) are attached once: the program looks the current process's owner up (a byte,
- * bpf/owner.h) and jumps (a tail call) to that target's own program, which user space put in
- * the owner's slot. An event of no target's process costs one inlined array look-up; with the
+ * switches and wakeups, the polls, accept and close) are attached once: the program looks the
+ * process's owner up (a byte, bpf/owner.h) and jumps (a tail call) to that target's own
+ * program, which user space put in the owner's slot. An event of no target's process costs one inlined array look-up; with the
  * slot empty the jump falls through and nothing runs. The target's program runs as if it were
  * attached itself: its own maps, its own filter (which passes).
  */

@@ -66,7 +66,7 @@ static __always_inline __u32 qs_owner_of(__u32 tgid)
 }
 
 /* Sets tgid's byte from `from` to `to` (each slot + 1 or 0); 0 when another owner holds it, or
- * after a few lost races (the caller counts it lost). */
+ * after a few lost races (a fork's mark is made again by user space from the fork's record). */
 static __always_inline int qs_owner_swap(__u32 tgid, __u32 from, __u32 to)
 {
 	__u32 w = tgid >> 3, shift = (tgid & 7) * 8;

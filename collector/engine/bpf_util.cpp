@@ -1,5 +1,6 @@
 #include "engine/bpf_util.h"
 
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -182,6 +183,35 @@ ProbeAttach program_attach(ProbeFamily family, const bpf_program* prog) {
 
 ProbeAttach hook_off(ProbeFamily family, std::string hook, std::string why) {
     return {family, std::move(hook), AttachType::none, "", std::move(why)};
+}
+
+MappedWords::MappedWords(bpf_map* map, uint32_t words, const std::string& what) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t bytes = (words * sizeof(uint64_t) + page - 1) / page * page;
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(map), 0);
+    if (m == MAP_FAILED) throw_bpf_error(what, errno);
+    words_ = static_cast<uint64_t*>(m);
+    size_ = words;
+    bytes_ = bytes;
+}
+
+MappedWords::~MappedWords() {
+    if (words_) munmap(words_, bytes_);
+}
+
+MappedWords::MappedWords(MappedWords&& o) noexcept : words_(o.words_), size_(o.size_), bytes_(o.bytes_) {
+    o.words_ = nullptr;
+}
+
+MappedWords& MappedWords::operator=(MappedWords&& o) noexcept {
+    if (this != &o) {
+        if (words_) munmap(words_, bytes_);
+        words_ = o.words_;
+        size_ = o.size_;
+        bytes_ = o.bytes_;
+        o.words_ = nullptr;
+    }
+    return *this;
 }
 
 RingBuffer open_ring_buffer(bpf_map* map, ring_buffer_sample_fn on_record, void* ctx, const std::string& what) {

@@ -64,6 +64,27 @@ ProbeAttach program_attach(ProbeFamily family, const bpf_program* prog);
 // A hook left off on this kernel or for this target, and why.
 ProbeAttach hook_off(ProbeFamily family, std::string hook, std::string why);
 
+// An array map of 64-bit words (BPF_F_MMAPABLE), mapped into this process: user space reads
+// and changes its words with atomics, as the programs do. Unmapped when the owner goes.
+class MappedWords {
+public:
+    MappedWords() = default;
+    // Throws naming `what` when the map cannot be mapped.
+    MappedWords(bpf_map* map, uint32_t words, const std::string& what);
+    ~MappedWords();
+    MappedWords(MappedWords&& o) noexcept;
+    MappedWords& operator=(MappedWords&& o) noexcept;
+    MappedWords(const MappedWords&) = delete;
+    MappedWords& operator=(const MappedWords&) = delete;
+    uint64_t* data() const { return words_; }
+    uint32_t size() const { return size_; }
+
+private:
+    uint64_t* words_ = nullptr;
+    uint32_t size_ = 0;
+    size_t bytes_ = 0;  // page-rounded, as mapped
+};
+
 // A ring buffer's consumer. Its callback gets `ctx`, which must outlive the ring buffer.
 using RingBuffer = Owned<ring_buffer, ring_buffer__free>;
 // Throws naming `what` when the consumer cannot be set up.

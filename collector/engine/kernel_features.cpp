@@ -5,10 +5,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <fstream>
 
 #include "engine/bpf_util.h"
+#include "sys/proc_stat.h"
 
 namespace qscope {
 
@@ -66,6 +69,12 @@ bool kprobes_available() {
     return stat("/sys/bus/event_source/devices/kprobe/type", &st) == 0 ||
            stat("/sys/kernel/tracing/kprobe_events", &st) == 0 ||
            stat("/sys/kernel/debug/tracing/kprobe_events", &st) == 0;
+}
+
+long pid_max() {
+    std::string s;
+    if (!read_file("/proc/sys/kernel/pid_max", s)) return 4194304;
+    return std::max(1L, std::atol(s.c_str()));
 }
 
 std::string lockdown_mode() {

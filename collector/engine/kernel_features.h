@@ -33,6 +33,10 @@ std::string lockdown_mode();
 // What lockdown leaves qscope, for `qscope check` and the start-up warning; "" for none.
 std::string lockdown_consequence(const std::string& mode);
 
+// /proc/sys/kernel/pid_max: the largest PID is below it. 4194304 (the most it can be) when
+// unreadable. Maps with a bit or a byte per tgid are sized from it.
+long pid_max();
+
 // A cgroup2 hierarchy is mounted (/proc/mounts).
 bool cgroup2_mounted();
 

@@ -1,7 +1,6 @@
 #include "engine/process_tree.h"
 
 #include <dirent.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -139,15 +138,10 @@ struct ProcessTree::Bpf {
     Owned<tree_bpf, tree_bpf__destroy> skel;
     std::vector<Link> links;
     RingBuffer rb;
-    uint64_t* bits = nullptr;  // the bitmap, mmapped
-    uint32_t words = 0;
-    size_t mapped = 0;
+    MappedWords bits;  // the bitmap
     qs_tree_range* range = nullptr;  // the skeleton's mmapped .data.tree section
     // The fd-table iterator (qs_fd_sockets) was refused: callers read /proc from then on.
     mutable std::atomic<bool> fd_iter_off{false};
-    ~Bpf() {
-        if (bits) munmap(bits, mapped);
-    }
 };
 
 ProcessTree::~ProcessTree() {
@@ -166,12 +160,7 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children, SharedSl
     auto& b = *t->bpf_;
     // One bit per possible tgid. pid_max rarely changes after boot; a fork beyond the
     // bitmap is counted as lost (tree.bpf.c) and shows in lost_events.
-    long pid_max = 4194304;
-    {
-        std::string s;
-        if (read_file("/proc/sys/kernel/pid_max", s)) pid_max = std::max(1L, std::atol(s.c_str()));
-    }
-    const uint32_t words = static_cast<uint32_t>(std::max<long>((pid_max + 63) / 64, root / 64 + 1));
+    const uint32_t words = static_cast<uint32_t>(std::max<long>((pid_max() + 63) / 64, root / 64 + 1));
     const auto open_sized = [&] {
         b.skel.reset(tree_bpf::open());
         if (!b.skel) throw_bpf_error("tree: opening BPF object", errno ? errno : EINVAL);
@@ -192,11 +181,7 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children, SharedSl
         b.fd_iter_off = true;
         if (tree_bpf::load(b.skel.get())) throw_load_error(ProbeFamily::tree, "tree: loading BPF programs (tree.bpf.c)", err);
     }
-    b.words = words;
-    b.mapped = (words * sizeof(uint64_t) + 4095) / 4096 * 4096;
-    void* m = mmap(nullptr, b.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_tree), 0);
-    if (m == MAP_FAILED) throw_bpf_error("tree: mmap of map qs_tree", errno);
-    b.bits = static_cast<uint64_t*>(m);
+    b.bits = MappedWords(b.skel->maps.qs_tree, words, "tree: mmap of map qs_tree");
     if (!b.skel->data_tree) throw_bpf_error("tree: section .data.tree is not mmapped", EINVAL);
     b.range = &b.skel->data_tree->qs_tree_range;
     // Empty until the root is marked: min > max rejects everything.
@@ -296,7 +281,7 @@ uint64_t ProcessTree::lost_events() const {
 // Atomic, like the kernel side: a fork into the same 64-PID word must not be lost.
 void ProcessTree::mark(int pid, bool on) {
     const uint32_t w = static_cast<uint32_t>(pid) >> 6;
-    if (w >= bpf_->words) return;  // beyond pid_max
+    if (w >= bpf_->bits.size()) return;  // beyond pid_max
     if (shared_.hooks) {
         const auto mine = static_cast<uint8_t>(shared_.slot + 1);
         if (on && !shared_.hooks->swap_owner(pid, 0, mine)) owner_conflict_ = true;
@@ -304,10 +289,10 @@ void ProcessTree::mark(int pid, bool on) {
     }
     const uint64_t bit = 1ULL << (pid & 63);
     if (!on) {
-        __atomic_fetch_and(&bpf_->bits[w], ~bit, __ATOMIC_SEQ_CST);
+        __atomic_fetch_and(&bpf_->bits.data()[w], ~bit, __ATOMIC_SEQ_CST);
         return;
     }
-    __atomic_fetch_or(&bpf_->bits[w], bit, __ATOMIC_SEQ_CST);
+    __atomic_fetch_or(&bpf_->bits.data()[w], bit, __ATOMIC_SEQ_CST);
     // The bit first, then the range that lets readers reach it.
     const __u64 p = static_cast<__u64>(pid);
     __u64 cur = __atomic_load_n(&bpf_->range->max, __ATOMIC_SEQ_CST);

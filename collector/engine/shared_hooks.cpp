@@ -1,8 +1,5 @@
 #include "engine/shared_hooks.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -12,7 +9,6 @@
 #include "engine/kernel_features.h"
 #include "model/errors.h"
 #include "owner.h"
-#include "sys/proc_stat.h"
 
 namespace qscope {
 
@@ -21,16 +17,12 @@ static_assert(SharedHooks::kSlots == QS_OWNER_SLOTS, "bpf/owner.h: QS_OWNER_SLOT
 struct SharedHooks::Bpf {
     QSCOPE_SKEL_PTR(dispatch) skel;
     std::vector<Link> links;
+    MappedWords owner;  // the owner map
 };
 
 SharedHooks::SharedHooks() : bpf_(std::make_unique<Bpf>()) {}
 
-SharedHooks::~SharedHooks() {
-    // Detach first: no event reads the owner map once it is unmapped here (the kernel keeps
-    // the map itself while a program holds it, but the links go with the skeleton anyway).
-    bpf_->links.clear();
-    if (owner_) munmap(owner_, mapped_);
-}
+SharedHooks::~SharedHooks() = default;
 
 namespace {
 
@@ -39,49 +31,39 @@ struct HookProgram {
     const char* tracepoint;  // its BTF tracepoint, or its syscall tracepoint ("sys_enter_close")
 };
 
-bpf_program* program_of(dispatch_bpf* skel, SharedHooks::Hook hook) {
+// A hook's shared program and the table it jumps through.
+struct HookParts {
+    bpf_program* prog;
+    bpf_map* table;
+};
+
+HookParts parts_of(dispatch_bpf* skel, SharedHooks::Hook hook) {
+    auto& p = skel->progs;
+    auto& m = skel->maps;
     switch (hook) {
-        case SharedHooks::Hook::recv: return skel->progs.qs_all_recv;
-        case SharedHooks::Hook::send: return skel->progs.qs_all_send;
-        case SharedHooks::Hook::wakeup: return skel->progs.qs_all_wakeup;
-        case SharedHooks::Hook::wakeup_new: return skel->progs.qs_all_wakeup_new;
-        case SharedHooks::Hook::poll_enter: return skel->progs.qs_all_poll_in;
-        case SharedHooks::Hook::poll_exit: return skel->progs.qs_all_poll_out;
-        case SharedHooks::Hook::sched_switch: return skel->progs.qs_all_switch;
-        case SharedHooks::Hook::accept4: return skel->progs.qs_all_accept4;
-        case SharedHooks::Hook::accept: return skel->progs.qs_all_accept;
-        case SharedHooks::Hook::close: return skel->progs.qs_all_close;
+        case SharedHooks::Hook::recv: return {p.qs_all_recv, m.recv_targets};
+        case SharedHooks::Hook::send: return {p.qs_all_send, m.send_targets};
+        case SharedHooks::Hook::wakeup: return {p.qs_all_wakeup, m.wakeup_targets};
+        case SharedHooks::Hook::wakeup_new: return {p.qs_all_wakeup_new, m.wakeup_new_targets};
+        case SharedHooks::Hook::poll_enter: return {p.qs_all_poll_in, m.poll_enter_targets};
+        case SharedHooks::Hook::poll_exit: return {p.qs_all_poll_out, m.poll_exit_targets};
+        case SharedHooks::Hook::sched_switch: return {p.qs_all_switch, m.switch_targets};
+        case SharedHooks::Hook::accept4: return {p.qs_all_accept4, m.accept4_targets};
+        case SharedHooks::Hook::accept: return {p.qs_all_accept, m.accept_targets};
+        case SharedHooks::Hook::close: return {p.qs_all_close, m.close_targets};
     }
-    return nullptr;
+    return {nullptr, nullptr};
 }
 
-bpf_map* table_of(dispatch_bpf* skel, SharedHooks::Hook hook) {
-    switch (hook) {
-        case SharedHooks::Hook::recv: return skel->maps.recv_targets;
-        case SharedHooks::Hook::send: return skel->maps.send_targets;
-        case SharedHooks::Hook::wakeup: return skel->maps.wakeup_targets;
-        case SharedHooks::Hook::wakeup_new: return skel->maps.wakeup_new_targets;
-        case SharedHooks::Hook::poll_enter: return skel->maps.poll_enter_targets;
-        case SharedHooks::Hook::poll_exit: return skel->maps.poll_exit_targets;
-        case SharedHooks::Hook::sched_switch: return skel->maps.switch_targets;
-        case SharedHooks::Hook::accept4: return skel->maps.accept4_targets;
-        case SharedHooks::Hook::accept: return skel->maps.accept_targets;
-        case SharedHooks::Hook::close: return skel->maps.close_targets;
-    }
-    return nullptr;
-}
+bpf_program* program_of(dispatch_bpf* skel, SharedHooks::Hook hook) { return parts_of(skel, hook).prog; }
+bpf_map* table_of(dispatch_bpf* skel, SharedHooks::Hook hook) { return parts_of(skel, hook).table; }
 
 }  // namespace
 
 std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& polls) {
     std::shared_ptr<SharedHooks> h(new SharedHooks());
     // A byte per possible tgid, as the tree's bitmap has a bit (process_tree.cpp).
-    long pid_max = 4194304;
-    {
-        std::string s;
-        if (read_file("/proc/sys/kernel/pid_max", s)) pid_max = std::max(1L, std::atol(s.c_str()));
-    }
-    h->words_ = static_cast<uint32_t>((pid_max + 7) / 8);
+    h->words_ = static_cast<uint32_t>((pid_max() + 7) / 8);
     auto& b = *h->bpf_;
     b.skel.reset(dispatch_bpf::open());
     if (!b.skel) throw_bpf_error("shared hooks: opening BPF object", errno ? errno : EINVAL);
@@ -107,10 +89,7 @@ std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& p
         for (Hook hk : {Hook::poll_enter, Hook::poll_exit}) bpf_program__set_autoload(program_of(b.skel.get(), hk), false);
     if (int err = dispatch_bpf::load(b.skel.get()))
         throw_bpf_error("shared hooks: loading BPF programs (dispatch.bpf.c)", err);
-    h->mapped_ = (h->words_ * sizeof(uint64_t) + 4095) / 4096 * 4096;
-    void* m = mmap(nullptr, h->mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(b.skel->maps.qs_owner), 0);
-    if (m == MAP_FAILED) throw_bpf_error("shared hooks: mmap of map qs_owner", errno);
-    h->owner_ = static_cast<uint64_t*>(m);
+    b.owner = MappedWords(b.skel->maps.qs_owner, h->words_, "shared hooks: mmap of map qs_owner");
     std::vector<HookProgram> single(std::begin(btf_hooks), std::end(btf_hooks));
     single.insert(single.end(), std::begin(syscall_hooks), std::end(syscall_hooks));
     for (const HookProgram& hp : single) {
@@ -150,20 +129,21 @@ int SharedHooks::owner_map_fd() const { return bpf_map__fd(bpf_->skel->maps.qs_o
 bool SharedHooks::swap_owner(int tgid, uint8_t from, uint8_t to) {
     const uint32_t w = static_cast<uint32_t>(tgid) >> 3;
     if (tgid < 0 || w >= words_) return false;
+    uint64_t* owner = bpf_->owner.data();
     const unsigned shift = (static_cast<uint32_t>(tgid) & 7) * 8;
-    uint64_t cur = __atomic_load_n(&owner_[w], __ATOMIC_SEQ_CST);
+    uint64_t cur = __atomic_load_n(&owner[w], __ATOMIC_SEQ_CST);
     for (;;) {
         const auto byte = static_cast<uint8_t>((cur >> shift) & 0xff);
         if (byte != from) return byte == to;
         const uint64_t next = (cur & ~(0xffULL << shift)) | (static_cast<uint64_t>(to) << shift);
-        if (__atomic_compare_exchange_n(&owner_[w], &cur, next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return true;
+        if (__atomic_compare_exchange_n(&owner[w], &cur, next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return true;
     }
 }
 
 void SharedHooks::release_all(uint8_t owner) {
     if (!owner) return;
     for (uint32_t w = 0; w < words_; ++w) {
-        if (__atomic_load_n(&owner_[w], __ATOMIC_RELAXED) == 0) continue;
+        if (__atomic_load_n(&bpf_->owner.data()[w], __ATOMIC_RELAXED) == 0) continue;
         for (int i = 0; i < 8; ++i) swap_owner(static_cast<int>(w * 8 + i), owner, 0);
     }
 }
@@ -187,8 +167,7 @@ SharedHooks::Route SharedHooks::route(Hook hook, int slot, const bpf_program* pr
 
 std::string SharedHooks::via(const std::string& hook, Hook shared, const bpf_program* prog, int slot) const {
     return hook + " (shared by the exporter's targets: " + bpf_program__name(program_of(bpf_->skel.get(), shared)) +
-           ", then " +
-           bpf_program__name(prog) + " in slot " + std::to_string(slot) + ")";
+           ", then " + bpf_program__name(prog) + " in slot " + std::to_string(slot) + ")";
 }
 
 SharedHooks::Route& SharedHooks::Route::operator=(Route&& o) noexcept {

@@ -20,6 +20,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <tuple>
@@ -29,6 +30,7 @@
 #include "engine/bpf_util.h"
 #include "engine/kernel_features.h"
 #include "engine/shared_hooks.h"
+#include "owner.h"
 #include "model/syscall_table.h"
 #include "probes/sched/loops.h"
 #include "model/errors.h"
@@ -756,6 +758,9 @@ std::pair<std::string, std::string> SchedSource::labels_of(const qs_wait_key& k)
     const std::string sc = k.syscall == QS_SYSCALL_OTHER ? "other" : syscall_name(k.syscall);
     return {label, sc};
 }
+
+// Each poll's exit program has its place in a slot of the shared exits' table (bpf/owner.h).
+static_assert(std::size(kLoopPolls) == QS_OWNER_POLLS, "bpf/owner.h QS_OWNER_POLLS: one per poll of kLoopPolls");
 
 // A hook the exporter's targets share (engine/shared_hooks.h) hands this target's events to
 // `prog`; elsewhere `prog` attaches itself.

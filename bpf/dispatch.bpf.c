@@ -9,12 +9,18 @@
  * program, which user space put in the owner's slot. An event of no target's process costs one inlined array look-up; with the
  * slot empty the jump falls through and nothing runs. The target's program runs as if it were
  * attached itself: its own maps, its own filter (which passes).
+ *
+ * The softirq hooks (a socket's arrivals, state changes, drops and resets) name a socket, not a
+ * process: the targets it concerns are those listening on its local port or calling its remote
+ * port (bpf/port_owner.h), several at times. The first one's program runs, and hands the event
+ * on to the next (qs_hand_on, in sock.bpf.c) through the same table.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
 #include "owner.h"
+#include "port_owner.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -148,3 +154,50 @@ int qs_all_poll_out(struct trace_event_raw_sys_exit *ctx)
 QS_DISPATCH_SYSCALL(qs_all_accept4, "sys_exit_accept4", trace_event_raw_sys_exit, accept4_targets)
 QS_DISPATCH_SYSCALL(qs_all_accept, "sys_exit_accept", trace_event_raw_sys_exit, accept_targets)
 QS_DISPATCH_SYSCALL(qs_all_close, "sys_enter_close", trace_event_raw_sys_enter, close_targets)
+
+/* ---- the softirq hooks: by the socket's ports ----------------------------------------------- */
+
+QS_TARGET_TABLE(data_ready_targets, 1);
+QS_TARGET_TABLE(set_state_targets, 1);
+QS_TARGET_TABLE(kfree_skb_targets, 1);
+QS_TARGET_TABLE(rst_in_targets, 1);
+QS_TARGET_TABLE(rst_out_targets, 1);
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(qs_all_data_ready, const struct sock *sk)
+{
+	qs_hand_on(ctx, &data_ready_targets, qs_sock_owners(sk), 0);
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(qs_all_set_state, const struct sock *sk, const int oldstate, const int newstate)
+{
+	if (sk->sk_protocol == IPPROTO_TCP)
+		qs_hand_on(ctx, &set_state_targets, qs_set_state_owners(sk), 0);
+	return 0;
+}
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(qs_all_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
+	     struct sock *rx_sk)
+{
+	if (rx_sk)
+		qs_hand_on(ctx, &kfree_skb_targets, qs_drop_owners(rx_sk), 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_receive_reset")
+int BPF_PROG(qs_all_rst_in, struct sock *sk)
+{
+	qs_hand_on(ctx, &rst_in_targets, qs_sock_owners(sk), 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_send_reset")
+int BPF_PROG(qs_all_rst_out, const struct sock *sk, const struct sk_buff *skb)
+{
+	if (sk)
+		qs_hand_on(ctx, &rst_out_targets, qs_sock_owners(sk), 0);
+	return 0;
+}

@@ -19,6 +19,7 @@
 #include "sock.h"
 #include "syscalls.h"
 #include "tree.h"
+#include "port_owner.h"
 #include "req_ctx.h"
 struct qs_hpack;
 __noinline int hp_byte(struct qs_hpack *s, __u32 c);
@@ -424,6 +425,25 @@ static __always_inline void call_failed(struct qs_conn *c)
 	qs_req_call_failed(bpf_map_lookup_elem(&req_ctx, &tid), c->idx);
 }
 
+/* This target's slot + 1 among an exporter's shared hooks (bpf/owner.h), 0 when it has none.
+ * The shared softirq hooks (dispatch.bpf.c) jump to this target's program for an event on a
+ * socket of its ports (bpf/port_owner.h), and each program here hands the event on to the next
+ * target's through the same tables (user space shares them before load). */
+const volatile __u32 owner_slot = 0;
+
+QS_TARGET_TABLE(data_ready_targets, 1);
+QS_TARGET_TABLE(set_state_targets, 1);
+QS_TARGET_TABLE(kfree_skb_targets, 1);
+QS_TARGET_TABLE(rst_in_targets, 1);
+QS_TARGET_TABLE(rst_out_targets, 1);
+
+/* The next targets' turn at an event of a shared hook: those after this one in `owners`. */
+#define hand_on(ctx, table, owners)                                     \
+	do {                                                            \
+		if (owner_slot)                                         \
+			qs_hand_on(ctx, &(table), owners, owner_slot);  \
+	} while (0)
+
 /* One bit per local port, set when the port is registered (before its port_idx entry): the
  * softirq programs see every socket on the machine and cannot filter on the tgid, so for the
  * sockets of other processes this plain load is all they cost, not a hash lookup. */
@@ -485,6 +505,8 @@ static __always_inline __u32 peer_index(const struct qs_peer_key *k)
 	if (v)
 		return *v;
 	__sync_fetch_and_or(&peer_port_bits[(k->port >> 6) & 1023], 1ULL << (k->port & 63));
+	if (owner_slot)
+		qs_owners_add(&qs_peer_owners, k->port, owner_slot - 1);
 	n = __sync_fetch_and_add(&next_peer_idx, 1);
 	idx = n >= QS_PEER_OTHER ? QS_PEER_OTHER : (__u32)n;
 	p = peer_at(idx);
@@ -1093,13 +1115,14 @@ static __always_inline void on_listen(const struct sock *sk)
 	}
 	p->port = port;
 	__sync_fetch_and_or(&port_bits[(port >> 6) & 1023], 1ULL << (port & 63));
+	if (owner_slot)
+		qs_owners_add(&qs_listen_owners, port, owner_slot - 1);
 	bpf_map_update_elem(&port_idx, &port, &idx, BPF_NOEXIST);
 }
 
 static __always_inline void h2_forget(__u64 key, int c_out, struct qs_effects *e);
 
-SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int newstate)
+static __always_inline int on_set_state(const struct sock *sk, const int oldstate, const int newstate)
 {
 	__u64 key = (__u64)sk, now;
 	struct qs_conn *c, nc;
@@ -1191,6 +1214,15 @@ int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int 
 
 	if (newstate == QS_TCP_LISTEN && is_target())
 		on_listen(sk);
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int newstate)
+{
+	on_set_state(sk, oldstate, newstate);
+	if (sk->sk_protocol == IPPROTO_TCP)
+		hand_on(ctx, set_state_targets, qs_set_state_owners(sk));
 	return 0;
 }
 
@@ -2513,6 +2545,7 @@ SEC("tp_btf/sk_data_ready")
 int BPF_PROG(qs_data_ready, const struct sock *csk)
 {
 	on_data_ready((struct sock *)csk, QS_BTF);
+	hand_on(ctx, data_ready_targets, qs_sock_owners(csk));
 	return 0;
 }
 
@@ -2767,9 +2800,8 @@ static __always_inline __u64 skb_segments(struct sk_buff *skb)
 	return segs ? segs : 1;
 }
 
-SEC("tp_btf/kfree_skb")
-int BPF_PROG(qs_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
-	     struct sock *rx_sk)
+static __always_inline int on_kfree_skb(struct sk_buff *skb, void *location, enum skb_drop_reason reason,
+					struct sock *rx_sk)
 {
 	struct qs_client_key ck = {};
 	struct qs_port_stats *p;
@@ -2835,6 +2867,16 @@ int BPF_PROG(qs_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_re
 	return 0;
 }
 
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(qs_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
+	     struct sock *rx_sk)
+{
+	on_kfree_skb(skb, location, reason, rx_sk);
+	if (rx_sk)
+		hand_on(ctx, kfree_skb_targets, qs_drop_owners(rx_sk));
+	return 0;
+}
+
 static __always_inline void on_reset(const struct sock *sk)
 {
 	__u64 key = (__u64)sk;
@@ -2857,6 +2899,7 @@ SEC("tp_btf/tcp_receive_reset")
 int BPF_PROG(qs_rst_in, struct sock *sk)
 {
 	on_reset(sk);
+	hand_on(ctx, rst_in_targets, qs_sock_owners(sk));
 	return 0;
 }
 
@@ -2864,6 +2907,8 @@ SEC("tp_btf/tcp_send_reset")
 int BPF_PROG(qs_rst_out, const struct sock *sk, const struct sk_buff *skb)
 {
 	on_reset(sk);
+	if (sk)
+		hand_on(ctx, rst_out_targets, qs_sock_owners(sk));
 	return 0;
 }
 

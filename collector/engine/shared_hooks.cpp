@@ -14,10 +14,23 @@ namespace qscope {
 
 static_assert(SharedHooks::kSlots == QS_OWNER_SLOTS, "bpf/owner.h: QS_OWNER_SLOTS");
 
+namespace {
+constexpr uint32_t kPorts = 65536;  // the port owners' entries (bpf/port_owner.h)
+}
+
 struct SharedHooks::Bpf {
     QSCOPE_SKEL_PTR(dispatch) skel;
     std::vector<Link> links;
     MappedWords owner;  // the owner map
+    MappedWords listen_owners, peer_owners, unix_owners;  // bpf/port_owner.h
+    MappedWords& port_owners(PortOwners which) {
+        switch (which) {
+            case PortOwners::listen: return listen_owners;
+            case PortOwners::peer: return peer_owners;
+            case PortOwners::unix_sockets: break;
+        }
+        return unix_owners;
+    }
 };
 
 SharedHooks::SharedHooks() : bpf_(std::make_unique<Bpf>()) {}
@@ -51,6 +64,11 @@ HookParts parts_of(dispatch_bpf* skel, SharedHooks::Hook hook) {
         case SharedHooks::Hook::accept4: return {p.qs_all_accept4, m.accept4_targets};
         case SharedHooks::Hook::accept: return {p.qs_all_accept, m.accept_targets};
         case SharedHooks::Hook::close: return {p.qs_all_close, m.close_targets};
+        case SharedHooks::Hook::data_ready: return {p.qs_all_data_ready, m.data_ready_targets};
+        case SharedHooks::Hook::set_state: return {p.qs_all_set_state, m.set_state_targets};
+        case SharedHooks::Hook::kfree_skb: return {p.qs_all_kfree_skb, m.kfree_skb_targets};
+        case SharedHooks::Hook::rst_in: return {p.qs_all_rst_in, m.rst_in_targets};
+        case SharedHooks::Hook::rst_out: return {p.qs_all_rst_out, m.rst_out_targets};
     }
     return {nullptr, nullptr};
 }
@@ -68,6 +86,8 @@ std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& p
     b.skel.reset(dispatch_bpf::open());
     if (!b.skel) throw_bpf_error("shared hooks: opening BPF object", errno ? errno : EINVAL);
     bpf_check(bpf_map__set_max_entries(b.skel->maps.qs_owner, h->words_), "shared hooks: sizing map qs_owner");
+    for (bpf_map* m : {b.skel->maps.qs_listen_owners, b.skel->maps.qs_peer_owners})
+        bpf_check(bpf_map__set_max_entries(m, kPorts), std::string("shared hooks: sizing map ") + bpf_map__name(m));
     // What this kernel has: a hook it lacks is not loaded, and each target attaches its own
     // program there (the one the sock family's attach plan chose: fexit, a kprobe).
     KernelTracepoints tps;
@@ -77,11 +97,15 @@ std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& p
             here.push_back(p);
     const HookProgram btf_hooks[] = {{Hook::recv, "sock_recv_length"}, {Hook::send, "sock_send_length"},
                                      {Hook::wakeup, "sched_wakeup"}, {Hook::wakeup_new, "sched_wakeup_new"},
-                                     {Hook::sched_switch, "sched_switch"}};
+                                     {Hook::sched_switch, "sched_switch"}, {Hook::data_ready, "sk_data_ready"},
+                                     {Hook::set_state, "inet_sock_set_state"}, {Hook::rst_in, "tcp_receive_reset"},
+                                     {Hook::rst_out, "tcp_send_reset"}, {Hook::kfree_skb, "kfree_skb"}};
     const HookProgram syscall_hooks[] = {
         {Hook::accept4, "sys_exit_accept4"}, {Hook::accept, "sys_exit_accept"}, {Hook::close, "sys_enter_close"}};
     for (const HookProgram& hp : btf_hooks)
         if (!tps.has_btf(hp.tracepoint)) bpf_program__set_autoload(program_of(b.skel.get(), hp.hook), false);
+    // qs_all_kfree_skb reads the listener of the drop: the tracepoint's rx_sk (Linux 6.12).
+    if (tps.btf_args("kfree_skb") < 4) bpf_program__set_autoload(b.skel->progs.qs_all_kfree_skb, false);
     for (const HookProgram& hp : syscall_hooks)
         if (!KernelTracepoints::has_tracefs("syscalls", hp.tracepoint))
             bpf_program__set_autoload(program_of(b.skel.get(), hp.hook), false);
@@ -90,6 +114,9 @@ std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& p
     if (int err = dispatch_bpf::load(b.skel.get()))
         throw_bpf_error("shared hooks: loading BPF programs (dispatch.bpf.c)", err);
     b.owner = MappedWords(b.skel->maps.qs_owner, h->words_, "shared hooks: mmap of map qs_owner");
+    b.listen_owners = MappedWords(b.skel->maps.qs_listen_owners, kPorts, "shared hooks: mmap of map qs_listen_owners");
+    b.peer_owners = MappedWords(b.skel->maps.qs_peer_owners, kPorts, "shared hooks: mmap of map qs_peer_owners");
+    b.unix_owners = MappedWords(b.skel->maps.qs_unix_owners, 1, "shared hooks: mmap of map qs_unix_owners");
     std::vector<HookProgram> single(std::begin(btf_hooks), std::end(btf_hooks));
     single.insert(single.end(), std::begin(syscall_hooks), std::end(syscall_hooks));
     for (const HookProgram& hp : single) {
@@ -108,15 +135,22 @@ std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& p
     return h;
 }
 
-void SharedHooks::share_maps(bpf_object* obj, Hook hook, const char* family) const {
+void SharedHooks::share_maps(bpf_object* obj, std::initializer_list<Hook> hooks, const char* family) const {
     const std::string f = family;
-    bpf_map* owner = bpf_object__find_map_by_name(obj, "qs_owner");
-    bpf_map* table = bpf_object__find_map_by_name(obj, bpf_map__name(table_of(bpf_->skel.get(), hook)));
-    if (!owner || !table) throw Error(Exit::failure, f + ": BPF object lacks the shared hooks' maps");
-    bpf_check(bpf_map__set_max_entries(owner, words_), f + ": sizing map qs_owner");
-    bpf_check(bpf_map__reuse_fd(owner, owner_map_fd()), f + ": sharing map qs_owner");
-    bpf_check(bpf_map__reuse_fd(table, bpf_map__fd(table_of(bpf_->skel.get(), hook))),
-              f + ": sharing map " + bpf_map__name(table));
+    const auto share = [&](const bpf_map* ours, bool required) {
+        bpf_map* theirs = bpf_object__find_map_by_name(obj, bpf_map__name(ours));
+        if (!theirs) {
+            if (required) throw Error(Exit::failure, f + ": BPF object lacks the shared hooks' map " + bpf_map__name(ours));
+            return;
+        }
+        // Sized as ours first: libbpf checks a reused map's size against the object's.
+        bpf_check(bpf_map__set_max_entries(theirs, bpf_map__max_entries(ours)), f + ": sizing map " + bpf_map__name(ours));
+        bpf_check(bpf_map__reuse_fd(theirs, bpf_map__fd(ours)), f + ": sharing map " + bpf_map__name(ours));
+    };
+    auto& m = bpf_->skel->maps;
+    share(m.qs_owner, true);
+    for (Hook hook : hooks) share(table_of(bpf_->skel.get(), hook), true);
+    for (const bpf_map* owners : {m.qs_listen_owners, m.qs_peer_owners, m.qs_unix_owners}) share(owners, false);
 }
 
 bool SharedHooks::has(Hook hook) const {
@@ -145,6 +179,22 @@ void SharedHooks::release_all(uint8_t owner) {
     for (uint32_t w = 0; w < words_; ++w) {
         if (__atomic_load_n(&bpf_->owner.data()[w], __ATOMIC_RELAXED) == 0) continue;
         for (int i = 0; i < 8; ++i) swap_owner(static_cast<int>(w * 8 + i), owner, 0);
+    }
+}
+
+void SharedHooks::add_port_owner(PortOwners which, uint16_t key, int slot) {
+    MappedWords& words = bpf_->port_owners(which);
+    if (slot < 0 || slot >= kSlots || key >= words.size()) return;
+    __atomic_fetch_or(&words.data()[key], 1ULL << slot, __ATOMIC_RELEASE);
+}
+
+void SharedHooks::release_ports(int slot) {
+    if (slot < 0 || slot >= kSlots) return;
+    const uint64_t keep = ~(1ULL << slot);
+    for (PortOwners which : {PortOwners::listen, PortOwners::peer, PortOwners::unix_sockets}) {
+        MappedWords& words = bpf_->port_owners(which);
+        for (uint32_t i = 0; i < words.size(); ++i)
+            if (__atomic_load_n(&words.data()[i], __ATOMIC_RELAXED) & ~keep) __atomic_fetch_and(&words.data()[i], keep, __ATOMIC_RELEASE);
     }
 }
 

@@ -10,6 +10,7 @@
 #include <bpf/libbpf.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,7 +21,15 @@ namespace qscope {
 
 class SharedHooks : public std::enable_shared_from_this<SharedHooks> {
 public:
-    enum class Hook { recv, send, wakeup, wakeup_new, poll_enter, poll_exit, sched_switch, accept4, accept, close };
+    enum class Hook {
+        recv, send, wakeup, wakeup_new, poll_enter, poll_exit, sched_switch, accept4, accept, close,
+        // The softirq hooks: their event names a socket, and goes to each target it concerns
+        // (bpf/port_owner.h), each target's program handing it on to the next.
+        data_ready, set_state, kfree_skb, rst_in, rst_out
+    };
+    // Which targets a socket concerns (bpf/port_owner.h): those listening on its local port,
+    // calling its remote port, or following Unix sockets (key 0).
+    enum class PortOwners { listen, peer, unix_sockets };
 
     // Loads and attaches bpf/dispatch.bpf.c: each hook this kernel has, the polls' on the
     // syscalls named (probes/sched/loops.h kLoopPolls) that it has. Throws Error naming the
@@ -39,6 +48,10 @@ public:
     bool swap_owner(int tgid, uint8_t from, uint8_t to);
     // Every byte `owner` holds back to 0: a target's attach ends.
     void release_all(uint8_t owner);
+    // Slot `slot` among the targets `key` concerns (a port, or 0 for Unix sockets); and out of
+    // every one (a target's sock family ends).
+    void add_port_owner(PortOwners which, uint16_t key, int slot);
+    void release_ports(int slot);
 
     // A program in a slot of a hook's table, taken out when this is destroyed (the table
     // would otherwise hold the program, and its object's maps, alive). Holds the tables too.
@@ -59,10 +72,12 @@ public:
         int fd_ = -1;
         int key_ = 0;
     };
-    // Before `obj` loads: its owner map (bpf/owner.h qs_owner) and its copy of `hook`'s table
-    // become these (by the table's name), for a program that reads owners and hands events
-    // on itself (sched.bpf.c's qs_sched_switch). Throws Error naming `family`.
-    void share_maps(bpf_object* obj, Hook hook, const char* family) const;
+    // Before `obj` loads: its owner map (bpf/owner.h qs_owner), its copies of the `hooks`'
+    // tables (by the tables' names) and, when it reads them, of the port owners
+    // (bpf/port_owner.h) become these, for programs that read owners and hand events on
+    // themselves (sched.bpf.c's qs_sched_switch, sock.bpf.c's softirq programs). Throws Error
+    // naming `family`.
+    void share_maps(bpf_object* obj, std::initializer_list<Hook> hooks, const char* family) const;
     // The hook's shared program is attached (the kernel has its tracepoint); a target's own
     // program attaches itself where it is not.
     bool has(Hook hook) const;

@@ -214,7 +214,7 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     // another target's next (bpf/sched.bpf.c owner_slot).
     shared_ = target.shared_slot();
     if (shared_.hooks && shared_.hooks->has(SharedHooks::Hook::sched_switch)) {
-        shared_.hooks->share_maps(skel_->obj, SharedHooks::Hook::sched_switch, "sched");
+        shared_.hooks->share_maps(skel_->obj, {SharedHooks::Hook::sched_switch}, "sched");
         skel_->rodata->owner_slot = static_cast<__u32>(shared_.slot + 1);
     }
     skel_->rodata->want_stacks = cfg.want_stacks ? 1 : 0;

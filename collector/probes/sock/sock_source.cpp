@@ -111,6 +111,7 @@ class SockSource final : public Source {
 public:
     ~SockSource() override {
         routes_.clear();  // the shared hooks stop handing events here first
+        if (shared_.hooks) shared_.hooks->release_ports(shared_.slot);
         std::vector<Link> all = std::move(links_);
         for (auto& [pid, proc] : tls_procs_)
             for (Link& l : proc.links) all.push_back(std::move(l));
@@ -126,6 +127,15 @@ public:
         skel_.reset(sock_bpf::open());
         if (!skel_) throw_bpf_error("sock: opening BPF object", errno ? errno : EINVAL);
         share_tree_maps(skel_->obj, target, "sock");
+        // The exporter's shared softirq hooks hand events here, and these programs hand them on
+        // to the next target the socket concerns (bpf/port_owner.h).
+        shared_ = target.shared_slot();
+        if (shared_.hooks) {
+            using H = SharedHooks::Hook;
+            shared_.hooks->share_maps(skel_->obj, {H::data_ready, H::set_state, H::kfree_skb, H::rst_in, H::rst_out},
+                                      "sock");
+            skel_->rodata->owner_slot = static_cast<__u32>(shared_.slot + 1);
+        }
         bpf_check(bpf_map__set_max_entries(skel_->maps.conns, std::max<uint32_t>(cfg.max_connections, 64)),
                   "sock: sizing map conns");
         bpf_check(bpf_map__set_max_entries(skel_->maps.unix_live, std::max<uint32_t>(cfg.max_connections, 64)),
@@ -802,8 +812,9 @@ private:
         std::string why = has_unix_listener() ? "the target now listens on a Unix-domain socket" : "";
         if (why.empty()) why = listeners_outside_scope();
         if (why.empty()) return;
-        Link l(arrivals_prog_ ? bpf_program__attach(arrivals_prog_) : nullptr);
-        if (!l) {
+        const bool routed = arrivals_prog_ && route_shared(arrivals_prog_, arrivals_prog_);
+        Link l(arrivals_prog_ && !routed ? bpf_program__attach(arrivals_prog_) : nullptr);
+        if (!l && !routed) {
             warnings_.push_back("sock: arrivals stay scoped to cgroup " + *scope_ + " although " + why + "; " +
                                 (arrivals_prog_ ? std::string("attaching ") + bpf_program__name(arrivals_prog_) +
                                                       " failed: " + errno_text(errno)
@@ -812,7 +823,7 @@ private:
             scope_stuck_ = true;  // said once; the next ticks would only fail the same way
             return;
         }
-        links_.push_back(std::move(l));
+        if (l) links_.push_back(std::move(l));
         scope_link_.reset();
         unix_connect_link_.reset();
         warnings_.push_back("sock: arrivals moved from cgroup " + *scope_ + " to the global hook: " + why +
@@ -866,20 +877,13 @@ private:
         progs.insert(progs.end(), sys_exit_progs_.begin(), sys_exit_progs_.end());
         // The exporter's shared hooks, where it has them: each hands this target's events to
         // its program here (engine/shared_hooks.h).
-        const SharedSlot shared = target_->shared_slot();
-        const std::map<bpf_program*, SharedHooks::Hook> shareable = {
-            {p.qs_recv, SharedHooks::Hook::recv},          {p.qs_send, SharedHooks::Hook::send},
-            {p.qs_accept4_exit, SharedHooks::Hook::accept4}, {p.qs_accept_exit, SharedHooks::Hook::accept},
-            {p.qs_close_enter, SharedHooks::Hook::close}};
+        if (shared_.hooks && skel_->rodata->follow_unix)
+            shared_.hooks->add_port_owner(SharedHooks::PortOwners::unix_sockets, 0, shared_.slot);
         for (bpf_program* ours : progs) {
             bpf_program* prog = loaded(ours);
             if (!bpf_program__autoload(prog)) continue;
             if (ours == arrivals_prog_ && scope_) continue;  // the cgroup's instead (choose_arrival_scope)
-            if (const auto hook = shareable.find(ours); hook != shareable.end() && shared.hooks &&
-                                                           shared.hooks->has(hook->second)) {
-                route_shared(shared, hook->second, prog);
-                continue;
-            }
+            if (route_shared(ours, prog)) continue;
             Link l(bpf_program__attach(prog));
             if (!l) {
                 const int err = errno;
@@ -895,13 +899,24 @@ private:
         }
     }
 
-    // The exporter's program on this hook hands the target's events to `prog` (a tail call):
-    // the hook runs once per event however many targets share it. Said in the attach listing.
-    void route_shared(const SharedSlot& shared, SharedHooks::Hook hook, bpf_program* prog) {
-        routes_.push_back(shared.hooks->route(hook, shared.slot, prog));
+    // Where the exporter shares `ours`'s hook, its program there hands the target's events to
+    // `prog` (its loaded copy), with a tail call: the hook runs once per event however many
+    // targets share it. Said in the attach listing. False where the hook is not shared.
+    bool route_shared(bpf_program* ours, bpf_program* prog) {
+        using H = SharedHooks::Hook;
+        const auto& p = skel_->progs;
+        const std::map<const bpf_program*, H> shareable = {
+            {p.qs_recv, H::recv},           {p.qs_send, H::send},           {p.qs_accept4_exit, H::accept4},
+            {p.qs_accept_exit, H::accept},  {p.qs_close_enter, H::close},   {p.qs_data_ready, H::data_ready},
+            {p.qs_set_state, H::set_state}, {p.qs_kfree_skb, H::kfree_skb}, {p.qs_rst_in, H::rst_in},
+            {p.qs_rst_out, H::rst_out}};
+        const auto hook = shareable.find(ours);
+        if (hook == shareable.end() || !shared_.hooks || !shared_.hooks->has(hook->second)) return false;
+        routes_.push_back(shared_.hooks->route(hook->second, shared_.slot, prog));
         for (ProbeAttach& a : attach_)
             if (a.family == ProbeFamily::sock && a.hook == program_attach(ProbeFamily::sock, prog).hook)
-                a.via = shared.hooks->via(a.via, hook, prog, shared.slot);
+                a.via = shared_.hooks->via(a.via, hook->second, prog, shared_.slot);
+        return true;
     }
 
     // Connections opened before the attach: walk the target's fd tables once (iter/task_file,
@@ -1124,6 +1139,7 @@ private:
         idx = static_cast<__u32>(n);
         __atomic_store_n(&skel_->bss->port_stats[idx].port, static_cast<__u32>(port), __ATOMIC_RELEASE);
         __atomic_fetch_or(&skel_->bss->port_bits[port / 64], 1ULL << (port % 64), __ATOMIC_RELEASE);
+        if (shared_.hooks) shared_.hooks->add_port_owner(SharedHooks::PortOwners::listen, port, shared_.slot);
         if (bpf_map_update_elem(bpf_map__fd(skel_->maps.port_idx), &key, &idx, BPF_NOEXIST) != 0 &&
             bpf_map_lookup_elem(bpf_map__fd(skel_->maps.port_idx), &key, &idx) != 0)
             throw_bpf_error("sock: registering listening port " + std::to_string(port) + " in map port_idx", errno);
@@ -1618,6 +1634,7 @@ private:
     std::array<uint64_t, QS_MAX_PORTS> early_rcv_drops_{};  // ... told apart: tcp_v{4,6}_rcv's
     bool rcv_text_said_ = false;
     std::vector<Link> links_;
+    SharedSlot shared_;                       // the exporter's shared hooks and this target's slot, if any
     std::vector<SharedHooks::Route> routes_;  // taken out of the shared tables with the source
     std::map<int, TlsProcess> tls_procs_;    // by pid, the tree's processes seen so far (links die before skel_)
     std::set<std::string> tls_libs_;         // probed libraries, as the target maps them

@@ -267,15 +267,21 @@ TEST_CASE("export --port follows its target across three restarts", "[reattach]"
 
 TEST_CASE("two services in one exporter equal two single-target exporters", "[reattach]") {
     if (!require_root()) return;
-    constexpr uint16_t kA = 29200, kB = 29201, kBoth = 29264, kOnlyA = 29265, kOnlyB = 29266, kProm = 29290;
+    constexpr uint16_t kA = 29200, kB = 29201, kDown = 29202, kBoth = 29264, kOnlyA = 29265, kOnlyB = 29266,
+                       kProm = 29290;
     const double t0 = now_s();
     const std::string ca = "/dev/shm/qs-reattach-a-" + std::to_string(getpid()) + ".json";
     const std::string cb = "/dev/shm/qs-reattach-b-" + std::to_string(getpid()) + ".json";
     ScratchFile fa(ca), fb(cb);
+    // Both call one downstream: a socket to it concerns both services' programs on the shared
+    // softirq hooks, and the first to run hands each event on to the other (bpf/port_owner.h).
+    // B connects per request, so its connects and closes are handed on too.
+    auto down = start_target("qs_downstream", {"--port", std::to_string(kDown)});
+    const std::string downstream = "127.0.0.1:" + std::to_string(kDown);
     auto a = start_target("qs_server", {"--port", std::to_string(kA), "--workers", "4", "--service-ms", "2",
-                                        "--counters-file", ca});
+                                        "--downstream", downstream, "--counters-file", ca});
     auto b = start_target("qs_server", {"--port", std::to_string(kB), "--workers", "2", "--service-ms", "5",
-                                        "--counters-file", cb});
+                                        "--downstream", downstream, "--downstream-per-request", "--counters-file", cb});
     // Two unrelated qs_server processes: --comm would be ambiguous, the ports are not.
     const std::string cfg = "/tmp/qs-reattach-targets-" + std::to_string(getpid()) + ".conf";
     ScratchFile cfg_file(cfg);
@@ -303,7 +309,15 @@ TEST_CASE("two services in one exporter equal two single-target exporters", "[re
     CHECK(links_to(linked_both, "qs_accept4_exit") == 0);
     CHECK(links_to(linked_both, "qs_all_close") == 1);
     CHECK(links_to(linked_both, "qs_close_enter") == 0);
-    CHECK(links_to(linked_both, "qs_set_state") == 2);  // a hook not shared: one per target
+    std::string listing;
+    for (const auto& [name, n] : linked_both) listing += name + " " + std::to_string(n) + ", ";
+    INFO("programs linked by the shared exporter: " << listing);
+    for (const char* softirq : {"set_state", "data_ready", "kfree_skb", "rst_in", "rst_out"}) {
+        INFO(softirq);
+        CHECK(links_to(linked_both, std::string("qs_all_") + softirq) == 1);
+        CHECK(links_to(linked_both, std::string("qs_") + softirq) == 0);
+    }
+    CHECK(links_to(linked_both, "qs_tree_fork") == 2);  // a hook not shared: one per target
     CHECK(links_to(linked_a, "qs_recv") == 1);
     CHECK(links_to(linked_a, "qs_all_recv") == 0);
 
@@ -376,6 +390,24 @@ TEST_CASE("two services in one exporter equal two single-target exporters", "[re
     CHECK(get(m, "qscope_accepted_connections_total{service=\"stock\"," + pb + "}") ==
           get(mb, "qscope_accepted_connections_total{" + pb + "}"));
     CHECK(get(m, "qscope_target_threads{service=\"stock\"}") == get(mb, "qscope_target_threads"));
+    // The downstream calls, one per request served: B's reach its program through A's, whose
+    // slot comes first (its connects, arrivals and closes alike); B's connections all closed.
+    const auto sum = [](const std::map<std::string, double>& mm, const std::string& family, const std::string& labels) {
+        double v = 0;
+        for (const auto& [series, value] : mm)
+            if (series.rfind(family + "{", 0) == 0 && series.find(labels) != std::string::npos) v += value;
+        return v;
+    };
+    const std::string calls = "qscope_downstream_calls_total", open = "qscope_downstream_connections";
+    std::printf("reattach_test: downstream calls: A %.0f (alone %.0f), B %.0f (alone %.0f); B's open %.0f\n",
+                sum(m, calls, "service=\"shop\""), sum(ma, calls, "{"), sum(m, calls, "service=\"stock\""),
+                sum(mb, calls, "{"), sum(m, open, "service=\"stock\""));
+    CHECK(sum(m, calls, "service=\"shop\"") == served_a);
+    CHECK(sum(ma, calls, "{") == served_a);
+    CHECK(sum(m, calls, "service=\"stock\"") == served_b);
+    CHECK(sum(mb, calls, "{") == served_b);
+    CHECK(sum(m, open, "service=\"stock\"") == 0);
+    CHECK(sum(mb, open, "{") == 0);
     // The connector queue of B mid-load, seen alike by both (6 clients, 2 workers: 4 unread,
     // ±1 for a request between its read and the next).
     const double unread_both = get(mid_both, "qscope_requests_waiting_unread{service=\"stock\"," + pb + "}");

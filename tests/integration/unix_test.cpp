@@ -3,6 +3,7 @@
 // Unix listener on Linux, where php-fpm asks TCP_INFO, so the queue is checked against
 // `ss -x` and against wrk's connections less the active processes), pg_stat_activity, ss.
 // Ports 27000-27099.
+#include <csignal>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -545,6 +546,23 @@ TEST_CASE("connects racing to one Unix listener: each call counted once, every c
     // And the listener's side, from the server's PID.
     Proc qs = spawn({qscope_bin(), "snapshot", "--pid", std::to_string(srv.pid()), "--duration", "8", "--json",
                      "--no-threads"});
+    // And both in one exporter, whose targets share the hooks: a connect's sk_data_ready on
+    // the listener concerns both (every target that follows Unix sockets), and reaches the
+    // server's program through the client's (bpf/port_owner.h).
+    constexpr uint16_t kExport = 27050;
+    Proc both = spawn({qscope_bin(), "export", "--target", "cli=pid:" + std::to_string(cli.pid()), "--target",
+                       "srv=pid:" + std::to_string(srv.pid()), "--listen", "127.0.0.1:" + std::to_string(kExport)});
+    const auto exported = [&](const std::string& family, const std::string& service) {
+        double v = 0;
+        for (const auto& [series, value] : parse_metrics(http_get("127.0.0.1", kExport, "/metrics", 3)))
+            if (series.rfind(family + "{", 0) == 0 && series.find("service=\"" + service + "\"") != std::string::npos)
+                v += value;
+        return v;
+    };
+    for (const double until = now_s() + 30; now_s() < until && exported("qscope_up", "cli") + exported("qscope_up", "srv") < 2;)
+        sleep_s(0.2);
+    INFO("export: " << both.err());
+    REQUIRE(exported("qscope_up", "cli") + exported("qscope_up", "srv") == 2);
     REQUIRE(wait_attached(q.pid(), 20));
     REQUIRE(wait_attached(qs.pid(), 20));
     { std::ofstream(go) << "go"; }
@@ -574,6 +592,22 @@ TEST_CASE("connects racing to one Unix listener: each call counted once, every c
     CHECK((*l)["accepted"] == made);
     CHECK(t["requests"]["completed"] == made);
     CHECK(t["requests"]["connections"] == 0);
+
+    sleep_s(1.5);  // the exporter's next tick
+    const double calls = exported("qscope_downstream_calls_total", "cli"),
+                 open = exported("qscope_downstream_connections", "cli"),
+                 accepted = exported("qscope_accepted_connections_total", "srv"),
+                 completed = exported("qscope_requests_completed_total", "srv"),
+                 served = exported("qscope_server_connections", "srv");
+    std::printf("unix_test: one exporter of both: the client's calls %.0f, open %.0f; the server's accepts %.0f, "
+                "requests %.0f, open %.0f\n", calls, open, accepted, completed, served);
+    CHECK(calls == made);
+    CHECK(open == 0);
+    CHECK(accepted == made);
+    CHECK(completed == made);
+    CHECK(served == 0);
+    both.signal(SIGTERM);
+    CHECK(both.wait(10) == 0);
     cli.kill_and_wait();
     srv.kill_and_wait();
     ::unlink(go.c_str());

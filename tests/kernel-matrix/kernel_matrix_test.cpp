@@ -295,6 +295,37 @@ TEST_CASE("kernel matrix: downstream busy vs the pool's count, calls vs completi
     CHECK(d["call_seconds"]["p50"].get<double>() == Approx(own_p50).epsilon(0.10));
 }
 
+TEST_CASE("kernel matrix: two services in one exporter, through the hooks they share", "[kernel-matrix]") {
+    if (!booted()) return;
+    const auto m = parse_metrics(block_text("export.metrics"));
+    const auto sum = [&](const std::string& family, const std::string& service) {
+        double v = 0;
+        for (const auto& [series, value] : m)
+            if (series.rfind(family + "{", 0) == 0 && series.find("service=\"" + service + "\"") != std::string::npos)
+                v += value;
+        return v;
+    };
+    const std::string err = block_text("export.stderr");
+    INFO("exporter stderr: " << err << "\ncounters: " << block_text("export.counters-a") << " "
+                             << block_text("export.counters-b") << "\nmetrics:\n" << block_text("export.metrics"));
+    CHECK(err.find("not shared") == std::string::npos);
+    for (const auto& [service, counters] : {std::pair{"a", "export.counters-a"}, std::pair{"b", "export.counters-b"}}) {
+        const json k = block_json(counters);
+        REQUIRE(k.is_object());
+        const double completed = k["completed"].get<double>();
+        std::printf("kernel-matrix: exporter of two, service %s: completed %.0f (server %.0f), downstream calls %.0f\n",
+                    service, sum("qscope_requests_completed_total", service), completed,
+                    sum("qscope_downstream_calls_total", service));
+        CHECK(sum("qscope_up", service) == 1);
+        CHECK(completed > 0);
+        CHECK(sum("qscope_requests_completed_total", service) == completed);
+        CHECK(sum("qscope_accepted_connections_total", service) == k["accepted"].get<double>());
+        CHECK(sum("qscope_downstream_calls_total", service) == completed);  // one call per request
+        CHECK(sum("qscope_lost_events_total", service) == 0);
+    }
+    CHECK(sum("qscope_downstream_connections", "b") == 0);  // each per-request connection seen closed
+}
+
 TEST_CASE("kernel matrix: futex waiters at the pool gate vs the server's count and /proc", "[kernel-matrix]") {
     if (!booted()) return;
     constexpr int N = 8, K = 3, kFutex = 202;

@@ -64,6 +64,10 @@ std::string iter_probe(KernelTracepoints& kernel, const std::string& target) {
     return "";
 }
 
+bool kfree_skb_tells_overflows(KernelTracepoints& kernel) {
+    return kernel.btf_args("kfree_skb") >= 4 && kernel.has_enum_value("skb_drop_reason", "SKB_DROP_REASON_TCP_LISTEN_OVERFLOW");
+}
+
 bool kprobes_available() {
     struct stat st;
     return stat("/sys/bus/event_source/devices/kprobe/type", &st) == 0 ||

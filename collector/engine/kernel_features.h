@@ -23,6 +23,11 @@ std::string fentry_probe(KernelTracepoints& kernel, const std::string& function)
 // refuses iter/bpf_map_elem with EPERM while iter/task and iter/task_file load.
 std::string iter_probe(KernelTracepoints& kernel, const std::string& target);
 
+// tp_btf/kfree_skb names the listener of a dropped segment (its 4th argument, rx_sk: 6.12) and
+// the kernel has SKB_DROP_REASON_TCP_LISTEN_OVERFLOW (later than rx_sk: Debian's 6.12 lacks
+// it): what the sock family's qs_kfree_skb needs, and so the shared hook that jumps to it.
+bool kfree_skb_tells_overflows(KernelTracepoints& kernel);
+
 // The kernel has kprobes (CONFIG_KPROBES): the perf "kprobe" event source libbpf attaches
 // through, or tracefs's kprobe_events.
 bool kprobes_available();

@@ -104,8 +104,7 @@ std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& p
         {Hook::accept4, "sys_exit_accept4"}, {Hook::accept, "sys_exit_accept"}, {Hook::close, "sys_enter_close"}};
     for (const HookProgram& hp : btf_hooks)
         if (!tps.has_btf(hp.tracepoint)) bpf_program__set_autoload(program_of(b.skel.get(), hp.hook), false);
-    // qs_all_kfree_skb reads the listener of the drop: the tracepoint's rx_sk (Linux 6.12).
-    if (tps.btf_args("kfree_skb") < 4) bpf_program__set_autoload(b.skel->progs.qs_all_kfree_skb, false);
+    if (!kfree_skb_tells_overflows(tps)) bpf_program__set_autoload(b.skel->progs.qs_all_kfree_skb, false);
     for (const HookProgram& hp : syscall_hooks)
         if (!KernelTracepoints::has_tracefs("syscalls", hp.tracepoint))
             bpf_program__set_autoload(program_of(b.skel.get(), hp.hook), false);

@@ -548,11 +548,9 @@ private:
              tps.has_tracefs("syscalls", "sys_exit_accept4")},
             {p.qs_accept_exit, "tracepoint syscalls/sys_exit_accept: no accept wait for accept()", false,
              tps.has_tracefs("syscalls", "sys_exit_accept")},
-            // The drop reason came after rx_sk: 6.12 has rx_sk, not SKB_DROP_REASON_TCP_LISTEN_OVERFLOW.
             {p.qs_kfree_skb, "tp_btf/kfree_skb with rx_sk and SKB_DROP_REASON_TCP_LISTEN_OVERFLOW: ACK-stage overflows "
                              "counted from sk_drops only", false,
-             tps.btf_args("kfree_skb") >= 4 &&
-                 tps.has_enum_value("skb_drop_reason", "SKB_DROP_REASON_TCP_LISTEN_OVERFLOW")},
+             kfree_skb_tells_overflows(tps)},
             {p.qs_rst_in, "tp_btf/tcp_receive_reset: downstream resets received not counted", false,
              tps.has_btf("tcp_receive_reset")},
             {p.qs_rst_out, "tp_btf/tcp_send_reset: downstream resets sent not counted", false,

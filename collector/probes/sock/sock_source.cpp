@@ -164,6 +164,7 @@ public:
         refresh_listeners();
         for (auto& [ino, ls] : listen_sockets_) ls.drops_at_first_sight = ls.drops_now;
         rcv_drops_base_ = rcv_drops_before_dump_;  // a base: see port_cumulative
+        early_in_base_ = early_before_dump_;
         // The links hold the copies' programs; the copies themselves (~4 MiB each of parsed
         // ELF and BTF) would only weigh on a process that runs for weeks.
         for (Skel& side : sides_) side.reset();
@@ -226,15 +227,25 @@ public:
         for (const auto& key : keys) {
             __u64 segs = 0;
             if (key.port_idx >= QS_MAX_PORTS) continue;
+            const EarlyKey at{key.location, key.port_idx};
             if (!settled) {
-                if (bpf_map_lookup_elem(fd, &key, &segs) == 0) early_pending_[key.port_idx] += segs;
+                if (bpf_map_lookup_elem(fd, &key, &segs) == 0) {
+                    early_pending_[key.port_idx] += segs;
+                    early_read_[at] = segs;
+                }
                 continue;
             }
             if (bpf_map_lookup_and_delete_elem(fd, &key, &segs) != 0) continue;
             // Outside both ranges (or with the addresses hidden): the listener's drops count
-            // as overflows, as they would have had the ranges been known.
-            if (rcv_texts_[0].contains(key.location) || rcv_texts_[1].contains(key.location))
+            // as overflows, as they would have had the ranges been known. Those of them the
+            // attach's base held (as pending) leave the base too: kept there, they would lower
+            // every count of tcp_v{4,6}_rcv's drops since, and raise the overflows as much.
+            if (rcv_texts_[0].contains(key.location) || rcv_texts_[1].contains(key.location)) {
                 early_rcv_drops_[key.port_idx] += segs;
+            } else if (auto b = early_in_base_.find(at); b != early_in_base_.end()) {
+                rcv_drops_base_[key.port_idx] -= std::min(rcv_drops_base_[key.port_idx], b->second);
+            }
+            early_in_base_.erase(at);
         }
         if (settled) --early_sweeps_left_;
     }
@@ -1038,6 +1049,7 @@ private:
             // overflows. The dump is read again while a drop lands during it.
             for (int attempt = 0; attempt < 3; ++attempt) {
                 rcv_drops_before_dump_ = rcv_drops_now();
+                early_before_dump_ = early_read_;
                 all.clear();
                 for (int fam : {AF_INET, AF_INET6})
                     for (auto& d : sock_diag_dump(fam, kListenMask, true, pid_)) all.push_back(std::move(d));
@@ -1630,6 +1642,10 @@ private:
     std::array<uint64_t, QS_MAX_PORTS> rcv_drops_base_{};         // the reading before, once attached (start)
     std::array<uint64_t, QS_MAX_PORTS> early_pending_{};    // segments per port slot, not yet told apart
     std::array<uint64_t, QS_MAX_PORTS> early_rcv_drops_{};  // ... told apart: tcp_v{4,6}_rcv's
+    // Early drops by (location, port slot), as last read before the ranges were known; those
+    // read beside the dump that rcv_drops_before_dump_ went with; those in rcv_drops_base_.
+    using EarlyKey = std::pair<uint64_t, uint32_t>;
+    std::map<EarlyKey, uint64_t> early_read_, early_before_dump_, early_in_base_;
     bool rcv_text_said_ = false;
     std::vector<Link> links_;
     SharedSlot shared_;                       // the exporter's shared hooks and this target's slot, if any

@@ -2762,10 +2762,11 @@ int qs_accept_exit(struct trace_event_raw_sys_exit *ctx)
 
 /* ---- listen overflows (ACK stage) and resets --------------------------------------------- */
 
-/* The code of tcp_v4_rcv and of tcp_v6_rcv, [start, end) each, from /proc/kallsyms: user space
- * writes them once the first tick is out (the file's read is not worth the first frame), each
- * start before its end. Zero until then, and where the addresses are hidden: nothing matches. */
-__u64 tcp_rcv_text[4];
+/* The code of the QS_RCV_TEXTS functions (sock.h), [start, end) each, from /proc/kallsyms: user
+ * space writes them once the first tick is out (the file's read is not worth the first frame),
+ * each start before its end. Zero until then, where the addresses are hidden, and for a
+ * function the kernel inlined: nothing matches. */
+__u64 tcp_rcv_text[2 * QS_RCV_TEXTS];
 /* Set by user space once tcp_rcv_text is written (or known hidden). Until then a listener's
  * drops are kept by location in early_drops, for user space to tell apart when it knows the
  * ranges: counted as overflows meanwhile, a server that drops a segment per accepted
@@ -2779,16 +2780,21 @@ struct {
 	__type(value, __u64);     /* segments */
 } early_drops SEC(".maps");
 
-/* A drop made by tcp_v4_rcv/tcp_v6_rcv itself, where every drop of a segment whose socket is a
- * listener (or a request socket's listener) goes through sk_drops_skbadd, except a bad checksum.
- * Drops deeper down (tcp_v4_do_rcv: a SYN cookie's ACK refused, a stray ACK or reset) do not. */
+/* A drop that added to the listener's sk_drops and is no overflow: one by tcp_v4_rcv/tcp_v6_rcv
+ * itself, where every drop of a segment whose socket is a listener (or a request socket's
+ * listener) goes through sk_drops_skbadd, except a bad checksum; or by tcp_rcv_state_process's
+ * discard (tcp_drop_reason), which a listener meets for a reset or a segment without SYN or
+ * ACK aimed at it (4,350 resets at a listener once read as 4,350 overflows). Drops in
+ * tcp_v4_do_rcv (a SYN cookie's ACK refused, a stray ACK answered with a reset) add nothing. */
 static __always_inline int tcp_rcv_counted_drop(void *location, int reason)
 {
 	__u64 at = (__u64)location;
+	int i, in = 0;
 
-	if (!((at >= tcp_rcv_text[0] && at < tcp_rcv_text[1]) || (at >= tcp_rcv_text[2] && at < tcp_rcv_text[3])))
-		return 0;
-	return reason != qs_reason_tcp_csum();
+	for (i = 0; i < QS_RCV_TEXTS; i++)
+		if (at >= tcp_rcv_text[2 * i] && at < tcp_rcv_text[2 * i + 1])
+			in = 1;
+	return in && reason != qs_reason_tcp_csum();
 }
 
 /* What sk_drops_skbadd adds for a dropped skb: its segments, one at least. */

@@ -183,8 +183,9 @@ public:
         load_walk_twins();
     }
 
-    // Where tcp_v4_rcv and tcp_v6_rcv are, for qs_kfree_skb (tcp_rcv_text in sock.bpf.c): the
-    // segments they drop on a listener count in its sk_drops and are not overflows. On a
+    // Where tcp_v4_rcv, tcp_v6_rcv and tcp_rcv_state_process are, for qs_kfree_skb (tcp_rcv_text
+    // in sock.bpf.c): the segments they drop on a listener count in its sk_drops and are not
+    // overflows. On a
     // thread: /proc/kallsyms takes 25-75 ms to read and ~40 ms to parse (the table is the
     // one the sched family names kernel stacks with from tick 1). Until it is in, only
     // ACK-stage overflows are told apart (by their drop reason).
@@ -197,8 +198,9 @@ public:
         rcv_text_finder_ = std::jthread([this] {
             const KernelSymbols& syms = kernel_symbols();
             __u64* slots = skel_->bss->tcp_rcv_text;
-            rcv_texts_ = {syms.text_of("tcp_v4_rcv"), syms.text_of("tcp_v6_rcv")};
-            for (int i = 0; i < 2; i++) {
+            rcv_texts_ = {syms.text_of("tcp_v4_rcv"), syms.text_of("tcp_v6_rcv"), syms.text_of("tcp_rcv_state_process"),
+                          syms.text_of("tcp_drop_reason")};
+            for (int i = 0; i < QS_RCV_TEXTS; i++) {
                 // The start first: a range with only its start set matches nothing.
                 __atomic_store_n(&slots[2 * i], rcv_texts_[i].start, __ATOMIC_RELEASE);
                 __atomic_store_n(&slots[2 * i + 1], rcv_texts_[i].end, __ATOMIC_RELEASE);
@@ -240,7 +242,7 @@ public:
             // as overflows, as they would have had the ranges been known. Those of them the
             // attach's base held (as pending) leave the base too: kept there, they would lower
             // every count of tcp_v{4,6}_rcv's drops since, and raise the overflows as much.
-            if (rcv_texts_[0].contains(key.location) || rcv_texts_[1].contains(key.location)) {
+            if (std::any_of(rcv_texts_.begin(), rcv_texts_.end(), [&](const auto& t) { return t.contains(key.location); })) {
                 early_rcv_drops_[key.port_idx] += segs;
             } else if (auto b = early_in_base_.find(at); b != early_in_base_.end()) {
                 rcv_drops_base_[key.port_idx] -= std::min(rcv_drops_base_[key.port_idx], b->second);
@@ -1634,7 +1636,7 @@ private:
     bool walk_said_ = false;
     std::jthread walk_loader_;             // top's: after skel_, so it is joined before skel_ goes
     std::jthread rcv_text_finder_;         // after skel_, for the same reason
-    std::array<KernelSymbols::Text, 2> rcv_texts_;  // tcp_v4_rcv's, tcp_v6_rcv's: written by the finder before
+    std::array<KernelSymbols::Text, QS_RCV_TEXTS> rcv_texts_;  // sock.h's functions: written by the finder before
     std::atomic<bool> rcv_text_settled_{false};     // this
     int early_sweeps_left_ = 3;                     // sweep_early_drops, once settled
     std::array<uint64_t, QS_MAX_PORTS> rcv_drops_before_dump_{};  // rcv_drops_now(), by refresh_listeners

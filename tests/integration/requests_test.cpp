@@ -219,9 +219,9 @@ TEST_CASE("TCP_DEFER_ACCEPT's dropped bare ACKs are no overflows, from the attac
     // A new connection per request, for the whole of both attaches and windows.
     Proc load = spawn({"/usr/bin/wrk", "-t1", "-c2", "-d12s", "-H", "Connection: close",
                        "http://127.0.0.1:" + std::to_string(kPort) + "/"});
-    // Source ports below the ephemeral range (no stray ACK names one of wrk's connections) and
-    // apart from every listener here: an ACK from the listener's own port once added to its
-    // sk_drops (unexplained; a spoofed loop no client sends).
+    // Source ports below the ephemeral range (no stray segment names one of wrk's connections)
+    // and apart from every listener here (an ACK from the listener's own port is answered with
+    // a reset to the listener itself: a loop no client makes).
     const std::string stray = "import random,socket,struct,sys,time\n"
                               "port=int(sys.argv[1]); end=time.time()+float(sys.argv[2])\n"
                               "s=socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_TCP)\n"

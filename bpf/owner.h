@@ -86,7 +86,6 @@ static __always_inline int qs_owner_swap(__u32 tgid, __u32 from, __u32 to)
 	}
 	return 0;
 }
-
 #endif
 
 #endif

@@ -60,12 +60,12 @@ struct qs_port_stats {
 	                               * close, or left unread (qs_effects.dropped) */
 };
 
-/* A listener's drop seen before tcp_rcv_text is known (early_drops): where, on which port. */
 /* The kernel functions whose drops of a listener's segment add to its sk_drops and are no
  * overflow (sock.bpf.c tcp_rcv_text): tcp_v4_rcv, tcp_v6_rcv, tcp_rcv_state_process and
  * tcp_drop_reason (inlined into the latter, usually; a symbol of its own where not). */
 #define QS_RCV_TEXTS 4
 
+/* A listener's drop seen before tcp_rcv_text is known (early_drops): where, on which port. */
 struct qs_early_drop_key {
 	__u64 location;               /* kfree_skb's caller */
 	__u32 port_idx;

@@ -173,8 +173,7 @@ int BPF_PROG(qs_all_data_ready, const struct sock *sk)
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(qs_all_set_state, const struct sock *sk, const int oldstate, const int newstate)
 {
-	if (sk->sk_protocol == IPPROTO_TCP)
-		qs_hand_on(ctx, &set_state_targets, qs_set_state_owners(sk), 0);
+	qs_hand_on(ctx, &set_state_targets, qs_set_state_owners(sk), 0);
 	return 0;
 }
 
@@ -182,8 +181,7 @@ SEC("tp_btf/kfree_skb")
 int BPF_PROG(qs_all_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
 	     struct sock *rx_sk)
 {
-	if (rx_sk)
-		qs_hand_on(ctx, &kfree_skb_targets, qs_drop_owners(rx_sk), 0);
+	qs_hand_on(ctx, &kfree_skb_targets, qs_drop_owners(rx_sk), 0);
 	return 0;
 }
 
@@ -197,7 +195,6 @@ int BPF_PROG(qs_all_rst_in, struct sock *sk)
 SEC("tp_btf/tcp_send_reset")
 int BPF_PROG(qs_all_rst_out, const struct sock *sk, const struct sk_buff *skb)
 {
-	if (sk)
-		qs_hand_on(ctx, &rst_out_targets, qs_sock_owners(sk), 0);
+	qs_hand_on(ctx, &rst_out_targets, qs_sock_owners(sk), 0);
 	return 0;
 }

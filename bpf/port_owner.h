@@ -45,28 +45,36 @@ static __always_inline void qs_owners_add(void *map, __u32 key, __u32 slot)
 		__sync_fetch_and_or(v, 1ULL << slot);
 }
 
-/* The targets an event on a TCP or Unix socket concerns (slots as bits). */
+/* The targets an event on a TCP or Unix socket concerns (slots as bits); none without one
+ * (tcp_send_reset answers a segment for no socket with a null one). */
 static __always_inline __u64 qs_sock_owners(const struct sock *sk)
 {
+	if (!sk)
+		return 0;
 	if (sk->__sk_common.skc_family == AF_UNIX)
 		return qs_owners_at(&qs_unix_owners, 0);
 	return qs_owners_at(&qs_listen_owners, sk->__sk_common.skc_num) |
 	       qs_owners_at(&qs_peer_owners, bpf_ntohs(sk->__sk_common.skc_dport));
 }
 
-/* inet_sock_set_state: a connect (SYN_SENT) or a listen is made by the current process, whose
- * peer or port no bit names yet; the rest by the socket. */
+/* inet_sock_set_state (TCP's only: it fires for other protocols too): a connect (SYN_SENT) or a
+ * listen is made by the current process, whose peer or port no bit names yet; the rest by the
+ * socket. */
 static __always_inline __u64 qs_set_state_owners(const struct sock *sk)
 {
-	__u32 o = qs_owner_of((__u32)(bpf_get_current_pid_tgid() >> 32));
+	__u32 o;
 
+	if (sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	o = qs_owner_of((__u32)(bpf_get_current_pid_tgid() >> 32));
 	return qs_sock_owners(sk) | (o ? 1ULL << ((o - 1) & (QS_OWNER_SLOTS - 1)) : 0);
 }
 
-/* kfree_skb: only a listener's drops are counted (sock.bpf.c qs_kfree_skb). */
+/* kfree_skb: only a listener's drops are counted (sock.bpf.c qs_kfree_skb); a drop before any
+ * socket was found has none. */
 static __always_inline __u64 qs_drop_owners(const struct sock *rx_sk)
 {
-	if (rx_sk->__sk_common.skc_state != QS_TCP_LISTEN)
+	if (!rx_sk || rx_sk->__sk_common.skc_state != QS_TCP_LISTEN)
 		return 0;
 	return qs_owners_at(&qs_listen_owners, rx_sk->__sk_common.skc_num);
 }

@@ -1221,8 +1221,7 @@ SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(qs_set_state, const struct sock *sk, const int oldstate, const int newstate)
 {
 	on_set_state(sk, oldstate, newstate);
-	if (sk->sk_protocol == IPPROTO_TCP)
-		hand_on(ctx, set_state_targets, qs_set_state_owners(sk));
+	hand_on(ctx, set_state_targets, qs_set_state_owners(sk));
 	return 0;
 }
 
@@ -2878,8 +2877,7 @@ int BPF_PROG(qs_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_re
 	     struct sock *rx_sk)
 {
 	on_kfree_skb(skb, location, reason, rx_sk);
-	if (rx_sk)
-		hand_on(ctx, kfree_skb_targets, qs_drop_owners(rx_sk));
+	hand_on(ctx, kfree_skb_targets, qs_drop_owners(rx_sk));
 	return 0;
 }
 
@@ -2913,8 +2911,7 @@ SEC("tp_btf/tcp_send_reset")
 int BPF_PROG(qs_rst_out, const struct sock *sk, const struct sk_buff *skb)
 {
 	on_reset(sk);
-	if (sk)
-		hand_on(ctx, rst_out_targets, qs_sock_owners(sk));
+	hand_on(ctx, rst_out_targets, qs_sock_owners(sk));
 	return 0;
 }
 

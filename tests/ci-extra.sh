@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # CI extra: libFuzzer on every parser of foreign input (ctest extra.fuzz). The rest of the
 # suite already runs under ASan+UBSan: tests/run.sh builds it sanitized.
-#   tests/ci-extra.sh [fuzz]
+#   tests/ci-extra.sh [fuzz]      build the fuzzers, then fuzz
+#   tests/ci-extra.sh fuzz-build  build them only (tests/run.sh does so in its background lane,
+#                                 while the integration tests leave cores idle)
 # Env: FUZZ_SECONDS (default 20 per fuzzer), QSCOPE_FUZZ_DIR (build-fuzz), JOBS (nproc).
 # Budget: ~3 minutes on 2 cores: 1.5 compiling with coverage what is fuzzed and what it calls
 # (tests/CMakeLists.txt names the layer each fuzzer links and the files it compiles), 1.5 fuzzing.
@@ -67,20 +69,37 @@ make_seeds() {
   cp "$root/tests/unit/fixtures/unix_diag_sockets.bin" "$c/fuzz_unix_diag/captured"
 }
 
-run_fuzz() {
+fuzzer_names() {
+  local f
+  for f in tests/fuzz/*.cpp; do basename "$f" .cpp; done
+}
+
+build_fuzzers() {
   if [[ -z "$cxx" || -z "$cc" ]]; then
     echo "ci-extra: clang not found: fuzzers need clang (libFuzzer)" >&2
     return 1
   fi
+  local lock
+  mkdir -p "$fuzz_dir"
+  # One build of the tree at a time: run.sh's background lane may still be building it.
+  exec {lock}>"$fuzz_dir.lock"
+  flock "$lock"
   # Every object (the qscope libraries included) carries coverage instrumentation, or the fuzzer
   # would be blind inside the very parsers it is meant to explore.
   cmake -S . -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQSCOPE_FUZZ=ON \
     -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
     -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
-  local names=()
-  for f in tests/fuzz/*.cpp; do names+=("$(basename "$f" .cpp)"); done
-  cmake --build "$fuzz_dir" -j"$jobs" --target "${names[@]}"
+  local rc=0
+  cmake --build "$fuzz_dir" -j"$jobs" --target $(fuzzer_names) || rc=$?
+  exec {lock}>&-
+  return $rc
+}
+
+run_fuzz() {
+  build_fuzzers || return 1
+  local names
+  mapfile -t names < <(fuzzer_names)
   local corpus="$fuzz_dir/corpus"
   make_seeds "$corpus"
   # Under tests/run.sh the sanitizers log to files; a fuzzer's report belongs in its own
@@ -119,7 +138,8 @@ run_fuzz() {
 start=$SECONDS
 case "$what" in
   fuzz) run_fuzz || fail=1 ;;
-  *) echo "usage: tests/ci-extra.sh [fuzz]" >&2; exit 2 ;;
+  fuzz-build) build_fuzzers || fail=1 ;;
+  *) echo "usage: tests/ci-extra.sh [fuzz|fuzz-build]" >&2; exit 2 ;;
 esac
 echo "ci-extra: $what done in $((SECONDS - start)) s: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
 exit $fail

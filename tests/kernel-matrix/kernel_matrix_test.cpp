@@ -232,12 +232,13 @@ TEST_CASE("kernel matrix: in flight max, completions, latency vs qs_server (each
         CHECK(r["status"]["2xx"].get<uint64_t>() == k["completed"].get<uint64_t>());
         CHECK(r["completed"].get<uint64_t>() > 0);
         CHECK(r["in_flight"].get<uint64_t>() == 0);
-        // The 50 ms service time is a floor (within the histogram's resolution); above it the
-        // guest's own timer and wakeup delay, larger since both vCPUs share one host thread
-        // (thread=single): 51.6-53.2 ms before, 55.1 ms once after.
+        // Against the server's own median, read to write: the 50 ms service time is only its
+        // floor, since the guest's timers and wakeups run late by as long as its host thread
+        // waits for a CPU (thread=single): 51.6-55.1 ms seen, more on a busy host.
         const double p50 = r["latency_seconds"]["p50"].get<double>();
-        CHECK(p50 >= 0.045);
-        CHECK(p50 <= 0.060);
+        const double own_p50 = k["request_p50_us"].get<double>() / 1e6;
+        CHECK(own_p50 >= 0.050);
+        CHECK(p50 == Approx(own_p50).epsilon(0.10));
         REQUIRE(s["listeners"].size() == 1);
         CHECK(s["listeners"][0]["accepted"].get<uint64_t>() == k["accepted"].get<uint64_t>());
         CHECK(s["lost_events"].get<uint64_t>() == 0);

@@ -159,32 +159,37 @@ struct Counters {
 };
 Counters g_ctr;
 
-// Downstream call durations (write of the call -> its reply's first byte read), the last
-// kCallSamples of them: their median is the oracle for qscope's call p50 where the peer's
-// nominal delay is not (an emulated guest overshoots its sleeps by milliseconds).
-constexpr size_t kCallSamples = 4096;
-std::mutex g_calls_mu;
-std::vector<long> g_call_us;  // a ring once full
-size_t g_call_next = 0;
-
-void note_call_us(long us) {
-    std::lock_guard<std::mutex> g(g_calls_mu);
-    if (g_call_us.size() < kCallSamples)
-        g_call_us.push_back(us);
-    else
-        g_call_us[g_call_next++ % kCallSamples] = us;
-}
-
-long call_p50_us() {
-    std::vector<long> v;
-    {
-        std::lock_guard<std::mutex> g(g_calls_mu);
-        v = g_call_us;
+// Durations, the last kSamples of them: their median is the oracle for qscope's p50 where a
+// nominal delay is not (an emulated guest overshoots its sleeps by milliseconds, more when its
+// host is busy). Downstream calls: the call's write -> its reply's first byte read. Requests:
+// the read that returns a request's first bytes -> its response written.
+class Durations {
+public:
+    void note(long us) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (us_.size() < kSamples)
+            us_.push_back(us);
+        else
+            us_[next_++ % kSamples] = us;
     }
-    if (v.empty()) return 0;
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-}
+    long p50() const {
+        std::vector<long> v;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            v = us_;
+        }
+        if (v.empty()) return 0;
+        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+        return v[v.size() / 2];
+    }
+
+private:
+    static constexpr size_t kSamples = 4096;
+    mutable std::mutex mu_;
+    std::vector<long> us_;  // a ring once full
+    size_t next_ = 0;
+};
+Durations g_calls, g_requests;
 
 long now_us() {
     timespec ts;
@@ -207,11 +212,11 @@ void write_counters(bool force = false) {
         buf, sizeof buf,
         "{\"accepted\":%ld,\"queued_conns\":%ld,\"in_flight\":%ld,\"in_flight_max\":%ld,"
         "\"completed\":%ld,\"pool_busy\":%ld,\"pool_busy_max\":%ld,\"pool_waiters\":%ld,"
-        "\"pool_waiters_max\":%ld,\"workers_busy\":%ld,\"call_p50_us\":%ld}\n",
+        "\"pool_waiters_max\":%ld,\"workers_busy\":%ld,\"call_p50_us\":%ld,\"request_p50_us\":%ld}\n",
         g_ctr.accepted.load(), g_ctr.queued_conns.load(), g_ctr.in_flight.load(),
         g_ctr.in_flight_max.load(), g_ctr.completed.load(), g_ctr.pool_busy.load(),
         g_ctr.pool_busy_max.load(), g_ctr.pool_waiters.load(), g_ctr.pool_waiters_max.load(),
-        g_ctr.workers_busy.load(), g_opt.downstream.empty() ? 0L : call_p50_us());
+        g_ctr.workers_busy.load(), g_opt.downstream.empty() ? 0L : g_calls.p50(), g_requests.p50());
     // Unchanged counters are not rewritten: each rewrite is file I/O in the target's main
     // thread, which an observer of the target would otherwise see 100 times a second.
     static std::string last;
@@ -298,7 +303,7 @@ bool downstream_call(int fd) {
         ssize_t r = ::read(fd, &c, 1);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return false;
-        if (first) note_call_us(now_us() - t0);
+        if (first) g_calls.note(now_us() - t0);
         first = false;
         if (c == '\n') return true;
     }
@@ -408,9 +413,11 @@ void serve_connection(int fd) {
         // A request is "in flight" from the read that returns its first bytes (or at once when
         // pipelined bytes are already buffered) until its response is written.
         bool counted = false;
+        long started_us = 0;
         if (!buf.empty()) {
             inc_with_max(g_ctr.in_flight, g_ctr.in_flight_max);
             counted = true;
+            started_us = now_us();
         }
         size_t hdr_end;
         bool eof = false;
@@ -424,6 +431,7 @@ void serve_connection(int fd) {
             if (!counted) {
                 inc_with_max(g_ctr.in_flight, g_ctr.in_flight_max);
                 counted = true;
+                started_us = now_us();
             }
             buf.append(chunk, static_cast<size_t>(r));
             if (buf.size() > (1u << 20)) {  // refuse absurd headers rather than grow forever
@@ -484,7 +492,10 @@ void serve_connection(int fd) {
             wrote = write_all(fd, out, static_cast<size_t>(n));
         }
         g_ctr.in_flight.fetch_sub(1);
-        if (wrote) g_ctr.completed.fetch_add(1);
+        if (wrote) {
+            g_requests.note(now_us() - started_us);
+            g_ctr.completed.fetch_add(1);
+        }
         if (!wrote || closing) return;
     }
 }

@@ -178,7 +178,7 @@ enum qs_sched_lost {
 	QS_LOST_WAITS_FULL = 0,	/* waits map full: time went to the overflow bucket */
 	QS_LOST_GROUPS_FULL,	/* runqueue map full: histogram went to the overflow group */
 	QS_LOST_RINGBUF,	/* stack record dropped: ring buffer full */
-	QS_LOST_STORAGE,	/* per-thread state unavailable (allocation failed) */
+	QS_LOST_STORAGE,	/* per-thread state unavailable (allocation failed, or nested: see sched_source) */
 	QS_LOST_LOOPS_FULL,	/* loops map full: a polling thread's turns not counted */
 	QS_LOST_LOOP_RING,	/* loop stall or sample record dropped: ring buffer full */
 	QS_LOST_MAX

@@ -178,7 +178,10 @@ qs_server --port 28232 --workers 2 --service-ms 5 --downstream 127.0.0.1:28230 -
 sb=$!
 ready /tmp/sa.out
 ready /tmp/sb.out
-qscope export --target a=pid:$sa --target b=pid:$sb --listen 127.0.0.1:28290 > /dev/null 2> /tmp/exp.err &
+# --ring: the last ticks, written on SIGUSR1, say which family lost what (/metrics has the total).
+rm -f /tmp/ring-*
+qscope export --target a=pid:$sa --target b=pid:$sb --listen 127.0.0.1:28290 --ring 120s -o /tmp/ring \
+    > /dev/null 2> /tmp/exp.err &
 ex=$!
 i=0
 while [ "$(wget -q -O - http://127.0.0.1:28290/metrics 2>/dev/null | grep -c '^qscope_up{service="[ab]"} 1')" -lt 2 ]; do
@@ -201,11 +204,23 @@ while :; do
     [ "$fresh" -ge 2 ] && break
     i=$((i + 1)); [ $i -gt 60 ] && { echo "KM note: the exporter served no snapshot taken after the load"; break; }
 done
+kill -USR1 $ex
+i=0
+while [ "$(ls /tmp/ring-a-* /tmp/ring-b-* 2>/dev/null | wc -l)" -lt 2 ]; do
+    i=$((i + 1)); [ $i -gt 100 ] && { echo "KM note: the exporter wrote no ring"; break; }
+    sleep 0.1
+done
+sleep 0.5
 stop $ex $sa $sb $ds
+for s in a b; do
+    qscope snapshot --replay "$(ls /tmp/ring-$s-* 2>/dev/null | head -1)" --json > /tmp/replay-$s.json 2>&1
+done
 block $c.metrics /tmp/metrics.txt
 block $c.stderr /tmp/exp.err
 block $c.counters-a /dev/shm/ea.json
 block $c.counters-b /dev/shm/eb.json
+block $c.replay-a /tmp/replay-a.json
+block $c.replay-b /tmp/replay-b.json
 
 t1=$(cut -d' ' -f1 /proc/uptime)
 echo "KM smoke-seconds $t0 $t1"

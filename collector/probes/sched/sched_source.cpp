@@ -563,7 +563,10 @@ void SchedSource::report_lost(Snapshot& snap) {
         "waits map full (time attributed to syscall \"other\")",
         "runqueue map full (attributed to group \"other\")",
         "stack records (ring buffer full)",
-        "per-thread state unavailable",
+        // A get also fails when the program interrupted another that holds the CPU's task
+        // storage: the kernel's per-CPU guard against a deadlock refuses the nested get.
+        "per-thread state unavailable (allocation failed, or the CPU's task storage in use by an "
+        "interrupted program)",
         "polling threads (loops map full: their turns not counted)",
         "event-loop stall records (ring buffer full)",
     };

@@ -155,6 +155,54 @@ QS_DISPATCH_SYSCALL(qs_all_accept4, "sys_exit_accept4", trace_event_raw_sys_exit
 QS_DISPATCH_SYSCALL(qs_all_accept, "sys_exit_accept", trace_event_raw_sys_exit, accept_targets)
 QS_DISPATCH_SYSCALL(qs_all_close, "sys_enter_close", trace_event_raw_sys_enter, close_targets)
 
+/* ---- before Linux 6.3 and 6.6: the reads', writes' and arrivals' ways in -----------------------
+ * Where the tracepoints are missing, the targets' sock programs are reached through the kernel
+ * functions behind them, by the way the sock family's attach plan chose (probes/sock/
+ * attach_plan.h); user space loads the programs of that way only. A tail call lands in a
+ * program of the same type on the same function: one table per program. */
+
+QS_TARGET_TABLE(recv_fexit_targets, 1);
+QS_TARGET_TABLE(send_fexit_targets, 1);
+QS_TARGET_TABLE(recv_kprobe_targets, 1);
+QS_TARGET_TABLE(recv_kretprobe_targets, 1);
+QS_TARGET_TABLE(send_kprobe_targets, 1);
+QS_TARGET_TABLE(send_kretprobe_targets, 1);
+QS_TARGET_TABLE(data_ready_fentry_targets, 1);
+QS_TARGET_TABLE(data_ready_kprobe_targets, 1);
+
+/* A read's or a write's entry or return, in the current process: its owner's program. */
+#define QS_DISPATCH_CURRENT(prog, section, ctx_type, table)           \
+	SEC(section)                                                  \
+	int prog(ctx_type *ctx)                                       \
+	{                                                             \
+		__u32 o = current_owner();                            \
+		if (o)                                                \
+			bpf_tail_call(ctx, &table, o - 1);            \
+		return 0;                                             \
+	}
+
+QS_DISPATCH_CURRENT(qs_all_recv_fexit, "fexit/tcp_recvmsg", unsigned long long, recv_fexit_targets)
+QS_DISPATCH_CURRENT(qs_all_send_fexit, "fexit/tcp_sendmsg", unsigned long long, send_fexit_targets)
+QS_DISPATCH_CURRENT(qs_all_recv_kprobe, "kprobe/tcp_recvmsg", struct pt_regs, recv_kprobe_targets)
+QS_DISPATCH_CURRENT(qs_all_recv_kretprobe, "kretprobe/tcp_recvmsg", struct pt_regs, recv_kretprobe_targets)
+QS_DISPATCH_CURRENT(qs_all_send_kprobe, "kprobe/tcp_sendmsg", struct pt_regs, send_kprobe_targets)
+QS_DISPATCH_CURRENT(qs_all_send_kretprobe, "kretprobe/tcp_sendmsg", struct pt_regs, send_kretprobe_targets)
+
+/* sock_def_readable: the socket's targets, as at sk_data_ready. */
+SEC("fentry/sock_def_readable")
+int BPF_PROG(qs_all_data_ready_fentry, struct sock *sk)
+{
+	qs_hand_on(ctx, &data_ready_fentry_targets, qs_sock_owners(sk), 0);
+	return 0;
+}
+
+SEC("kprobe/sock_def_readable")
+int BPF_KPROBE(qs_all_data_ready_kprobe, struct sock *sk)
+{
+	qs_hand_on(ctx, &data_ready_kprobe_targets, qs_sock_owners_probe(sk), 0);
+	return 0;
+}
+
 /* ---- the softirq hooks: by the socket's ports ----------------------------------------------- */
 
 QS_TARGET_TABLE(data_ready_targets, 1);

@@ -8,6 +8,7 @@
 #ifndef QSCOPE_PORT_OWNER_H
 #define QSCOPE_PORT_OWNER_H
 
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 
 #include "core_fixes.bpf.h"
@@ -55,6 +56,18 @@ static __always_inline __u64 qs_sock_owners(const struct sock *sk)
 		return qs_owners_at(&qs_unix_owners, 0);
 	return qs_owners_at(&qs_listen_owners, sk->__sk_common.skc_num) |
 	       qs_owners_at(&qs_peer_owners, bpf_ntohs(sk->__sk_common.skc_dport));
+}
+
+/* The same, from a kprobe (sock_def_readable before 6.6), whose socket is read with
+ * bpf_probe_read_kernel. */
+static __always_inline __u64 qs_sock_owners_probe(const struct sock *sk)
+{
+	if (!sk)
+		return 0;
+	if (BPF_CORE_READ(sk, __sk_common.skc_family) == AF_UNIX)
+		return qs_owners_at(&qs_unix_owners, 0);
+	return qs_owners_at(&qs_listen_owners, BPF_CORE_READ(sk, __sk_common.skc_num)) |
+	       qs_owners_at(&qs_peer_owners, bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport)));
 }
 
 /* inet_sock_set_state (TCP's only: it fires for other protocols too): a connect (SYN_SENT) or a

@@ -436,6 +436,9 @@ QS_TARGET_TABLE(set_state_targets, 1);
 QS_TARGET_TABLE(kfree_skb_targets, 1);
 QS_TARGET_TABLE(rst_in_targets, 1);
 QS_TARGET_TABLE(rst_out_targets, 1);
+/* sock_def_readable's, before 6.6: the arrivals' other ways in. */
+QS_TARGET_TABLE(data_ready_fentry_targets, 1);
+QS_TARGET_TABLE(data_ready_kprobe_targets, 1);
 
 /* The next targets' turn at an event of a shared hook: those after this one in `owners`. */
 #define hand_on(ctx, table, owners)                                     \
@@ -1382,6 +1385,13 @@ struct {
 	__type(value, struct qs_io_args);
 } io_args SEC(".maps");
 
+/* Entries whose return never came: the kernel keeps a fixed number of return slots per
+ * kretprobe (maxactive, 10 on two CPUs), each held by a thread inside the function, blocked in a
+ * read included; a call that finds none is returned from unseen. Told by the thread's next
+ * entry, which finds the last one's arguments still here (no thread is in tcp_recvmsg or
+ * tcp_sendmsg twice at once). */
+__u64 kretprobe_missed = 0;
+
 static __always_inline void io_enter(__u64 sk, int flags)
 {
 	__u64 tid = bpf_get_current_pid_tgid();
@@ -1390,6 +1400,8 @@ static __always_inline void io_enter(__u64 sk, int flags)
 		return;
 	a.sk = sk;
 	a.flags = flags;
+	if (bpf_map_lookup_elem(&io_args, &tid))
+		__sync_fetch_and_add(&kretprobe_missed, 1);
 	bpf_map_update_elem(&io_args, &tid, &a, BPF_ANY);
 }
 
@@ -2554,6 +2566,7 @@ SEC("fentry/sock_def_readable")
 int BPF_PROG(qs_data_ready_fentry, struct sock *sk)
 {
 	on_data_ready(sk, QS_BTF);
+	hand_on(ctx, data_ready_fentry_targets, qs_sock_owners(sk));
 	return 0;
 }
 
@@ -2561,6 +2574,7 @@ SEC("kprobe/sock_def_readable")
 int BPF_KPROBE(qs_data_ready_kprobe, struct sock *sk)
 {
 	on_data_ready(sk, QS_PROBE);
+	hand_on(ctx, data_ready_kprobe_targets, qs_sock_owners_probe(sk));
 	return 0;
 }
 

@@ -24,6 +24,7 @@
 #include "model/errors.h"
 #include "probes/probes.h"
 #include "probes/sched/loops.h"
+#include "probes/sock/attach_plan.h"
 #include "prom/pull/exposer.h"
 
 namespace qscope {
@@ -103,11 +104,17 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
             rings.push_back(std::make_unique<RingKeeper>(opt.ring, t.selector.text(), cfg.interval_seconds, t.service));
     uint64_t signals_seen = install_ring_signal();
     // Several targets: the busiest hooks once for all (engine/shared_hooks.h), each target's
-    // own programs behind them. Without them (a kernel before the tracepoints,
-    // a refused load) each target attaches its own, at a cost per target.
+    // own programs behind them: the tracepoints, or before them the kernel functions the sock
+    // family's plan takes (its targets take the same). Without them (a refused load) each
+    // target attaches its own, at a cost per target.
     if (followers.size() > 1 && (cfg.want_requests || cfg.want_threads)) {
         try {
-            const auto hooks = SharedHooks::open({std::begin(kLoopPolls), std::end(kLoopPolls)});
+            std::vector<SharedHooks::Hook> fallbacks;
+            if (cfg.want_requests) {
+                KernelTracepoints tps;
+                fallbacks = shared_fallbacks(plan_sock_attach(probe_sock_offer(tps, sock_attach_limit())));
+            }
+            const auto hooks = SharedHooks::open({std::begin(kLoopPolls), std::end(kLoopPolls)}, fallbacks);
             for (size_t i = 0; i < followers.size() && i < static_cast<size_t>(SharedHooks::kSlots); ++i)
                 followers[i]->share_hooks({hooks, static_cast<int>(i)});
         } catch (const Error& e) {

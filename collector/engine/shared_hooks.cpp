@@ -69,6 +69,14 @@ HookParts parts_of(dispatch_bpf* skel, SharedHooks::Hook hook) {
         case SharedHooks::Hook::kfree_skb: return {p.qs_all_kfree_skb, m.kfree_skb_targets};
         case SharedHooks::Hook::rst_in: return {p.qs_all_rst_in, m.rst_in_targets};
         case SharedHooks::Hook::rst_out: return {p.qs_all_rst_out, m.rst_out_targets};
+        case SharedHooks::Hook::recv_fexit: return {p.qs_all_recv_fexit, m.recv_fexit_targets};
+        case SharedHooks::Hook::send_fexit: return {p.qs_all_send_fexit, m.send_fexit_targets};
+        case SharedHooks::Hook::recv_kprobe: return {p.qs_all_recv_kprobe, m.recv_kprobe_targets};
+        case SharedHooks::Hook::recv_kretprobe: return {p.qs_all_recv_kretprobe, m.recv_kretprobe_targets};
+        case SharedHooks::Hook::send_kprobe: return {p.qs_all_send_kprobe, m.send_kprobe_targets};
+        case SharedHooks::Hook::send_kretprobe: return {p.qs_all_send_kretprobe, m.send_kretprobe_targets};
+        case SharedHooks::Hook::data_ready_fentry: return {p.qs_all_data_ready_fentry, m.data_ready_fentry_targets};
+        case SharedHooks::Hook::data_ready_kprobe: return {p.qs_all_data_ready_kprobe, m.data_ready_kprobe_targets};
     }
     return {nullptr, nullptr};
 }
@@ -78,7 +86,14 @@ bpf_map* table_of(dispatch_bpf* skel, SharedHooks::Hook hook) { return parts_of(
 
 }  // namespace
 
-std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& polls) {
+namespace {
+constexpr SharedHooks::Hook kFallbacks[] = {
+    SharedHooks::Hook::recv_fexit,     SharedHooks::Hook::send_fexit,        SharedHooks::Hook::recv_kprobe,
+    SharedHooks::Hook::recv_kretprobe, SharedHooks::Hook::send_kprobe,       SharedHooks::Hook::send_kretprobe,
+    SharedHooks::Hook::data_ready_fentry, SharedHooks::Hook::data_ready_kprobe};
+}  // namespace
+
+std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& polls, const std::vector<Hook>& fallbacks) {
     std::shared_ptr<SharedHooks> h(new SharedHooks());
     // A byte per possible tgid, as the tree's bitmap has a bit (process_tree.cpp).
     h->words_ = static_cast<uint32_t>((pid_max() + 7) / 8);
@@ -110,19 +125,26 @@ std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& p
             bpf_program__set_autoload(program_of(b.skel.get(), hp.hook), false);
     if (here.empty())
         for (Hook hk : {Hook::poll_enter, Hook::poll_exit}) bpf_program__set_autoload(program_of(b.skel.get(), hk), false);
+    // A fallback's function may be missing, or in a shape the programs do not know: only the
+    // ways the caller's plan took, which its own programs load on.
+    for (Hook hk : kFallbacks)
+        bpf_program__set_autoload(program_of(b.skel.get(), hk),
+                                  std::find(fallbacks.begin(), fallbacks.end(), hk) != fallbacks.end());
     if (int err = dispatch_bpf::load(b.skel.get()))
         throw_bpf_error("shared hooks: loading BPF programs (dispatch.bpf.c)", err);
     b.owner = MappedWords(b.skel->maps.qs_owner, h->words_, "shared hooks: mmap of map qs_owner");
     b.listen_owners = MappedWords(b.skel->maps.qs_listen_owners, kPorts, "shared hooks: mmap of map qs_listen_owners");
     b.peer_owners = MappedWords(b.skel->maps.qs_peer_owners, kPorts, "shared hooks: mmap of map qs_peer_owners");
     b.unix_owners = MappedWords(b.skel->maps.qs_unix_owners, 1, "shared hooks: mmap of map qs_unix_owners");
-    std::vector<HookProgram> single(std::begin(btf_hooks), std::end(btf_hooks));
-    single.insert(single.end(), std::begin(syscall_hooks), std::end(syscall_hooks));
-    for (const HookProgram& hp : single) {
-        bpf_program* p = program_of(b.skel.get(), hp.hook);
+    std::vector<Hook> single;
+    for (const HookProgram& hp : btf_hooks) single.push_back(hp.hook);
+    for (const HookProgram& hp : syscall_hooks) single.push_back(hp.hook);
+    single.insert(single.end(), std::begin(kFallbacks), std::end(kFallbacks));
+    for (Hook hook : single) {
+        bpf_program* p = program_of(b.skel.get(), hook);
         if (!bpf_program__autoload(p)) continue;
         b.links.push_back(attach_program(p, std::string("shared hooks: attaching ") + bpf_program__name(p)));
-        h->attached_.push_back(hp.hook);
+        h->attached_.push_back(hook);
     }
     for (const std::string& name : here)
         for (const auto& [hk, dir] : {std::pair{Hook::poll_enter, "sys_enter_"}, std::pair{Hook::poll_exit, "sys_exit_"}}) {

@@ -1,6 +1,6 @@
 // One exporter, several targets: the busiest hooks whose event names its process (socket
-// reads and writes, switches and wakeups, the polls' entries and exits, accept and close)
-// attached once for all of them (bpf/dispatch.bpf.c), not once per target. Each event goes
+// reads and writes, switches and wakeups, the polls' entries and exits, accept and close), or
+// a socket (arrivals, state changes, drops, resets), attached once for all of them (bpf/dispatch.bpf.c), not once per target. Each event goes
 // to the program of the target that owns its process (bpf/owner.h: a byte per tgid, the
 // target's slot + 1), with a tail call. Targets are given slots by the exporter; a target's
 // process tree fills and clears its bytes (ProcessTree), and its sock and sched families put
@@ -25,16 +25,23 @@ public:
         recv, send, wakeup, wakeup_new, poll_enter, poll_exit, sched_switch, accept4, accept, close,
         // The softirq hooks: their event names a socket, and goes to each target it concerns
         // (bpf/port_owner.h), each target's program handing it on to the next.
-        data_ready, set_state, kfree_skb, rst_in, rst_out
+        data_ready, set_state, kfree_skb, rst_in, rst_out,
+        // Before Linux 6.3 (reads, writes) and 6.6 (arrivals): the kernel functions behind the
+        // tracepoints, by the way the sock family's attach plan chose (open()'s `fallbacks`).
+        recv_fexit, send_fexit, recv_kprobe, recv_kretprobe, send_kprobe, send_kretprobe,
+        data_ready_fentry, data_ready_kprobe
     };
     // Which targets a socket concerns (bpf/port_owner.h): those listening on its local port,
     // calling its remote port, or following Unix sockets (key 0).
     enum class PortOwners { listen, peer, unix_sockets };
 
-    // Loads and attaches bpf/dispatch.bpf.c: each hook this kernel has, the polls' on the
-    // syscalls named (probes/sched/loops.h kLoopPolls) that it has. Throws Error naming the
-    // step that failed.
-    static std::shared_ptr<SharedHooks> open(const std::vector<std::string>& polls);
+    // Loads and attaches bpf/dispatch.bpf.c: each tracepoint hook this kernel has, the polls'
+    // on the syscalls named (probes/sched/loops.h kLoopPolls) that it has, and the
+    // `fallbacks` (recv_fexit .. data_ready_kprobe) the caller's plan takes where a tracepoint
+    // is missing (probes/sock/attach_plan.h shared_fallbacks). Throws Error naming the step
+    // that failed.
+    static std::shared_ptr<SharedHooks> open(const std::vector<std::string>& polls,
+                                             const std::vector<Hook>& fallbacks = {});
     ~SharedHooks();
     SharedHooks(const SharedHooks&) = delete;
     SharedHooks& operator=(const SharedHooks&) = delete;

@@ -97,6 +97,8 @@ mkdir -p "$stage"/{bin,sbin,proc,sys,dev,tmp,run,boot,etc,qscope}
 cp /bin/busybox "$stage/bin/busybox"
 bins=("$build/qscope")
 for t in qs_server qs_load qs_downstream; do bins+=("$build/targets/$t"); done
+# bpftool names the programs an exporter's links attach (smoke.sh `linked`).
+bins+=("$(command -v bpftool || echo /usr/sbin/bpftool)")
 for b in "${bins[@]}"; do
   [[ -x $b ]] || die "$b not built"
   cp "$b" "$stage/qscope/"

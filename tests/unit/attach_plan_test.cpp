@@ -52,6 +52,7 @@ TEST_CASE("attach plan: every tracepoint present -> tp_btf everywhere, no warnin
     CHECK(p.of(SockHook::send).tracepoint == "sock_send_length");
     CHECK(p.of(SockHook::data_ready).tracepoint == "sk_data_ready");
     CHECK(p.warnings.empty());
+    CHECK(shared_fallbacks(p).empty());  // the tracepoints are shared as such
 }
 
 TEST_CASE("attach plan: Debian 12 (6.1) -> fexit on tcp_recvmsg/tcp_sendmsg, fentry on sock_def_readable",
@@ -71,6 +72,9 @@ TEST_CASE("attach plan: Debian 12 (6.1) -> fexit on tcp_recvmsg/tcp_sendmsg, fen
     REQUIRE(p.warnings.size() == 1);
     CHECK(any_warning_has(p, "sk_data_ready via fentry sock_def_readable (no tracepoint sk_data_ready (Linux 6.6+))"));
     CHECK(any_warning_has(p, "kTLS"));
+    // What an exporter of several targets then shares: the three functions' programs.
+    using H = SharedHooks::Hook;
+    CHECK(shared_fallbacks(p) == std::vector<H>{H::recv_fexit, H::send_fexit, H::data_ready_fentry});
 }
 
 TEST_CASE("attach plan: 6.3-6.5 (sock_*_length but no sk_data_ready) mixes tp_btf and fentry", "[attach]") {
@@ -82,6 +86,8 @@ TEST_CASE("attach plan: 6.3-6.5 (sock_*_length but no sk_data_ready) mixes tp_bt
     CHECK(p.of(SockHook::send).attach == AttachType::tp_btf);
     CHECK(p.of(SockHook::data_ready).attach == AttachType::fentry);
     CHECK(p.warnings.size() == 1);
+    // An exporter shares the tracepoints anyway; of the fallbacks, the arrivals' fentry.
+    CHECK(shared_fallbacks(p) == std::vector<SharedHooks::Hook>{SharedHooks::Hook::data_ready_fentry});
 }
 
 TEST_CASE("attach plan: no fentry (e.g. EPERM) but kprobes -> kretprobe / kprobe", "[attach]") {
@@ -95,6 +101,9 @@ TEST_CASE("attach plan: no fentry (e.g. EPERM) but kprobes -> kretprobe / kprobe
     CHECK(p.of(SockHook::data_ready).via == "sock_def_readable");
     CHECK(p.of(SockHook::recv).via == "tcp_recvmsg");
     CHECK(any_warning_has(p, "sk_data_ready via kprobe sock_def_readable"));
+    using H = SharedHooks::Hook;
+    CHECK(shared_fallbacks(p) ==
+          std::vector<H>{H::recv_kprobe, H::recv_kretprobe, H::send_kprobe, H::send_kretprobe, H::data_ready_kprobe});
 }
 
 TEST_CASE("attach plan: a function without BTF is not a way in", "[attach]") {
@@ -129,6 +138,8 @@ TEST_CASE("attach plan: no tracepoint, no fentry, no kprobes -> the syscalls' ex
     CHECK(any_warning_has(p, "writes by sendmmsg, splice or io_uring are not seen"));
     CHECK(any_warning_has(p, "sendfile has no status"));
     CHECK(any_warning_has(p, "hook unavailable: tracepoint sk_data_ready (Linux 6.6+)"));
+    // Each target keeps its own syscall exits: none shared.
+    CHECK(shared_fallbacks(p).empty());
 }
 
 TEST_CASE("attach plan: kprobes are preferred to the syscalls' exits", "[attach]") {

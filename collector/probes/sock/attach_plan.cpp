@@ -1,5 +1,6 @@
 #include "probes/sock/attach_plan.h"
 
+#include <cstdlib>
 #include <iterator>
 
 #include "engine/kernel_features.h"
@@ -113,6 +114,29 @@ KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most,
     have_exits(kSyscallWrites);
     if (!at_most.empty()) offer = restrict_offer(std::move(offer), at_most);
     return offer;
+}
+
+std::string sock_attach_limit() {
+    const char* at_most = std::getenv("QSCOPE_SOCK_ATTACH");
+    return at_most ? at_most : "";
+}
+
+std::vector<SharedHooks::Hook> shared_fallbacks(const SockAttachPlan& plan) {
+    using H = SharedHooks::Hook;
+    std::vector<H> out;
+    const auto take = [&](SockHook hook, std::initializer_list<H> trampoline, std::initializer_list<H> probes) {
+        switch (plan.of(hook).attach) {
+            case AttachType::fentry:
+            case AttachType::fexit: out.insert(out.end(), trampoline); break;
+            case AttachType::kprobe:
+            case AttachType::kretprobe: out.insert(out.end(), probes); break;
+            default: break;
+        }
+    };
+    take(SockHook::recv, {H::recv_fexit}, {H::recv_kprobe, H::recv_kretprobe});
+    take(SockHook::send, {H::send_fexit}, {H::send_kprobe, H::send_kretprobe});
+    take(SockHook::data_ready, {H::data_ready_fentry}, {H::data_ready_kprobe});
+    return out;
 }
 
 KernelOffer restrict_offer(KernelOffer offer, const std::string& at_most) {

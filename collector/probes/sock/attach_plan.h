@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/bpf_util.h"
+#include "engine/shared_hooks.h"
 #include "model/snapshot.h"
 
 namespace qscope {
@@ -64,5 +65,13 @@ KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most,
 // that has the tracepoints can exercise a fallback. "" leaves the offer as is; anything else
 // throws.
 KernelOffer restrict_offer(KernelOffer offer, const std::string& at_most);
+// QSCOPE_SOCK_ATTACH's value, "" when unset: what every plan of this process is restricted to.
+std::string sock_attach_limit();
+
+// The ways in of `plan` that an exporter's targets share (engine/shared_hooks.h) where the
+// tracepoints are missing: the kernel functions' programs the plan takes (fexit, or a kprobe
+// and its kretprobe; fentry or a kprobe for arrivals). None for the tracepoints (always
+// shared) or the syscall exits (each target's own).
+std::vector<SharedHooks::Hook> shared_fallbacks(const SockAttachPlan& plan);
 
 }  // namespace qscope

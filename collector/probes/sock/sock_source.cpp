@@ -132,7 +132,9 @@ public:
         shared_ = target.shared_slot();
         if (shared_.hooks) {
             using H = SharedHooks::Hook;
-            shared_.hooks->share_maps(skel_->obj, {H::data_ready, H::set_state, H::kfree_skb, H::rst_in, H::rst_out},
+            shared_.hooks->share_maps(skel_->obj,
+                                      {H::data_ready, H::set_state, H::kfree_skb, H::rst_in, H::rst_out,
+                                       H::data_ready_fentry, H::data_ready_kprobe},
                                       "sock");
             skel_->rodata->owner_slot = static_cast<__u32>(shared_.slot + 1);
         }
@@ -417,6 +419,10 @@ public:
                                                     std::to_string(cfg_.max_connections) + ")"},
                       {load(b->lost_port_full), "listening ports not measured (more than " +
                                                     std::to_string(QS_MAX_PORTS) + " ports)"},
+                      {load(b->kretprobe_missed),
+                       "reads or writes not seen: their return from tcp_recvmsg/tcp_sendmsg was missed by the "
+                       "kretprobe (more threads inside those functions at once, blocked reads included, than the "
+                       "kernel keeps return slots for: its maxactive)"},
                       {load(b->fan_slots_full), "calls not counted per request (a request called more than " +
                                                     std::to_string(QS_REQ_PEERS) + " distinct peers)"},
                       {load(b->h2_evicted), "HTTP/2 streams dropped from a connection's table before their end (more than " +
@@ -470,8 +476,7 @@ private:
     void probe_features() {
         auto& p = skel_->progs;
         KernelTracepoints tps;
-        const char* at_most = std::getenv("QSCOPE_SOCK_ATTACH");
-        const KernelOffer offer = probe_sock_offer(tps, at_most ? at_most : "");
+        const KernelOffer offer = probe_sock_offer(tps, sock_attach_limit());
         // tcp_recvmsg lost its `nonblock` argument in 5.19: the BPF side reads flags and the
         // return value by position.
         if (!offer.functions.empty())
@@ -917,15 +922,32 @@ private:
         using H = SharedHooks::Hook;
         const auto& p = skel_->progs;
         const std::map<const bpf_program*, H> shareable = {
-            {p.qs_recv, H::recv},           {p.qs_send, H::send},           {p.qs_accept4_exit, H::accept4},
-            {p.qs_accept_exit, H::accept},  {p.qs_close_enter, H::close},   {p.qs_data_ready, H::data_ready},
-            {p.qs_set_state, H::set_state}, {p.qs_kfree_skb, H::kfree_skb}, {p.qs_rst_in, H::rst_in},
-            {p.qs_rst_out, H::rst_out}};
+            {p.qs_recv, H::recv},
+            {p.qs_send, H::send},
+            {p.qs_accept4_exit, H::accept4},
+            {p.qs_accept_exit, H::accept},
+            {p.qs_close_enter, H::close},
+            {p.qs_data_ready, H::data_ready},
+            {p.qs_set_state, H::set_state},
+            {p.qs_kfree_skb, H::kfree_skb},
+            {p.qs_rst_in, H::rst_in},
+            {p.qs_rst_out, H::rst_out},
+            {p.qs_recv_fexit, H::recv_fexit},
+            {p.qs_send_fexit, H::send_fexit},
+            {p.qs_recv_kprobe, H::recv_kprobe},
+            {p.qs_recv_kretprobe, H::recv_kretprobe},
+            {p.qs_send_kprobe, H::send_kprobe},
+            {p.qs_send_kretprobe, H::send_kretprobe},
+            {p.qs_data_ready_fentry, H::data_ready_fentry},
+            {p.qs_data_ready_kprobe, H::data_ready_kprobe}};
         const auto hook = shareable.find(ours);
         if (hook == shareable.end() || !shared_.hooks || !shared_.hooks->has(hook->second)) return false;
         routes_.push_back(shared_.hooks->route(hook->second, shared_.slot, prog));
+        // The hook's row: by the function or tracepoint and the attach type (a kprobe pair's row
+        // is its kretprobe's, which names the pair's shared programs).
+        const ProbeAttach mine = program_attach(ProbeFamily::sock, prog);
         for (ProbeAttach& a : attach_)
-            if (a.family == ProbeFamily::sock && a.hook == program_attach(ProbeFamily::sock, prog).hook)
+            if (a.family == ProbeFamily::sock && a.via == mine.via && a.attach == mine.attach)
                 a.via = shared_.hooks->via(a.via, hook->second, prog, shared_.slot);
         return true;
     }

@@ -84,9 +84,6 @@ HookParts parts_of(dispatch_bpf* skel, SharedHooks::Hook hook) {
 bpf_program* program_of(dispatch_bpf* skel, SharedHooks::Hook hook) { return parts_of(skel, hook).prog; }
 bpf_map* table_of(dispatch_bpf* skel, SharedHooks::Hook hook) { return parts_of(skel, hook).table; }
 
-}  // namespace
-
-namespace {
 constexpr SharedHooks::Hook kFallbacks[] = {
     SharedHooks::Hook::recv_fexit,     SharedHooks::Hook::send_fexit,        SharedHooks::Hook::recv_kprobe,
     SharedHooks::Hook::recv_kretprobe, SharedHooks::Hook::send_kprobe,       SharedHooks::Hook::send_kretprobe,

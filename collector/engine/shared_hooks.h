@@ -1,11 +1,12 @@
 // One exporter, several targets: the busiest hooks whose event names its process (socket
 // reads and writes, switches and wakeups, the polls' entries and exits, accept and close), or
-// a socket (arrivals, state changes, drops, resets), attached once for all of them (bpf/dispatch.bpf.c), not once per target. Each event goes
-// to the program of the target that owns its process (bpf/owner.h: a byte per tgid, the
-// target's slot + 1), with a tail call. Targets are given slots by the exporter; a target's
-// process tree fills and clears its bytes (ProcessTree), and its sock and sched families put
-// their programs in its slot (route()). Unshared, a host event on those hooks ran once per target and was rejected by
-// all but one (docs/benchmarks.md, "Several targets in one exporter").
+// a socket (arrivals, state changes, drops, resets), attached once for all of them
+// (bpf/dispatch.bpf.c), not once per target. Each event goes to the program of the target that
+// owns its process (bpf/owner.h: a byte per tgid, the target's slot + 1), with a tail call.
+// Targets are given slots by the exporter; a target's process tree fills and clears its bytes
+// (ProcessTree), and its sock and sched families put their programs in its slot (route()).
+// Unshared, a host event on those hooks ran once per target and was rejected by all but one
+// (docs/benchmarks.md, "Several targets in one exporter").
 #pragma once
 #include <bpf/libbpf.h>
 

@@ -192,14 +192,14 @@ QS_DISPATCH_CURRENT(qs_all_send_kretprobe, "kretprobe/tcp_sendmsg", struct pt_re
 SEC("fentry/sock_def_readable")
 int BPF_PROG(qs_all_data_ready_fentry, struct sock *sk)
 {
-	qs_hand_on(ctx, &data_ready_fentry_targets, qs_sock_owners(sk), 0);
+	qs_hand_on(ctx, &data_ready_fentry_targets, qs_sock_owners(sk, 0), 0);
 	return 0;
 }
 
 SEC("kprobe/sock_def_readable")
 int BPF_KPROBE(qs_all_data_ready_kprobe, struct sock *sk)
 {
-	qs_hand_on(ctx, &data_ready_kprobe_targets, qs_sock_owners_probe(sk), 0);
+	qs_hand_on(ctx, &data_ready_kprobe_targets, qs_sock_owners(sk, 1), 0);
 	return 0;
 }
 
@@ -214,7 +214,7 @@ QS_TARGET_TABLE(rst_out_targets, 1);
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(qs_all_data_ready, const struct sock *sk)
 {
-	qs_hand_on(ctx, &data_ready_targets, qs_sock_owners(sk), 0);
+	qs_hand_on(ctx, &data_ready_targets, qs_sock_owners(sk, 0), 0);
 	return 0;
 }
 
@@ -236,13 +236,13 @@ int BPF_PROG(qs_all_kfree_skb, struct sk_buff *skb, void *location, enum skb_dro
 SEC("tp_btf/tcp_receive_reset")
 int BPF_PROG(qs_all_rst_in, struct sock *sk)
 {
-	qs_hand_on(ctx, &rst_in_targets, qs_sock_owners(sk), 0);
+	qs_hand_on(ctx, &rst_in_targets, qs_sock_owners(sk, 0), 0);
 	return 0;
 }
 
 SEC("tp_btf/tcp_send_reset")
 int BPF_PROG(qs_all_rst_out, const struct sock *sk, const struct sk_buff *skb)
 {
-	qs_hand_on(ctx, &rst_out_targets, qs_sock_owners(sk), 0);
+	qs_hand_on(ctx, &rst_out_targets, qs_sock_owners(sk, 0), 0);
 	return 0;
 }

@@ -46,28 +46,20 @@ static __always_inline void qs_owners_add(void *map, __u32 key, __u32 slot)
 		__sync_fetch_and_or(v, 1ULL << slot);
 }
 
+/* A field of sk: a plain load from a BTF pointer (tp_btf, fentry), a CO-RE probe read from a
+ * kprobe's (sock_def_readable before 6.6). */
+#define QS_SK(probe, sk, field) ((probe) ? BPF_CORE_READ(sk, field) : (sk)->field)
+
 /* The targets an event on a TCP or Unix socket concerns (slots as bits); none without one
  * (tcp_send_reset answers a segment for no socket with a null one). */
-static __always_inline __u64 qs_sock_owners(const struct sock *sk)
+static __always_inline __u64 qs_sock_owners(const struct sock *sk, const int probe)
 {
 	if (!sk)
 		return 0;
-	if (sk->__sk_common.skc_family == AF_UNIX)
+	if (QS_SK(probe, sk, __sk_common.skc_family) == AF_UNIX)
 		return qs_owners_at(&qs_unix_owners, 0);
-	return qs_owners_at(&qs_listen_owners, sk->__sk_common.skc_num) |
-	       qs_owners_at(&qs_peer_owners, bpf_ntohs(sk->__sk_common.skc_dport));
-}
-
-/* The same, from a kprobe (sock_def_readable before 6.6), whose socket is read with
- * bpf_probe_read_kernel. */
-static __always_inline __u64 qs_sock_owners_probe(const struct sock *sk)
-{
-	if (!sk)
-		return 0;
-	if (BPF_CORE_READ(sk, __sk_common.skc_family) == AF_UNIX)
-		return qs_owners_at(&qs_unix_owners, 0);
-	return qs_owners_at(&qs_listen_owners, BPF_CORE_READ(sk, __sk_common.skc_num)) |
-	       qs_owners_at(&qs_peer_owners, bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport)));
+	return qs_owners_at(&qs_listen_owners, QS_SK(probe, sk, __sk_common.skc_num)) |
+	       qs_owners_at(&qs_peer_owners, bpf_ntohs(QS_SK(probe, sk, __sk_common.skc_dport)));
 }
 
 /* inet_sock_set_state (TCP's only: it fires for other protocols too): a connect (SYN_SENT) or a
@@ -80,7 +72,7 @@ static __always_inline __u64 qs_set_state_owners(const struct sock *sk)
 	if (sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 	o = qs_owner_of((__u32)(bpf_get_current_pid_tgid() >> 32));
-	return qs_sock_owners(sk) | (o ? 1ULL << ((o - 1) & (QS_OWNER_SLOTS - 1)) : 0);
+	return qs_sock_owners(sk, 0) | (o ? 1ULL << ((o - 1) & (QS_OWNER_SLOTS - 1)) : 0);
 }
 
 /* kfree_skb: only a listener's drops are counted (sock.bpf.c qs_kfree_skb); a drop before any

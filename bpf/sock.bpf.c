@@ -2502,9 +2502,6 @@ QS_SYS_IO_EXIT(sendfile64, QS_IO_SEND)   /* sendfile(2): its tracepoint is sendf
 
 /* ---- arrivals (softirq: current is not the target) ---------------------------------------- */
 
-/* A field of sk: a plain load from a BTF pointer, a CO-RE probe read from a kprobe's. */
-#define QS_SK(probe, sk, field) ((probe) ? BPF_CORE_READ(sk, field) : (sk)->field)
-
 static __always_inline void on_data_ready(struct sock *sk, const int probe)
 {
 	__u64 key = (__u64)sk;
@@ -2556,7 +2553,7 @@ SEC("tp_btf/sk_data_ready")
 int BPF_PROG(qs_data_ready, const struct sock *csk)
 {
 	on_data_ready((struct sock *)csk, QS_BTF);
-	hand_on(ctx, data_ready_targets, qs_sock_owners(csk));
+	hand_on(ctx, data_ready_targets, qs_sock_owners(csk, 0));
 	return 0;
 }
 
@@ -2566,7 +2563,7 @@ SEC("fentry/sock_def_readable")
 int BPF_PROG(qs_data_ready_fentry, struct sock *sk)
 {
 	on_data_ready(sk, QS_BTF);
-	hand_on(ctx, data_ready_fentry_targets, qs_sock_owners(sk));
+	hand_on(ctx, data_ready_fentry_targets, qs_sock_owners(sk, 0));
 	return 0;
 }
 
@@ -2574,7 +2571,7 @@ SEC("kprobe/sock_def_readable")
 int BPF_KPROBE(qs_data_ready_kprobe, struct sock *sk)
 {
 	on_data_ready(sk, QS_PROBE);
-	hand_on(ctx, data_ready_kprobe_targets, qs_sock_owners_probe(sk));
+	hand_on(ctx, data_ready_kprobe_targets, qs_sock_owners(sk, 1));
 	return 0;
 }
 
@@ -2917,7 +2914,7 @@ SEC("tp_btf/tcp_receive_reset")
 int BPF_PROG(qs_rst_in, struct sock *sk)
 {
 	on_reset(sk);
-	hand_on(ctx, rst_in_targets, qs_sock_owners(sk));
+	hand_on(ctx, rst_in_targets, qs_sock_owners(sk, 0));
 	return 0;
 }
 
@@ -2925,7 +2922,7 @@ SEC("tp_btf/tcp_send_reset")
 int BPF_PROG(qs_rst_out, const struct sock *sk, const struct sk_buff *skb)
 {
 	on_reset(sk);
-	hand_on(ctx, rst_out_targets, qs_sock_owners(sk));
+	hand_on(ctx, rst_out_targets, qs_sock_owners(sk, 0));
 	return 0;
 }
 

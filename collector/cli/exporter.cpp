@@ -112,7 +112,7 @@ int run_export(const Config& cfg, const ExportOptions& opt) {
             std::vector<SharedHooks::Hook> fallbacks;
             if (cfg.want_requests) {
                 KernelTracepoints tps;
-                fallbacks = shared_fallbacks(plan_sock_attach(probe_sock_offer(tps, sock_attach_limit())));
+                fallbacks = shared_fallbacks(plan_sock_attach(sock_offer(tps)));
             }
             const auto hooks = SharedHooks::open({std::begin(kLoopPolls), std::end(kLoopPolls)}, fallbacks);
             for (size_t i = 0; i < followers.size() && i < static_cast<size_t>(SharedHooks::kSlots); ++i)

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <iterator>
+#include <map>
+#include <mutex>
 
 #include "engine/kernel_features.h"
 #include "model/errors.h"
@@ -114,6 +116,16 @@ KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most,
     have_exits(kSyscallWrites);
     if (!at_most.empty()) offer = restrict_offer(std::move(offer), at_most);
     return offer;
+}
+
+KernelOffer sock_offer(KernelTracepoints& tps) {
+    static std::mutex mutex;
+    static std::map<std::string, KernelOffer> offers;  // by sock_attach_limit(), set by tests
+    const std::string at_most = sock_attach_limit();
+    const std::lock_guard lock(mutex);
+    auto it = offers.find(at_most);
+    if (it == offers.end()) it = offers.emplace(at_most, probe_sock_offer(tps, at_most)).first;
+    return it->second;
 }
 
 std::string sock_attach_limit() {

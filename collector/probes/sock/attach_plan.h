@@ -61,6 +61,11 @@ SockAttachPlan plan_sock_attach(const KernelOffer& offer);
 // `at_most`: restrict_offer's.
 KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most, bool always = false);
 
+// probe_sock_offer(tps, sock_attach_limit()), probed once per process: the kernel's offer does
+// not change while qscope runs, and an exporter's shared hooks (shared_fallbacks) and every one
+// of its targets, at each re-attach, must take the ways in of one plan. Thread-safe.
+KernelOffer sock_offer(KernelTracepoints& tps);
+
 // QSCOPE_SOCK_ATTACH=fentry|kprobe|syscall (tests): ignore the faster ways in, so a kernel
 // that has the tracepoints can exercise a fallback. "" leaves the offer as is; anything else
 // throws.

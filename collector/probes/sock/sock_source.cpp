@@ -476,7 +476,7 @@ private:
     void probe_features() {
         auto& p = skel_->progs;
         KernelTracepoints tps;
-        const KernelOffer offer = probe_sock_offer(tps, sock_attach_limit());
+        const KernelOffer offer = sock_offer(tps);
         // tcp_recvmsg lost its `nonblock` argument in 5.19: the BPF side reads flags and the
         // return value by position.
         if (!offer.functions.empty())

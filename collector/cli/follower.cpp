@@ -38,6 +38,14 @@ void Follower::say_once(const std::string& msg) {
     say(msg);
 }
 
+void Follower::say_lost(const Snapshot& s) {
+    if (s.lost_events == 0 || s.lost_events < 2 * lost_said_) return;
+    lost_said_ = s.lost_events;
+    std::string why;
+    for (const auto& p : s.partial) why += (why.empty() ? "" : "; ") + p;
+    say(std::to_string(s.lost_events) + " events lost since attach (qscope_lost_events_total), incomplete: " + why);
+}
+
 std::shared_ptr<const Snapshot> Follower::publish(std::shared_ptr<const Snapshot> s) {
     if (recent_) s = recent_->apply(std::move(s));
     std::lock_guard<std::mutex> g(latest_mu_);
@@ -90,8 +98,10 @@ bool Follower::try_attach(const Collector::StartProgress& progress) {
     publish(snap);
     ++attaches_;
     last_said_.clear();
+    lost_said_ = 0;
     if (sel.follows_restarts())
         say("attached to PID " + std::to_string(pid) + " (" + snap->target.comm + "), found by " + sel.text());
+    say_lost(*snap);
     return true;
 }
 
@@ -134,6 +144,7 @@ void Follower::loop(OnTick on_tick) {
         }
         auto snap = col_->tick();
         if (col_->target_alive()) {
+            say_lost(*snap);
             snap = publish(std::move(snap));
             if (on_tick) on_tick(snap);
             wait_for(interval);

@@ -64,6 +64,9 @@ private:
     // Returns what it published: `s`, or a copy with its verdict over the recent window.
     std::shared_ptr<const Snapshot> publish(std::shared_ptr<const Snapshot> s);
     void say_once(const std::string& msg);
+    // Lost events on stderr, where an exporter's operator reads them (its /metrics has the
+    // count, not the cause): the first, then each time the count since attach has doubled.
+    void say_lost(const Snapshot& s);
     void loop(OnTick on_tick);
     bool wait_for(double seconds);
 
@@ -78,6 +81,7 @@ private:
     std::shared_ptr<const Snapshot> latest_;
     std::optional<record::RecentVerdict> recent_;  // touched by publish() alone
     std::string last_said_;
+    uint64_t lost_said_ = 0;  // the lost-events count say_lost() last told, this attach
     std::atomic<bool> finished_{false};
     std::atomic<int> attaches_{0};
     std::atomic<bool> stop_{false};

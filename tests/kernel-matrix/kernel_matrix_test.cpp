@@ -389,6 +389,15 @@ TEST_CASE("kernel matrix: two services in one exporter, through the hooks they s
             const json replay = block_json(c + ".replay-" + service);
             REQUIRE(replay.is_object());
             CHECK(replay["lost_events"].get<double>() == sum("qscope_lost_events_total", service));
+            // And on its stderr, which an operator reads (/metrics has the count alone).
+            if (sum("qscope_lost_events_total", service) > 0) {
+                bool said = false;
+                std::istringstream lines(err);
+                for (std::string l; std::getline(lines, l);)
+                    said |= l.rfind("qscope [" + std::string(service) + "]: ", 0) == 0 &&
+                            l.find(" events lost since attach (qscope_lost_events_total)") != std::string::npos;
+                CHECK(said);
+            }
             for (const auto& p : replay["partial"]) {
                 const std::string line = p.get<std::string>();
                 if (line.find(" events lost since attach") == std::string::npos) continue;

@@ -1,18 +1,26 @@
 #include "engine/bpf_util.h"
 
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
+
+#include "sys/proc_stat.h"
 
 namespace qscope {
 
@@ -138,8 +146,88 @@ int KernelTracepoints::btf_args(const std::string& name) {
     return t && btf_is_func_proto(t) ? btf_vlen(t) - 1 : -1;
 }
 
+namespace {
+
+// This process's kretprobe events, by function: made once, shared by every program on the
+// function (a tracefs event runs each program attached to it), removed at exit.
+struct RetprobeEvents {
+    std::mutex mu;
+    std::string root;                        // tracefs
+    std::map<std::string, int> ids;          // function -> event id
+    ~RetprobeEvents() {
+        for (const auto& [function, id] : ids) write_kprobe_events("-:qscope/" + name(function, getpid()));
+    }
+    static std::string name(const std::string& function, int pid) { return function + "_" + std::to_string(pid); }
+    bool write_kprobe_events(const std::string& line) const {
+        const int fd = open((root + "/kprobe_events").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (fd < 0) return false;
+        const bool ok = write(fd, line.c_str(), line.size()) == static_cast<ssize_t>(line.size());
+        close(fd);
+        return ok;
+    }
+    // The events of qscope processes that are gone (killed before their exit removed them).
+    void remove_stale() const {
+        std::ifstream in(root + "/kprobe_events");
+        for (std::string l; std::getline(in, l);) {
+            const auto g = l.find(":qscope/"), sp = l.find(' ');
+            if (g == std::string::npos || sp == std::string::npos || sp < g) continue;
+            const std::string ev = l.substr(g + 8, sp - g - 8);
+            const auto us = ev.rfind('_');
+            if (us == std::string::npos) continue;
+            const int pid = std::atoi(ev.c_str() + us + 1);
+            if (pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH)
+                write_kprobe_events("-:qscope/" + ev);
+        }
+    }
+    // The event id, made on first use; -1 with errno when tracefs refuses.
+    int id(const std::string& function, int slots) {
+        std::lock_guard<std::mutex> g(mu);
+        if (auto it = ids.find(function); it != ids.end()) return it->second;
+        if (root.empty()) {
+            if (!ensure_tracefs(root)) return -1;
+            remove_stale();
+        }
+        const std::string ev = name(function, getpid());
+        if (!write_kprobe_events("r" + std::to_string(slots) + ":qscope/" + ev + " " + function + "\n")) return -1;
+        std::string text;
+        if (!read_file(root + "/events/qscope/" + ev + "/id", text)) return -1;
+        return ids[function] = std::atoi(text.c_str());
+    }
+};
+
+int retprobe_slots() {
+    const char* env = std::getenv("QSCOPE_KRETPROBE_SLOTS");
+    const int n = env ? std::atoi(env) : 0;
+    return n > 0 ? std::min(n, kRetprobeSlots) : kRetprobeSlots;
+}
+
+}  // namespace
+
+bpf_link* attach_link(bpf_program* prog) {
+    static RetprobeEvents events;
+    const std::string sec = bpf_program__section_name(prog);
+    if (sec.rfind("kretprobe/", 0) != 0) return bpf_program__attach(prog);
+    const int id = events.id(sec.substr(10), retprobe_slots());
+    if (id < 0) return bpf_program__attach(prog);  // no kprobe_events: the kernel's default slots
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_TRACEPOINT;
+    attr.config = static_cast<uint64_t>(id);
+    // One event on one CPU: a tracefs event runs its programs on every CPU (libbpf's own
+    // tracefs kprobes do the same).
+    const int pfd = static_cast<int>(syscall(__NR_perf_event_open, &attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC));
+    if (pfd < 0) return nullptr;
+    bpf_link* l = bpf_program__attach_perf_event(prog, pfd);  // owns pfd from here
+    if (!l) {
+        const int err = errno;
+        close(pfd);
+        errno = err;
+    }
+    return l;
+}
+
 Link attach_program(bpf_program* prog, const std::string& what) {
-    Link l(bpf_program__attach(prog));
+    Link l(attach_link(prog));
     if (!l) throw_bpf_error(what, errno);
     return l;
 }

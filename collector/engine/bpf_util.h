@@ -49,6 +49,16 @@ using Owned = std::unique_ptr<T, LibbpfDeleter<T, Destroy>>;
 
 // An attached program (tracepoint, uprobe, iterator): detached when the owner goes.
 using Link = Owned<bpf_link, bpf_link__destroy>;
+// bpf_program__attach (null and errno on failure), except for a kretprobe: the kernel gives
+// one kretprobe max(10, 2 x CPUs) return slots by default, one per thread inside the function
+// at once (a read blocked in tcp_recvmsg holds one), and past them a return is missed. libbpf
+// cannot ask for more, so a kretprobe is attached through a tracefs kprobe event of this
+// process's, "r<N>:qscope/<function>_<pid>", with kRetprobeSlots (the kernel's most) or
+// QSCOPE_KRETPROBE_SLOTS (tests: fewer, to make misses). Without tracefs's kprobe_events,
+// libbpf's attach and the default slots. The events are removed at exit, and a dead
+// process's at the next start.
+bpf_link* attach_link(bpf_program* prog);
+constexpr int kRetprobeSlots = 4096;  // KRETPROBE_MAXACTIVE_MAX; ~64 bytes of kernel memory each
 // Throws naming `what` when the attach fails.
 Link attach_program(bpf_program* prog, const std::string& what);
 // Detaches every link at once and empties `links`. Detaching a syscall tracepoint waits out

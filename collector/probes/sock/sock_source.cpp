@@ -422,7 +422,7 @@ public:
                       {load(b->kretprobe_missed),
                        "reads or writes not seen: their return from tcp_recvmsg/tcp_sendmsg was missed by the "
                        "kretprobe (more threads inside those functions at once, blocked reads included, than the "
-                       "kernel keeps return slots for: its maxactive)"},
+                       "kretprobe has return slots for: its maxactive, 4096 unless tracefs's kprobe_events was not writable)"},
                       {load(b->fan_slots_full), "calls not counted per request (a request called more than " +
                                                     std::to_string(QS_REQ_PEERS) + " distinct peers)"},
                       {load(b->h2_evicted), "HTTP/2 streams dropped from a connection's table before their end (more than " +
@@ -900,7 +900,7 @@ private:
             if (!bpf_program__autoload(prog)) continue;
             if (ours == arrivals_prog_ && scope_) continue;  // the cgroup's instead (choose_arrival_scope)
             if (route_shared(ours, prog)) continue;
-            Link l(bpf_program__attach(prog));
+            Link l(attach_link(prog));
             if (!l) {
                 const int err = errno;
                 // A syscall exit standing in for the reads or writes is as required as they are.

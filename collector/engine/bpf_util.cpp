@@ -165,7 +165,8 @@ struct RetprobeEvents {
         close(fd);
         return ok;
     }
-    // The events of qscope processes that are gone (killed before their exit removed them).
+    // The events of qscope processes that are gone (killed before their exit removed them),
+    // and any under this process's PID before it made one (a killed qscope's, the PID reused).
     void remove_stale() const {
         std::ifstream in(root + "/kprobe_events");
         for (std::string l; std::getline(in, l);) {
@@ -175,7 +176,7 @@ struct RetprobeEvents {
             const auto us = ev.rfind('_');
             if (us == std::string::npos) continue;
             const int pid = std::atoi(ev.c_str() + us + 1);
-            if (pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH)
+            if (pid > 0 && (pid == getpid() || (kill(pid, 0) != 0 && errno == ESRCH)))
                 write_kprobe_events("-:qscope/" + ev);
         }
     }

@@ -1388,9 +1388,9 @@ struct {
 /* Entries whose return never came: the kernel keeps a fixed number of return slots per
  * kretprobe (maxactive: 4096 as qscope asks, engine/bpf_util.h attach_link, or the default of
  * 10 on two CPUs), each held by a thread inside the function, blocked in a read included; a
- * call that finds none is returned from unseen. Told by the thread's next
- * entry, which finds the last one's arguments still here (no thread is in tcp_recvmsg or
- * tcp_sendmsg twice at once). */
+ * call that finds none is returned from unseen. Told by the thread's next entry, which finds
+ * the last one's arguments still here (no thread is in tcp_recvmsg or tcp_sendmsg twice at
+ * once). */
 __u64 kretprobe_missed = 0;
 
 static __always_inline void io_enter(__u64 sk, int flags)

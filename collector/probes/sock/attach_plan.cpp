@@ -118,6 +118,14 @@ KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most,
     return offer;
 }
 
+namespace {
+// QSCOPE_SOCK_ATTACH's value, "" when unset: what every plan of this process is restricted to.
+std::string sock_attach_limit() {
+    const char* at_most = std::getenv("QSCOPE_SOCK_ATTACH");
+    return at_most ? at_most : "";
+}
+}  // namespace
+
 KernelOffer sock_offer(KernelTracepoints& tps) {
     static std::mutex mutex;
     static std::map<std::string, KernelOffer> offers;  // by sock_attach_limit(), set by tests
@@ -126,11 +134,6 @@ KernelOffer sock_offer(KernelTracepoints& tps) {
     auto it = offers.find(at_most);
     if (it == offers.end()) it = offers.emplace(at_most, probe_sock_offer(tps, at_most)).first;
     return it->second;
-}
-
-std::string sock_attach_limit() {
-    const char* at_most = std::getenv("QSCOPE_SOCK_ATTACH");
-    return at_most ? at_most : "";
 }
 
 std::vector<SharedHooks::Hook> shared_fallbacks(const SockAttachPlan& plan) {

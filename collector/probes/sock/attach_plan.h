@@ -61,7 +61,7 @@ SockAttachPlan plan_sock_attach(const KernelOffer& offer);
 // `at_most`: restrict_offer's.
 KernelOffer probe_sock_offer(KernelTracepoints& tps, const std::string& at_most, bool always = false);
 
-// probe_sock_offer(tps, sock_attach_limit()), probed once per process: the kernel's offer does
+// probe_sock_offer(tps, $QSCOPE_SOCK_ATTACH), probed once per process: the kernel's offer does
 // not change while qscope runs, and an exporter's shared hooks (shared_fallbacks) and every one
 // of its targets, at each re-attach, must take the ways in of one plan. Thread-safe.
 KernelOffer sock_offer(KernelTracepoints& tps);
@@ -70,8 +70,6 @@ KernelOffer sock_offer(KernelTracepoints& tps);
 // that has the tracepoints can exercise a fallback. "" leaves the offer as is; anything else
 // throws.
 KernelOffer restrict_offer(KernelOffer offer, const std::string& at_most);
-// QSCOPE_SOCK_ATTACH's value, "" when unset: what every plan of this process is restricted to.
-std::string sock_attach_limit();
 
 // The ways in of `plan` that an exporter's targets share (engine/shared_hooks.h) where the
 // tracepoints are missing: the kernel functions' programs the plan takes (fexit, or a kprobe

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "sys/proc_stat.h"
@@ -154,6 +155,7 @@ struct RetprobeEvents {
     std::mutex mu;
     std::string root;                        // tracefs
     std::map<std::string, int> ids;          // function -> event id
+    std::string refused;                     // why tracefs made no event, when it did not
     ~RetprobeEvents() {
         for (const auto& [function, id] : ids) write_kprobe_events("-:qscope/" + name(function, getpid()));
     }
@@ -180,19 +182,36 @@ struct RetprobeEvents {
                 write_kprobe_events("-:qscope/" + ev);
         }
     }
-    // The event id, made on first use; -1 with errno when tracefs refuses.
+    // The event id, made on first use; -1 with errno (and `refused` said) when tracefs refuses.
     int id(const std::string& function, int slots) {
         std::lock_guard<std::mutex> g(mu);
         if (auto it = ids.find(function); it != ids.end()) return it->second;
+        const auto refuse = [&](const std::string& what) {
+            const int err = errno;
+            refused = what + ": " + std::strerror(err);
+            errno = err;
+            return -1;
+        };
         if (root.empty()) {
-            if (!ensure_tracefs(root)) return -1;
+            if (!ensure_tracefs(root)) return refuse("no tracefs");
             remove_stale();
         }
         const std::string ev = name(function, getpid());
-        if (!write_kprobe_events("r" + std::to_string(slots) + ":qscope/" + ev + " " + function + "\n")) return -1;
+        if (!write_kprobe_events("r" + std::to_string(slots) + ":qscope/" + ev + " " + function + "\n"))
+            return refuse("writing " + root + "/kprobe_events");
         std::string text;
-        if (!read_file(root + "/events/qscope/" + ev + "/id", text)) return -1;
+        if (!read_file(root + "/events/qscope/" + ev + "/id", text)) return refuse("reading the event's id");
+        refused.clear();
         return ids[function] = std::atoi(text.c_str());
+    }
+    std::string slots_said(int slots) {
+        std::lock_guard<std::mutex> g(mu);
+        if (refused.empty()) return std::to_string(slots) + " return slots";
+        return "the kernel's default return slots, max(10, 2 x CPUs) (" + refused + ")";
+    }
+    static RetprobeEvents& of_process() {
+        static RetprobeEvents events;
+        return events;
     }
 };
 
@@ -205,10 +224,10 @@ int retprobe_slots() {
 }  // namespace
 
 bpf_link* attach_link(bpf_program* prog) {
-    static RetprobeEvents events;
+    constexpr std::string_view kSection = "kretprobe/";
     const std::string sec = bpf_program__section_name(prog);
-    if (sec.rfind("kretprobe/", 0) != 0) return bpf_program__attach(prog);
-    const int id = events.id(sec.substr(10), retprobe_slots());
+    if (sec.rfind(kSection, 0) != 0) return bpf_program__attach(prog);
+    const int id = RetprobeEvents::of_process().id(sec.substr(kSection.size()), retprobe_slots());
     if (id < 0) return bpf_program__attach(prog);  // no kprobe_events: the kernel's default slots
     perf_event_attr attr{};
     attr.size = sizeof(attr);
@@ -226,6 +245,8 @@ bpf_link* attach_link(bpf_program* prog) {
     }
     return l;
 }
+
+std::string kretprobe_slots_said() { return RetprobeEvents::of_process().slots_said(retprobe_slots()); }
 
 Link attach_program(bpf_program* prog, const std::string& what) {
     Link l(attach_link(prog));

@@ -422,7 +422,7 @@ public:
                       {load(b->kretprobe_missed),
                        "reads or writes not seen: their return from tcp_recvmsg/tcp_sendmsg was missed by the "
                        "kretprobe (more threads inside those functions at once, blocked reads included, than the "
-                       "kretprobe has return slots for: its maxactive, 4096 unless tracefs's kprobe_events was not writable)"},
+                       "kretprobe has return slots for: it has " + kretprobe_slots_said() + ")"},
                       {load(b->fan_slots_full), "calls not counted per request (a request called more than " +
                                                     std::to_string(QS_REQ_PEERS) + " distinct peers)"},
                       {load(b->h2_evicted), "HTTP/2 streams dropped from a connection's table before their end (more than " +

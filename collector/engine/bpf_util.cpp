@@ -204,9 +204,9 @@ struct RetprobeEvents {
         refused.clear();
         return ids[function] = std::atoi(text.c_str());
     }
-    std::string slots_said(int slots) {
+    std::string slots_said() {
         std::lock_guard<std::mutex> g(mu);
-        if (refused.empty()) return std::to_string(slots) + " return slots";
+        if (refused.empty()) return std::to_string(kRetprobeSlots) + " return slots";
         return "the kernel's default return slots, max(10, 2 x CPUs) (" + refused + ")";
     }
     static RetprobeEvents& of_process() {
@@ -215,19 +215,13 @@ struct RetprobeEvents {
     }
 };
 
-int retprobe_slots() {
-    const char* env = std::getenv("QSCOPE_KRETPROBE_SLOTS");
-    const int n = env ? std::atoi(env) : 0;
-    return n > 0 ? std::min(n, kRetprobeSlots) : kRetprobeSlots;
-}
-
 }  // namespace
 
 bpf_link* attach_link(bpf_program* prog) {
     constexpr std::string_view kSection = "kretprobe/";
     const std::string sec = bpf_program__section_name(prog);
     if (sec.rfind(kSection, 0) != 0) return bpf_program__attach(prog);
-    const int id = RetprobeEvents::of_process().id(sec.substr(kSection.size()), retprobe_slots());
+    const int id = RetprobeEvents::of_process().id(sec.substr(kSection.size()), kRetprobeSlots);
     if (id < 0) return bpf_program__attach(prog);  // no kprobe_events: the kernel's default slots
     perf_event_attr attr{};
     attr.size = sizeof(attr);
@@ -246,7 +240,7 @@ bpf_link* attach_link(bpf_program* prog) {
     return l;
 }
 
-std::string kretprobe_slots_said() { return RetprobeEvents::of_process().slots_said(retprobe_slots()); }
+std::string kretprobe_slots_said() { return RetprobeEvents::of_process().slots_said(); }
 
 Link attach_program(bpf_program* prog, const std::string& what) {
     Link l(attach_link(prog));

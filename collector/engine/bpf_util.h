@@ -53,10 +53,9 @@ using Link = Owned<bpf_link, bpf_link__destroy>;
 // one kretprobe max(10, 2 x CPUs) return slots by default, one per thread inside the function
 // at once (a read blocked in tcp_recvmsg holds one), and past them a return is missed. libbpf
 // cannot ask for more, so a kretprobe is attached through a tracefs kprobe event of this
-// process's, "r<N>:qscope/<function>_<pid>", with kRetprobeSlots (the kernel's most) or
-// QSCOPE_KRETPROBE_SLOTS (tests: fewer, to make misses). Without tracefs's kprobe_events,
-// libbpf's attach and the default slots. The events are removed at exit, and a dead
-// process's at the next start.
+// process's, "r<N>:qscope/<function>_<pid>", with kRetprobeSlots (the kernel's most).
+// Without tracefs's kprobe_events, libbpf's attach and the default slots. The events are
+// removed at exit, and a dead process's at the next start.
 bpf_link* attach_link(bpf_program* prog);
 constexpr int kRetprobeSlots = 4096;  // KRETPROBE_MAXACTIVE_MAX; ~64 bytes of kernel memory each
 // What this process's kretprobes got, for a lost-events cause: "4096 return slots", or the

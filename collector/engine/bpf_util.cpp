@@ -155,7 +155,7 @@ struct RetprobeEvents {
     std::mutex mu;
     std::string root;                        // tracefs
     std::map<std::string, int> ids;          // function -> event id
-    std::string refused;                     // why tracefs made no event, when it did not
+    std::map<std::string, std::string> refused;  // function -> why tracefs made it no event
     ~RetprobeEvents() {
         for (const auto& [function, id] : ids) write_kprobe_events("-:qscope/" + name(function, getpid()));
     }
@@ -183,12 +183,12 @@ struct RetprobeEvents {
         }
     }
     // The event id, made on first use; -1 with errno (and `refused` said) when tracefs refuses.
-    int id(const std::string& function, int slots) {
+    int id(const std::string& function) {
         std::lock_guard<std::mutex> g(mu);
         if (auto it = ids.find(function); it != ids.end()) return it->second;
         const auto refuse = [&](const std::string& what) {
             const int err = errno;
-            refused = what + ": " + std::strerror(err);
+            refused[function] = what + ": " + std::strerror(err);
             errno = err;
             return -1;
         };
@@ -197,17 +197,20 @@ struct RetprobeEvents {
             remove_stale();
         }
         const std::string ev = name(function, getpid());
-        if (!write_kprobe_events("r" + std::to_string(slots) + ":qscope/" + ev + " " + function + "\n"))
+        if (!write_kprobe_events("r" + std::to_string(kRetprobeSlots) + ":qscope/" + ev + " " + function + "\n"))
             return refuse("writing " + root + "/kprobe_events");
         std::string text;
         if (!read_file(root + "/events/qscope/" + ev + "/id", text)) return refuse("reading the event's id");
-        refused.clear();
+        refused.erase(function);
         return ids[function] = std::atoi(text.c_str());
     }
     std::string slots_said() {
         std::lock_guard<std::mutex> g(mu);
         if (refused.empty()) return std::to_string(kRetprobeSlots) + " return slots";
-        return "the kernel's default return slots, max(10, 2 x CPUs) (" + refused + ")";
+        std::string why;
+        for (const auto& [function, what] : refused) why += (why.empty() ? "" : "; ") + function + ": " + what;
+        const std::string some = ids.empty() ? "" : " on " + std::to_string(refused.size()) + " of its functions";
+        return "the kernel's default return slots" + some + ", max(10, 2 x CPUs) (" + why + ")";
     }
     static RetprobeEvents& of_process() {
         static RetprobeEvents events;
@@ -221,7 +224,7 @@ bpf_link* attach_link(bpf_program* prog) {
     constexpr std::string_view kSection = "kretprobe/";
     const std::string sec = bpf_program__section_name(prog);
     if (sec.rfind(kSection, 0) != 0) return bpf_program__attach(prog);
-    const int id = RetprobeEvents::of_process().id(sec.substr(kSection.size()), kRetprobeSlots);
+    const int id = RetprobeEvents::of_process().id(sec.substr(kSection.size()));
     if (id < 0) return bpf_program__attach(prog);  // no kprobe_events: the kernel's default slots
     perf_event_attr attr{};
     attr.size = sizeof(attr);

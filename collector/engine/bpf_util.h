@@ -59,7 +59,7 @@ using Link = Owned<bpf_link, bpf_link__destroy>;
 bpf_link* attach_link(bpf_program* prog);
 constexpr int kRetprobeSlots = 4096;  // KRETPROBE_MAXACTIVE_MAX; ~64 bytes of kernel memory each
 // What this process's kretprobes got, for a lost-events cause: "4096 return slots", or the
-// kernel's default and why tracefs made no event of qscope's (the last refusal).
+// kernel's default, on which functions, and why tracefs made them no event of qscope's.
 std::string kretprobe_slots_said();
 // Throws naming `what` when the attach fails.
 Link attach_program(bpf_program* prog, const std::string& what);

@@ -182,9 +182,10 @@ std::string node_app() { return source_dir() + "/tests/apps/loops/server.js"; }
 // 0.866 s against the 0.706 s node printed by the window's end). The oracle is the runtime's
 // max at some instant from the window's end to the snapshot's exit: each value it took then.
 struct OwnMax {
-    std::vector<double> values;  // seconds: the value at the window's end, then each rise before the exit
+    // Seconds: the value at the window's end (-1: no line by then), then each rise before the exit.
+    std::vector<double> values{-1};
 
-    double at_end() const { return values.empty() ? -1 : values.front(); }
+    double at_end() const { return values.front(); }
     bool matches(double seconds, double epsilon) const {
         return std::any_of(values.begin(), values.end(),
                            [&](double v) { return seconds == Approx(v).epsilon(epsilon); });
@@ -192,13 +193,13 @@ struct OwnMax {
     std::string str() const {
         std::string out;
         for (double v : values) out += (out.empty() ? "" : ", then ") + std::to_string(v) + " s";
-        return out.empty() ? "none" : out;
+        return out;
     }
 };
 
 OwnMax own_max(const std::string& out, const std::string& tag, const Observed& o) {
     const std::regex re(tag + " mono_ns=(\\d+) max_ns=(\\d+)");
-    OwnMax m{{-1}};
+    OwnMax m;
     std::vector<double> later;
     for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it) {
         const double at = std::stod((*it)[1]) / 1e9, max = std::stod((*it)[2]) / 1e9;

@@ -414,15 +414,17 @@ public:
         collect_peers(snap, oldest_busy);
 
         // ---- losses --------------------------------------------------------------------
+        const uint64_t missed = load(b->kretprobe_missed);  // the slots' text only when it is read
         lost_.update("sock",
                      {{load(b->lost_conn_full), "connections not tracked (connection table full at --max-connections " +
                                                     std::to_string(cfg_.max_connections) + ")"},
                       {load(b->lost_port_full), "listening ports not measured (more than " +
                                                     std::to_string(QS_MAX_PORTS) + " ports)"},
-                      {load(b->kretprobe_missed),
-                       "reads or writes not seen: their return from tcp_recvmsg/tcp_sendmsg was missed by the "
-                       "kretprobe (more threads inside those functions at once, blocked reads included, than the "
-                       "kretprobe has return slots for: it has " + kretprobe_slots_said() + ")"},
+                      {missed, missed ? "reads or writes not seen: their return from tcp_recvmsg/tcp_sendmsg was "
+                                        "missed by the kretprobe (more threads inside those functions at once, "
+                                        "blocked reads included, than the kretprobe has return slots for: it has " +
+                                            kretprobe_slots_said() + ")"
+                                      : std::string()},
                       {load(b->fan_slots_full), "calls not counted per request (a request called more than " +
                                                     std::to_string(QS_REQ_PEERS) + " distinct peers)"},
                       {load(b->h2_evicted), "HTTP/2 streams dropped from a connection's table before their end (more than " +

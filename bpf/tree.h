@@ -48,6 +48,14 @@ struct qs_fd_sock {
 	__u8 raddr[16];
 };
 
+/* A thread of one process and its name, from the thread iterator (tree.bpf.c,
+ * qs_thread_names): the comm /proc/PID/task/TID/comm reads, for every thread in one read. */
+struct qs_thread_name {
+	__u32 tgid;      /* the process whose threads were walked (user space checks it) */
+	__u32 tid;
+	char comm[16];   /* TASK_COMM_LEN, NUL-terminated */
+};
+
 #ifdef __BPF__
 /* Defined in every object that filters on the tree; sized and shared by user space. */
 struct {

@@ -142,6 +142,8 @@ struct ProcessTree::Bpf {
     qs_tree_range* range = nullptr;  // the skeleton's mmapped .data.tree section
     // The fd-table iterator (qs_fd_sockets) was refused: callers read /proc from then on.
     mutable std::atomic<bool> fd_iter_off{false};
+    // The same for the thread iterator (qs_thread_names).
+    mutable std::atomic<bool> thread_iter_off{false};
 };
 
 ProcessTree::~ProcessTree() {
@@ -174,11 +176,13 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children, SharedSl
     };
     open_sized();
     if (int err = tree_bpf::load(b.skel.get())) {
-        // The fd-table iterator is a speed-up, never a reason not to run: a kernel or policy
-        // that refuses iter/task_file gets the object without it (and /proc/PID/fd walks).
+        // The iterators are a speed-up, never a reason not to run: a kernel or policy that
+        // refuses them gets the object without them (and /proc walks).
         open_sized();
         bpf_program__set_autoload(b.skel->progs.qs_fd_sockets, false);
+        bpf_program__set_autoload(b.skel->progs.qs_thread_names, false);
         b.fd_iter_off = true;
+        b.thread_iter_off = true;
         if (tree_bpf::load(b.skel.get())) throw_load_error(ProbeFamily::tree, "tree: loading BPF programs (tree.bpf.c)", err);
     }
     b.bits = MappedWords(b.skel->maps.qs_tree, words, "tree: mmap of map qs_tree");
@@ -223,10 +227,16 @@ std::vector<ProbeAttach> ProcessTree::attach() const {
                                                "no fd-table iterator with a pid filter (Linux 6.1+): a target's socket "
                                                "fds are read from /proc/PID/fd, a readlink each")
                                     : fds);
+    const ProbeAttach names = program_attach(ProbeFamily::tree, bpf_->skel->progs.qs_thread_names);
+    out.push_back(bpf_->thread_iter_off ? hook_off(ProbeFamily::tree, names.hook,
+                                                   "no task iterator with a pid filter (Linux 6.1+): a target's thread "
+                                                   "names are read from /proc/PID/task/TID/comm, a file each")
+                                        : names);
     return out;
 }
 
 static_assert(sizeof(qs_fd_sock) == 56, "bpf/tree.h: struct qs_fd_sock");
+static_assert(sizeof(qs_thread_name) == 24, "bpf/tree.h: struct qs_thread_name");
 
 std::optional<std::vector<SocketFd>> ProcessTree::socket_fds(int pid) const {
     if (bpf_->fd_iter_off) return std::nullopt;
@@ -266,6 +276,36 @@ std::optional<std::vector<SocketFd>> ProcessTree::socket_fds(int pid) const {
             std::memcpy(e.remote.data(), r.raddr, e.remote.size());
         }
         out.push_back(std::move(s));
+    }
+    return out;
+}
+
+std::optional<std::map<int, std::string>> ProcessTree::thread_names(int pid) const {
+    if (bpf_->thread_iter_off) return std::nullopt;
+    union bpf_iter_link_info linfo;
+    std::memset(&linfo, 0, sizeof(linfo));
+    linfo.task.pid = static_cast<__u32>(pid);
+    DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, opts);
+    opts.link_info = &linfo;
+    opts.link_info_len = sizeof(linfo);
+    Link link(bpf_program__attach_iter(bpf_->skel->progs.qs_thread_names, &opts));
+    if (!link) {
+        // As socket_fds: before 6.1 an unfiltered walk of every task would be no speed-up.
+        if (errno != ESRCH && errno != ENOENT) bpf_->thread_iter_off = true;
+        return std::nullopt;
+    }
+    std::vector<char> buf;
+    try {
+        buf = read_iter(link.get(), "tree: thread iterator");
+    } catch (const Error&) {
+        return std::nullopt;
+    }
+    std::map<int, std::string> out;
+    for (size_t at = 0; at + sizeof(qs_thread_name) <= buf.size(); at += sizeof(qs_thread_name)) {
+        qs_thread_name r;
+        std::memcpy(&r, buf.data() + at, sizeof(r));
+        if (r.tgid != static_cast<uint32_t>(pid)) continue;
+        out[static_cast<int>(r.tid)] = std::string(r.comm, strnlen(r.comm, sizeof(r.comm)));
     }
     return out;
 }

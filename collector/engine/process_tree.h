@@ -77,6 +77,10 @@ public:
     // where that cannot run (no pid filter for iterators before Linux 6.1, or the iterator
     // refused), and the caller reads /proc/PID/fd instead. Safe from any thread.
     std::optional<std::vector<SocketFd>> socket_fds(int pid) const;
+    // A member's threads and their names (comm), read in one pass (iter/task); nullopt where
+    // that cannot run (as socket_fds), and the caller reads /proc/PID/task/TID/comm instead.
+    // Safe from any thread.
+    std::optional<std::map<int, std::string>> thread_names(int pid) const;
 
 private:
     ProcessTree() = default;

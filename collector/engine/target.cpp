@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "model/errors.h"
+#include "sys/proc_tasks.h"
 
 namespace qscope {
 
@@ -125,6 +126,17 @@ std::optional<std::vector<SocketFd>> Target::socket_fds_one_pass(int pid) const 
 std::vector<SocketFd> Target::socket_fds(int pid) const {
     if (auto fds = socket_fds_one_pass(pid)) return std::move(*fds);
     return socket_fds_proc(pid);
+}
+
+std::optional<std::map<int, std::string>> Target::thread_names_one_pass(int pid) const {
+    return tree_ ? tree_->thread_names(pid) : std::nullopt;
+}
+
+std::map<int, std::string> Target::thread_names(int pid) const {
+    if (auto names = thread_names_one_pass(pid)) return std::move(*names);
+    std::map<int, std::string> out;
+    for (int tid : list_tids(pid)) out[tid] = read_task_comm(pid, tid);
+    return out;
 }
 
 std::vector<ProcessMember> Target::processes() const {

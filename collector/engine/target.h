@@ -4,6 +4,7 @@
 #include <bpf/libbpf.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,11 @@ public:
     std::vector<SocketFd> socket_fds(int pid) const;
     // The one-pass read alone: nullopt where only /proc could answer.
     std::optional<std::vector<SocketFd>> socket_fds_one_pass(int pid) const;
+    // A process's threads and their names (comm), from the tree's one-pass read where the
+    // kernel allows (ProcessTree::thread_names), else /proc/PID/task/TID/comm a file each.
+    std::map<int, std::string> thread_names(int pid) const;
+    // The one-pass read alone: nullopt where only /proc could answer.
+    std::optional<std::map<int, std::string>> thread_names_one_pass(int pid) const;
 
 private:
     std::shared_ptr<ProcessTree> tree_;

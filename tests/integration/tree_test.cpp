@@ -809,3 +809,46 @@ TEST_CASE("the one-pass fd table: fds and inodes as /proc, TCP ends as sock_diag
     CHECK(mapped >= 1);
     close_all();
 }
+
+// The thread iterator (bpf/tree.bpf.c, qs_thread_names) reads a process's thread names in one
+// pass, where a Tokio look at attach read a /proc/PID/task/TID/comm file per thread: its
+// threads and names must be /proc's. 40 threads of this process, named here (one renamed
+// after it started), parked until the comparison is done.
+TEST_CASE("the one-pass thread names: threads and names as /proc", "[tree][integration]") {
+    std::atomic<bool> done{false};
+    std::atomic<int> named{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 40; i++)
+        threads.emplace_back([&, i] {
+            pthread_setname_np(pthread_self(), ("qs-name-" + std::to_string(i)).c_str());
+            named++;
+            while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        });
+    const auto stop = [&] {
+        done = true;
+        for (auto& t : threads) t.join();
+    };
+    while (named < 40) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    pthread_setname_np(threads[7].native_handle(), "renamed-later");
+
+    auto target = qscope::Target::open(getpid());
+    target.follow(false);
+    const auto one = target.thread_names_one_pass(getpid());
+    if (!one) {
+        stop();
+        WARN("SKIP: this kernel refuses a pid-filtered task iterator (before Linux 6.1): /proc answers");
+        return;
+    }
+    std::map<int, std::string> from_proc;
+    for (int tid : qscope::list_tids(getpid())) from_proc[tid] = qscope::read_task_comm(getpid(), tid);
+    CHECK(*one == from_proc);
+    CHECK(target.thread_names(getpid()) == *one);
+    int ours = 0, renamed = 0;
+    for (const auto& [tid, name] : *one) {
+        ours += name.rfind("qs-name-", 0) == 0;
+        renamed += name == "renamed-later";
+    }
+    CHECK(ours == 39);
+    CHECK(renamed == 1);
+    stop();
+}

@@ -102,6 +102,30 @@ std::vector<int> children_of(int pid) {
     return out;
 }
 
+// One process's records from a pid-filtered iterator of the tree's; nullopt where only /proc
+// can answer. Before 6.1 the kernel has no pid filter (E2BIG: a link_info it does not know),
+// and an unfiltered walk of every process per call is not the speed-up these are for: `off`
+// is set then, and the callers read /proc from there on.
+std::optional<std::vector<char>> read_pid_iter(bpf_program* prog, int pid, std::atomic<bool>& off, const char* what) {
+    if (off) return std::nullopt;
+    union bpf_iter_link_info linfo;
+    std::memset(&linfo, 0, sizeof(linfo));
+    linfo.task.pid = static_cast<__u32>(pid);
+    DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, opts);
+    opts.link_info = &linfo;
+    opts.link_info_len = sizeof(linfo);
+    Link link(bpf_program__attach_iter(prog, &opts));
+    if (!link) {
+        if (errno != ESRCH && errno != ENOENT) off = true;
+        return std::nullopt;
+    }
+    try {
+        return read_iter(link.get(), what);
+    } catch (const Error&) {
+        return std::nullopt;  // the process went away mid-walk, say: /proc answers for it
+    }
+}
+
 }  // namespace
 
 std::string process_role(const std::string& comm, const std::string& cmdline, bool is_root) {
@@ -239,31 +263,13 @@ static_assert(sizeof(qs_fd_sock) == 56, "bpf/tree.h: struct qs_fd_sock");
 static_assert(sizeof(qs_thread_name) == 24, "bpf/tree.h: struct qs_thread_name");
 
 std::optional<std::vector<SocketFd>> ProcessTree::socket_fds(int pid) const {
-    if (bpf_->fd_iter_off) return std::nullopt;
-    union bpf_iter_link_info linfo;
-    std::memset(&linfo, 0, sizeof(linfo));
-    linfo.task.pid = static_cast<__u32>(pid);
-    DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, opts);
-    opts.link_info = &linfo;
-    opts.link_info_len = sizeof(linfo);
-    Link link(bpf_program__attach_iter(bpf_->skel->progs.qs_fd_sockets, &opts));
-    if (!link) {
-        // Before 6.1 the kernel has no pid filter (E2BIG: a link_info it does not know); an
-        // unfiltered walk of every process's fds per call is not the speed-up this is for.
-        if (errno != ESRCH && errno != ENOENT) bpf_->fd_iter_off = true;
-        return std::nullopt;
-    }
-    std::vector<char> buf;
-    try {
-        buf = read_iter(link.get(), "tree: fd-table iterator");
-    } catch (const Error&) {
-        return std::nullopt;  // the process went away mid-walk, say: /proc answers for it
-    }
+    const auto buf = read_pid_iter(bpf_->skel->progs.qs_fd_sockets, pid, bpf_->fd_iter_off, "tree: fd-table iterator");
+    if (!buf) return std::nullopt;
     std::vector<SocketFd> out;
-    out.reserve(buf.size() / sizeof(qs_fd_sock));
-    for (size_t at = 0; at + sizeof(qs_fd_sock) <= buf.size(); at += sizeof(qs_fd_sock)) {
+    out.reserve(buf->size() / sizeof(qs_fd_sock));
+    for (size_t at = 0; at + sizeof(qs_fd_sock) <= buf->size(); at += sizeof(qs_fd_sock)) {
         qs_fd_sock r;
-        std::memcpy(&r, buf.data() + at, sizeof(r));
+        std::memcpy(&r, buf->data() + at, sizeof(r));
         if (r.tgid != static_cast<uint32_t>(pid)) continue;
         SocketFd s{static_cast<int>(r.fd), r.ino, std::nullopt};
         if (r.tcp) {
@@ -281,29 +287,12 @@ std::optional<std::vector<SocketFd>> ProcessTree::socket_fds(int pid) const {
 }
 
 std::optional<std::map<int, std::string>> ProcessTree::thread_names(int pid) const {
-    if (bpf_->thread_iter_off) return std::nullopt;
-    union bpf_iter_link_info linfo;
-    std::memset(&linfo, 0, sizeof(linfo));
-    linfo.task.pid = static_cast<__u32>(pid);
-    DECLARE_LIBBPF_OPTS(bpf_iter_attach_opts, opts);
-    opts.link_info = &linfo;
-    opts.link_info_len = sizeof(linfo);
-    Link link(bpf_program__attach_iter(bpf_->skel->progs.qs_thread_names, &opts));
-    if (!link) {
-        // As socket_fds: before 6.1 an unfiltered walk of every task would be no speed-up.
-        if (errno != ESRCH && errno != ENOENT) bpf_->thread_iter_off = true;
-        return std::nullopt;
-    }
-    std::vector<char> buf;
-    try {
-        buf = read_iter(link.get(), "tree: thread iterator");
-    } catch (const Error&) {
-        return std::nullopt;
-    }
+    const auto buf = read_pid_iter(bpf_->skel->progs.qs_thread_names, pid, bpf_->thread_iter_off, "tree: thread iterator");
+    if (!buf) return std::nullopt;
     std::map<int, std::string> out;
-    for (size_t at = 0; at + sizeof(qs_thread_name) <= buf.size(); at += sizeof(qs_thread_name)) {
+    for (size_t at = 0; at + sizeof(qs_thread_name) <= buf->size(); at += sizeof(qs_thread_name)) {
         qs_thread_name r;
-        std::memcpy(&r, buf.data() + at, sizeof(r));
+        std::memcpy(&r, buf->data() + at, sizeof(r));
         if (r.tgid != static_cast<uint32_t>(pid)) continue;
         out[static_cast<int>(r.tid)] = std::string(r.comm, strnlen(r.comm, sizeof(r.comm)));
     }

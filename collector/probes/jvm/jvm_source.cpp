@@ -76,8 +76,8 @@ constexpr std::string_view kTokioWorkerComm = "tokio-runtime-w";
 constexpr std::string_view kTokioSchedulerSymbol = "7runtime9scheduler12multi_thread6worker";
 // At most this many blocked threads' stacks are read at attach to find renamed workers.
 constexpr int kTokioStackLooks = 32;
-// Past this many threads not yet named, a scan reads every name in one pass (Target::thread_names:
-// an iterator's link and its read) rather than a /proc comm file each (an open, a read and a close;
+// Past this many threads not yet named, a scan reads every name in one pass where the kernel
+// allows (Target::thread_names_one_pass: an iterator's link and its read) rather than a /proc comm file each (an open, a read and a close;
 // 10,002 of them took 120-190 ms of a start, the pass under 20 ms).
 constexpr long kCommFilesAtMost = 64;
 
@@ -759,11 +759,15 @@ private:
         bool need_names = false;
         // Thread names rarely change after start: read each new tid's comm once, so a
         // 10,000-thread target costs one directory listing per scan, not 10,000 reads. Many
-        // new ones (the first scan of a JVM, a pool grown) are read in one pass instead.
+        // new ones (the first scan of a JVM, a pool grown) are read in one pass instead, where
+        // the kernel has one: without it, every name read afresh would cost more files than the
+        // new ones alone.
         const std::vector<int> tids = list_tids(pid_);
         const auto fresh = std::count_if(tids.begin(), tids.end(), [&](int tid) { return !comm_cache_.count(tid); });
-        if (fresh > kCommFilesAtMost) {
-            refill_comm_cache();
+        std::optional<std::map<int, std::string>> all;
+        if (fresh > kCommFilesAtMost) all = target_->thread_names_one_pass(pid_);
+        if (all) {
+            comm_cache_ = std::move(*all);
         } else {
             std::map<int, std::string> comms;
             for (int tid : tids) {

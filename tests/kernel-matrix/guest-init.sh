@@ -23,6 +23,22 @@ done
 ulimit -l unlimited 2>/dev/null
 echo "KM uname $(uname -r)"
 cd /tmp
+# A guest that would outlive vm.sh's limit says first what it is stuck on: every task of every
+# process, its state, kernel wait channel and syscall (the host's test prints this block).
+[ -f /qscope/env ] && . /qscope/env
+if [ -n "$KM_TIMEOUT" ]; then
+    (
+        sleep $((KM_TIMEOUT - 60))
+        echo "KM-BEGIN watchdog"
+        echo "uptime $(cut -d' ' -f1 /proc/uptime): these tasks were still there"
+        for t in /proc/[0-9]*/task/*; do
+            [ -s "${t%/task/*}/cmdline" ] || continue
+            echo "$(cat $t/comm 2>/dev/null) ${t#/proc/} $(awk '{ print $3 }' $t/stat 2>/dev/null)" \
+                "wchan=$(cat $t/wchan 2>/dev/null) syscall=$(cut -d' ' -f1 $t/syscall 2>/dev/null)"
+        done
+        echo "KM-END watchdog"
+    ) &
+fi
 sh /qscope/guest.sh
 echo "KM guest-exit $?"
 sync

@@ -108,10 +108,47 @@ std::string block_text(const std::string& name) {
     return it == guest().blocks.end() ? "" : it->second;
 }
 
-// The guest booted and ran its script to its end; otherwise print the console.
+// What a guest that did not run to its end was doing: the step it reached, its watchdog's list of
+// stuck tasks, the kernel's own reports, and the console's end. The console's start is the
+// firmware and the first cases, which a reader of a truncated CI log would otherwise get.
+std::string stopped_at(const Guest& g) {
+    std::string out = "last step: " + (g.notes.count("step") ? g.notes.at("step") : "none (before the first case)");
+    if (g.blocks.count("watchdog")) out += "\nthe guest's watchdog:\n" + g.blocks.at("watchdog");
+    std::vector<std::string> lines;
+    std::istringstream in(g.log);
+    std::string kernel;
+    for (std::string line; std::getline(in, line);) {
+        for (const char* mark : {"BUG:", "Oops", "RIP:", "Call Trace", "soft lockup", "rcu_sched", "hung_task", "Kernel panic"})
+            if (line.find(mark) != std::string::npos) {
+                kernel += line + "\n";
+                break;
+            }
+        lines.push_back(line);
+    }
+    if (!kernel.empty()) out += "\nthe kernel said:\n" + kernel;
+    const std::size_t tail = 60;
+    out += "\nthe console's last " + std::to_string(std::min(tail, lines.size())) + " lines:\n";
+    for (std::size_t i = lines.size() > tail ? lines.size() - tail : 0; i < lines.size(); ++i) out += lines[i] + "\n";
+    return out;
+}
+
+// The "KM hung" lines: a process smoke.sh killed when it outlived its bound, with its threads.
+std::string hung_lines(const Guest& g) {
+    std::string out;
+    std::istringstream in(g.log);
+    for (std::string line; std::getline(in, line);)
+        if (const auto at = line.find("KM hung"); at != std::string::npos) out += line.substr(at) + "\n";
+    return out;
+}
+
+// The guest booted and ran its script to its end, and nothing in it hung; otherwise say where.
 bool booted(const Guest& g = guest()) {
     if (g.rc != 0 || !g.notes.count("smoke-seconds")) {
-        FAIL_CHECK("the guest did not run to its end (vm.sh exit " << g.rc << "); console:\n" << g.log);
+        FAIL_CHECK("the guest did not run to its end (vm.sh exit " << g.rc << "); " << stopped_at(g));
+        return false;
+    }
+    if (g.notes.count("hung")) {
+        FAIL_CHECK("a process in the guest outlived its bound and was killed:\n" << hung_lines(g));
         return false;
     }
     return true;

@@ -15,6 +15,10 @@ block() { # name file
     echo "KM-END $1"
 }
 
+# "KM step CASE UPTIME": where the guest is, for a guest stopped by vm.sh's limit (the host's test
+# names the last one) and for the cases' durations under TCG.
+step() { echo "KM step $1 $(cut -d' ' -f1 /proc/uptime)"; }
+
 # Waits for "READY" in a target's output file.
 ready() {
     i=0
@@ -40,7 +44,36 @@ tasks() {
     for t in /proc/$1/task/*; do echo "$(cat $t/comm) $(cut -d' ' -f1 $t/syscall)"; done
 }
 
-stop() { for p in "$@"; do kill "$p" 2>/dev/null; done; for p in "$@"; do wait "$p" 2>/dev/null; done; }
+# Whether PID runs (a zombie has exited; it waits to be reaped).
+running() {
+    [ -r /proc/$1/stat ] || return 1
+    read -r _ _ st _ < /proc/$1/stat 2>/dev/null
+    [ "$st" != Z ]
+}
+
+# Waits up to SECONDS for PID to exit, else names it with its threads' kernel waits ("KM hung",
+# which fails the host's test) and kills it: a process that hangs is named, where it would
+# otherwise hold the guest until vm.sh's limit. Returns PID's exit status.
+#   reap PID SECONDS
+reap() {
+    i=0
+    while running $1; do
+        i=$((i + 1))
+        if [ $i -gt $(($2 * 10)) ]; then
+            echo "KM hung $(cat /proc/$1/comm 2>/dev/null) $1 in $c after $2 s"
+            for t in /proc/$1/task/*; do
+                echo "KM hung-task $(cat $t/comm 2>/dev/null) ${t##*/} wchan=$(cat $t/wchan 2>/dev/null) syscall=$(cut -d' ' -f1 $t/syscall 2>/dev/null)"
+            done
+            kill -9 $1 2>/dev/null
+            break
+        fi
+        sleep 0.1
+    done
+    wait $1 2>/dev/null
+}
+
+# SIGTERM to every PID, then each has 30 s to exit.
+stop() { for p in "$@"; do kill "$p" 2>/dev/null; done; for p in "$@"; do reap "$p" 30; done; }
 
 # Runs `qs_server SERVER-ARGS` (its counters in /dev/shm/CASE.json) and `qscope snapshot` on it
 # for SECONDS (plus $qflags), with QSCOPE_SOCK_ATTACH=MODE unless MODE is auto; returns once qscope has
@@ -48,6 +81,7 @@ stop() { for p in "$@"; do kill "$p" 2>/dev/null; done; for p in "$@"; do wait "
 #   attach_case CASE MODE SECONDS SERVER-ARGS...
 attach_case() {
     c=$1; mode=$2; seconds=$3; shift 3
+    step $c
     env=""
     [ "$mode" != auto ] && env="QSCOPE_SOCK_ATTACH=$mode"
     rm -f /dev/shm/$c.json
@@ -61,7 +95,7 @@ attach_case() {
 
 # Waits for qscope's snapshot to end and prints its exit status.
 snapshot_done() {
-    wait $q
+    reap $q 90
     echo "KM $1.qscope-exit $?"
 }
 
@@ -168,6 +202,7 @@ finish_case downstream $srv $ds
 # ---- waits: the pool gate's futex waiters vs the server's count and /proc -----------------
 # (waits_test "pool gate"): 8 workers, a pool of 3, 16 clients: 5 workers wait at the gate.
 c=waits
+step $c
 rm -f /dev/shm/w.json
 qs_downstream --port 28220 --delay-ms 100 > /tmp/ds.out 2>&1 &
 ds=$!
@@ -221,6 +256,7 @@ for mode in $export_modes; do
     env=""
     [ "$mode" != auto ] && env="QSCOPE_SOCK_ATTACH=$mode"
     c=export-$mode
+    step $c
     # Workers and clients of A and B. Under kprobes, fewer: sized when each thread blocked in a
     # read held one of the kernel's 10 default return slots; qscope now asks 4,096 (the case
     # above).
@@ -247,10 +283,11 @@ for mode in $export_modes; do
         i=$((i + 1)); [ $i -gt 600 ] && { echo "KM note: the exporter's targets never up"; break; }
         sleep 0.1
     done
+    step $c.up
     qs_load --host 127.0.0.1 --port 28231 --connections $ac --duration 3 > /tmp/la.json 2>&1 &
     la=$!
     qs_load --host 127.0.0.1 --port 28232 --connections $bc --duration 3 > /tmp/lb.json 2>&1
-    wait $la
+    reap $la 30
     # Until both services' snapshots were taken after the load ended: a guest's ticks take seconds
     # (the sanitized build under TCG), so the one served just after may predate it.
     tend=$(cut -d' ' -f1 /proc/uptime)
@@ -260,7 +297,7 @@ for mode in $export_modes; do
         wget -q -O - http://127.0.0.1:28290/metrics > /tmp/metrics.txt 2>&1
         since=$(awk -v now="$(cut -d' ' -f1 /proc/uptime)" -v end="$tend" 'BEGIN { print now - end - 0.5 }')
         fresh=$(awk -v since="$since" '/^qscope_snapshot_age_seconds[{]/ && $2 < since { n++ } END { print n + 0 }' /tmp/metrics.txt)
-        [ "$fresh" -ge 2 ] && break
+        [ "$fresh" -ge 2 ] && { step $c.fresh; break; }
         i=$((i + 1)); [ $i -gt 60 ] && { echo "KM note: the exporter served no snapshot taken after the load"; break; }
     done
     linked $ex > /tmp/linked.txt
@@ -271,10 +308,13 @@ for mode in $export_modes; do
         sleep 0.1
     done
     sleep 0.5
+    step $c.ring
     stop $ex $sa $sb $ds
+    step $c.stopped
     for s in a b; do
         qscope snapshot --replay "$(ls /tmp/ring-$s-* 2>/dev/null | head -1)" --json > /tmp/replay-$s.json 2>&1
     done
+    step $c.replayed
     block $c.metrics /tmp/metrics.txt
     block $c.stderr /tmp/exp.err
     block $c.counters-a /dev/shm/ea.json

@@ -115,8 +115,9 @@ mkdir -p "$stage/lib/qscope-modules"
 cp "$kdir"/modules/* "$stage/lib/qscope-modules/" 2>/dev/null || true
 cp "$here/guest-init.sh" "$stage/init"
 cp "$guest_script" "$stage/qscope/guest.sh"
-# The guest script's settings (it sources /qscope/env): the socket cases' attach types.
-printf 'KM_MODES="%s"\n' "${QSCOPE_KM_MODES:-}" > "$stage/qscope/env"
+# The guest's settings (guest-init.sh and the script source /qscope/env): the socket cases'
+# attach types, and the limit its watchdog reports stuck tasks before.
+printf 'KM_MODES="%s"\nKM_TIMEOUT=%s\n' "${QSCOPE_KM_MODES:-}" "$timeout_s" > "$stage/qscope/env"
 chmod +x "$stage/init" "$stage/qscope/guest.sh"
 initrd=$km/initrd-$release.gz
 (cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1) > "$initrd"

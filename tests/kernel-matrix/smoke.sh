@@ -28,13 +28,14 @@ ready() {
     done
 }
 
-# qscope has attached once it holds BPF links (then 0.5 s for its seeding walks).
+# qscope has attached once it holds BPF links (then 0.5 s for its seeding walks). Looked at every
+# 0.3 s: each look is two processes, whose guest CPU the attach itself needs under TCG.
 attached() {
     i=0
     while [ "$(ls -l /proc/$1/fd 2>/dev/null | grep -c bpf_link)" -lt 3 ]; do
-        i=$((i + 1)); [ $i -gt 600 ] && { echo "KM note: qscope $1 never attached"; return 1; }
+        i=$((i + 1)); [ $i -gt 200 ] && { echo "KM note: qscope $1 never attached"; return 1; }
         kill -0 "$1" 2>/dev/null || return 1
-        sleep 0.1
+        sleep 0.3
     done
     sleep 0.5
 }
@@ -241,15 +242,17 @@ if [ ! -d /sys/kernel/tracing/events/sock/sock_recv_length ]; then
 fi
 echo "KM export-modes $export_modes"
 
-# The programs a process's BPF links attach, "count name" per line: each link's fdinfo names
-# its program's id, bpftool the id's name.
+# The programs a process's BPF links attach, "count name" per line: each link's fdinfo names its
+# program's id (after its link_id line), and one bpftool listing names the ids. Two processes in
+# all, not a few per fd: under TCG each costs the guest ~0.1 s that the exporter's ticks need.
 linked() {
-    for f in /proc/$1/fdinfo/*; do
-        grep -q '^link_id' "$f" 2>/dev/null || continue
-        id=$(awk '/^prog_id:/ { print $2 }' "$f")
-        [ -n "$id" ] && bpftool prog show id "$id" 2>/dev/null | head -1 |
-            awk '{ for (i = 1; i < NF; i++) if ($i == "name") print $(i + 1) }'
-    done | sort | uniq -c
+    awk 'FNR == 1 { link = 0 } /^link_id:/ { link = 1 } /^prog_id:/ && link { print $2 }' /proc/$1/fdinfo/* \
+        2>/dev/null > /tmp/link-progs.txt
+    bpftool prog show 2>/dev/null |
+        awk 'NR == FNR { links[$1]++; next }
+             /^[0-9]+:/ { id = $1; sub(":", "", id)
+                          for (i = 1; i < NF; i++) if ($i == "name" && id in links) for (k = 0; k < links[id]; k++) print $(i + 1) }' \
+            /tmp/link-progs.txt - | sort | uniq -c
 }
 
 for mode in $export_modes; do
@@ -280,8 +283,8 @@ for mode in $export_modes; do
     ex=$!
     i=0
     while [ "$(wget -q -O - http://127.0.0.1:28290/metrics 2>/dev/null | grep -c '^qscope_up{service="[ab]"} 1')" -lt 2 ]; do
-        i=$((i + 1)); [ $i -gt 600 ] && { echo "KM note: the exporter's targets never up"; break; }
-        sleep 0.1
+        i=$((i + 1)); [ $i -gt 200 ] && { echo "KM note: the exporter's targets never up"; break; }
+        sleep 0.3
     done
     step $c.up
     qs_load --host 127.0.0.1 --port 28231 --connections $ac --duration 3 > /tmp/la.json 2>&1 &

@@ -32,7 +32,7 @@ if [ -n "$KM_TIMEOUT" ]; then
         echo "KM-BEGIN watchdog"
         echo "uptime $(cut -d' ' -f1 /proc/uptime): these tasks were still there"
         for t in /proc/[0-9]*/task/*; do
-            [ -s "${t%/task/*}/cmdline" ] || continue
+            [ -e "${t%/task/*}/exe" ] || continue  # not a kernel thread
             echo "$(cat $t/comm 2>/dev/null) ${t#/proc/} $(awk '{ print $3 }' $t/stat 2>/dev/null)" \
                 "wchan=$(cat $t/wchan 2>/dev/null) syscall=$(cut -d' ' -f1 $t/syscall 2>/dev/null)"
         done

@@ -1,5 +1,6 @@
 #include "engine/bpf_util.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
 #include <signal.h>
@@ -108,6 +109,47 @@ std::shared_ptr<btf> shared_vmlinux_btf() {
     held = b;
     return b;
 }
+
+namespace {
+// The BTF this thread's loan lends libbpf, null outside one.
+thread_local btf* t_lent = nullptr;
+
+// libbpf's own definition of a function this file interposes.
+template <class Fn>
+Fn libbpf_definition(const char* name) {
+    return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+}  // namespace
+
+KernelBtfLoan::KernelBtfLoan() : held_(shared_vmlinux_btf()), outer_(t_lent) {
+    if (held_) t_lent = held_.get();
+}
+
+KernelBtfLoan::~KernelBtfLoan() { t_lent = outer_; }
+
+}  // namespace qscope
+
+// libbpf calls these two through its PLT, so these definitions, exported from the executable
+// (CMakeLists.txt), are the ones it reaches; every call outside a loan goes on to libbpf's.
+extern "C" {
+btf* btf__load_vmlinux_btf(void) {
+    if (qscope::t_lent) return qscope::t_lent;
+    static const auto parse = qscope::libbpf_definition<btf* (*)()>("btf__load_vmlinux_btf");
+    if (!parse) {
+        errno = ENOSYS;
+        return nullptr;
+    }
+    return parse();
+}
+
+void btf__free(btf* b) {
+    if (b && b == qscope::t_lent) return;
+    static const auto free_btf = qscope::libbpf_definition<void (*)(btf*)>("btf__free");
+    if (free_btf) free_btf(b);
+}
+}
+
+namespace qscope {
 
 btf* KernelTracepoints::vmlinux() {
     if (!loaded_) {

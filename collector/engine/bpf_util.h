@@ -113,6 +113,24 @@ std::vector<char> read_iter(bpf_link* link, const std::string& what);
 // it shares that parse, and the last holder frees it. Null when the kernel has none.
 std::shared_ptr<btf> shared_vmlinux_btf();
 
+// libbpf (1.1) parses the kernel's BTF for every object it loads and frees it before the load
+// returns: ~6 MiB read and copied again, ~25 ms of CPU and page faults, at every object. While
+// a loan lives, libbpf's parse in this thread is the shared one instead (bpf_util.cpp lends it
+// through libbpf's own btf__load_vmlinux_btf and keeps btf__free off it). Hold one around a
+// skeleton's load and no longer: what libbpf gets it frees before the load returns, and a load
+// without a loan parses its own as before.
+class KernelBtfLoan {
+public:
+    KernelBtfLoan();
+    ~KernelBtfLoan();
+    KernelBtfLoan(const KernelBtfLoan&) = delete;
+    KernelBtfLoan& operator=(const KernelBtfLoan&) = delete;
+
+private:
+    std::shared_ptr<btf> held_;
+    btf* outer_;  // a loan this one is nested in, restored after
+};
+
 // The one place a source asks whether a tracepoint exists, for both kinds it attaches to.
 // vmlinux BTF is taken on the first BTF question (shared_vmlinux_btf) and kept: one source
 // asks about nine hooks.

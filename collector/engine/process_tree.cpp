@@ -199,6 +199,7 @@ std::unique_ptr<ProcessTree> ProcessTree::open(int root, bool children, SharedSl
         }
     };
     open_sized();
+    const KernelBtfLoan loan;
     if (int err = tree_bpf::load(b.skel.get())) {
         // The iterators are a speed-up, never a reason not to run: a kernel or policy that
         // refuses them gets the object without them (and /proc walks).

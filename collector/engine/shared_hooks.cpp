@@ -127,6 +127,7 @@ std::shared_ptr<SharedHooks> SharedHooks::open(const std::vector<std::string>& p
     for (Hook hk : kFallbacks)
         bpf_program__set_autoload(program_of(b.skel.get(), hk),
                                   std::find(fallbacks.begin(), fallbacks.end(), hk) != fallbacks.end());
+    const KernelBtfLoan loan;
     if (int err = dispatch_bpf::load(b.skel.get()))
         throw_bpf_error("shared hooks: loading BPF programs (dispatch.bpf.c)", err);
     b.owner = MappedWords(b.skel->maps.qs_owner, h->words_, "shared hooks: mmap of map qs_owner");

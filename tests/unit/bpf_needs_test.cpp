@@ -5,6 +5,7 @@
 // line here would make `qscope check` say "can run" on a kernel that refuses the object.
 #include <catch2/catch.hpp>
 #include <elf.h>
+#include <sys/stat.h>
 #include <linux/bpf.h>
 
 #include <algorithm>
@@ -163,4 +164,49 @@ TEST_CASE("the kernel's BTF: one parse for whoever holds it at the same time, fr
     kernel = KernelTracepoints();
     CHECK(kept.expired());
     CHECK(shared_vmlinux_btf() != nullptr);
+}
+
+// Bytes this process has read through read() and its kind (/proc/self/io's rchar): a parse of
+// the kernel's BTF reads the whole of it.
+static uint64_t bytes_read() {
+    std::ifstream io("/proc/self/io");
+    std::string key;
+    uint64_t value = 0;
+    while (io >> key >> value)
+        if (key == "rchar:") return value;
+    return 0;
+}
+
+TEST_CASE("a loan of the kernel's BTF: libbpf's own parse in a load is the shared one, and libbpf's free spares it",
+          "[kernel-features]") {
+    struct stat st {};
+    std::shared_ptr<btf> shared = shared_vmlinux_btf();
+    if (!shared || stat("/sys/kernel/btf/vmlinux", &st) != 0) {
+        WARN("skipped: no kernel BTF in /sys/kernel/btf");
+        return;
+    }
+    // libbpf_find_vmlinux_btf_id parses the kernel's BTF in libbpf (btf__load_vmlinux_btf, through
+    // its PLT), looks the name up and frees the parse (btf__free), as an object's load does.
+    uint64_t before = bytes_read();
+    const int alone = libbpf_find_vmlinux_btf_id("sched_switch", BPF_TRACE_RAW_TP);
+    const uint64_t alone_read = bytes_read() - before;
+    int lent = 0;
+    uint64_t lent_read = 0;
+    {
+        const KernelBtfLoan loan;
+        before = bytes_read();
+        lent = libbpf_find_vmlinux_btf_id("sched_switch", BPF_TRACE_RAW_TP);
+        lent_read = bytes_read() - before;
+    }
+    CHECK(alone > 0);
+    CHECK(lent == alone);
+    CHECK(alone_read >= static_cast<uint64_t>(st.st_size));  // without a loan: libbpf's own parse
+    CHECK(lent_read < static_cast<uint64_t>(st.st_size) / 10);  // with one: no read of it at all
+    // libbpf's free of what it was lent did not free it (a second free, at the last holder's
+    // release below, would abort under the sanitizers): it still answers.
+    CHECK(btf__find_by_name_kind(shared.get(), "btf_trace_sched_switch", BTF_KIND_TYPEDEF) == alone);
+    // Outside a loan again, libbpf parses its own.
+    before = bytes_read();
+    CHECK(libbpf_find_vmlinux_btf_id("sched_switch", BPF_TRACE_RAW_TP) == alone);
+    CHECK(bytes_read() - before >= static_cast<uint64_t>(st.st_size));
 }

@@ -542,6 +542,7 @@ private:
                   "carrier: size map stack_slots");
         const bool pin_hook = jvm_ && jvm_->has_pinned_event && jvm_mode_;
         bpf_program__set_autoload(skel_->progs.carrier_pinned, pin_hook);
+        const KernelBtfLoan loan;
         if (int err = carrier_bpf__load(skel_.get()))
             throw_load_error(ProbeFamily::jvm, "carrier: load BPF programs (tp_btf/sched_switch, sched_wakeup)", err);
         links_.push_back(attach_program(skel_->progs.carrier_switch, "carrier: attach tp_btf/sched_switch"));

@@ -240,6 +240,7 @@ void SchedSource::start(const Target& target, const Config& cfg) {
     // Keyed by process too: a PostgreSQL with 500 backends has 500 "postgres" groups here.
     bpf_check(bpf_map__set_max_entries(skel_->maps.rq_hist, std::max<uint32_t>(cfg.label_cap * 4 + 64, 4096)),
               "sched: size map rq_hist");
+    const KernelBtfLoan loan;
     if (int err = sched_bpf__load(skel_.get())) {
         // Name a missing tracepoint rather than libbpf's errno. Checked only on failure: a
         // parse of the kernel's BTF costs ~20 ms on the way to the first frame.

@@ -684,8 +684,9 @@ private:
     // thread each, in a second copy of the object that shares every map of the first: the
     // first loads the rest (maps made), then both copies load at once.
     void load_split() {
+        const KernelBtfLoan loan;
         if (cfg_.quick_start) {
-            // The light programs verify in ~10 ms: a copy's own parse of the kernel's BTF costs more.
+            // The light programs verify in ~10 ms: a second copy of the object is not worth its open.
             if (int err = sock_bpf::load(skel_.get()))
                 throw_load_error(ProbeFamily::sock, "sock: loading BPF programs (sock.bpf.c)", err);
             return;
@@ -760,6 +761,7 @@ private:
         bpf_object__for_each_program(prog, side->obj) {
             bpf_program__set_autoload(prog, std::find(names.begin(), names.end(), bpf_program__name(prog)) != names.end());
         }
+        const KernelBtfLoan loan;
         if (int err = sock_bpf::load(side.get()))
             throw_load_error(ProbeFamily::sock, "sock: loading BPF programs (sock.bpf.c)", err);
         return side;

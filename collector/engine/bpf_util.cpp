@@ -111,8 +111,31 @@ std::shared_ptr<btf> shared_vmlinux_btf() {
 }
 
 namespace {
-// The BTF this thread's loan lends libbpf, null outside one.
-thread_local btf* t_lent = nullptr;
+// The parse this thread's loan offers libbpf, null outside one.
+thread_local const std::shared_ptr<btf>* t_offer = nullptr;
+
+// Every lend libbpf has not freed yet, each holding the parse alive: libbpf 1.1 frees what it
+// got before its load returns, but a libbpf that kept it to the object's close, on another
+// thread, must still find it alive and have its free spared.
+std::mutex g_lent_mu;
+std::vector<std::shared_ptr<btf>> g_lent;
+
+btf* lend(const std::shared_ptr<btf>& parse) {
+    std::lock_guard<std::mutex> g(g_lent_mu);
+    g_lent.push_back(parse);
+    return parse.get();
+}
+
+// The lend of b, taken out of the list (empty when b was not lent). Released by the caller
+// outside the lock: the last holder's release frees the parse, through btf__free again.
+std::shared_ptr<btf> take_back(const btf* b) {
+    std::lock_guard<std::mutex> g(g_lent_mu);
+    auto it = std::find_if(g_lent.begin(), g_lent.end(), [b](const auto& p) { return p.get() == b; });
+    if (it == g_lent.end()) return nullptr;
+    std::shared_ptr<btf> p = std::move(*it);
+    g_lent.erase(it);
+    return p;
+}
 
 // libbpf's own definition of a function this file interposes.
 template <class Fn>
@@ -121,19 +144,20 @@ Fn libbpf_definition(const char* name) {
 }
 }  // namespace
 
-KernelBtfLoan::KernelBtfLoan() : held_(shared_vmlinux_btf()), outer_(t_lent) {
-    if (held_) t_lent = held_.get();
+KernelBtfLoan::KernelBtfLoan() : held_(shared_vmlinux_btf()), outer_(t_offer) {
+    if (held_) t_offer = &held_;
 }
 
-KernelBtfLoan::~KernelBtfLoan() { t_lent = outer_; }
+KernelBtfLoan::~KernelBtfLoan() { t_offer = outer_; }
 
 }  // namespace qscope
 
 // libbpf calls these two through its PLT, so these definitions, exported from the executable
-// (CMakeLists.txt), are the ones it reaches; every call outside a loan goes on to libbpf's.
+// (collector/CMakeLists.txt), are the ones it reaches; every call outside a loan, and every free
+// of what was not lent, goes on to libbpf's.
 extern "C" {
 btf* btf__load_vmlinux_btf(void) {
-    if (qscope::t_lent) return qscope::t_lent;
+    if (qscope::t_offer) return qscope::lend(*qscope::t_offer);
     static const auto parse = qscope::libbpf_definition<btf* (*)()>("btf__load_vmlinux_btf");
     if (!parse) {
         errno = ENOSYS;
@@ -143,7 +167,7 @@ btf* btf__load_vmlinux_btf(void) {
 }
 
 void btf__free(btf* b) {
-    if (b && b == qscope::t_lent) return;
+    if (b && qscope::take_back(b)) return;
     static const auto free_btf = qscope::libbpf_definition<void (*)(btf*)>("btf__free");
     if (free_btf) free_btf(b);
 }

@@ -116,9 +116,9 @@ std::shared_ptr<btf> shared_vmlinux_btf();
 // libbpf (1.1) parses the kernel's BTF for every object it loads and frees it before the load
 // returns: ~6 MiB read and copied again, ~25 ms of CPU and page faults, at every object. While
 // a loan lives, libbpf's parse in this thread is the shared one instead (bpf_util.cpp lends it
-// through libbpf's own btf__load_vmlinux_btf and keeps btf__free off it). Hold one around a
-// skeleton's load and no longer: what libbpf gets it frees before the load returns, and a load
-// without a loan parses its own as before.
+// through libbpf's own btf__load_vmlinux_btf, and each lend keeps it alive until libbpf's
+// btf__free of it, which it spares). Hold one around a skeleton's load; a load without a loan
+// parses its own, as before.
 class KernelBtfLoan {
 public:
     KernelBtfLoan();
@@ -128,7 +128,7 @@ public:
 
 private:
     std::shared_ptr<btf> held_;
-    btf* outer_;  // a loan this one is nested in, restored after
+    const std::shared_ptr<btf>* outer_;  // a loan this one is nested in, restored after
 };
 
 // The one place a source asks whether a tracepoint exists, for both kinds it attaches to.

@@ -209,4 +209,19 @@ TEST_CASE("a loan of the kernel's BTF: libbpf's own parse in a load is the share
     before = bytes_read();
     CHECK(libbpf_find_vmlinux_btf_id("sched_switch", BPF_TRACE_RAW_TP) == alone);
     CHECK(bytes_read() - before >= static_cast<uint64_t>(st.st_size));
+    // A libbpf that kept what it was lent past the load (to the object's close) holds it alive
+    // until its free, loan and holders gone or not; then the last release frees it.
+    btf* kept = nullptr;
+    {
+        const KernelBtfLoan loan;
+        kept = btf__load_vmlinux_btf();  // libbpf's call, made from here
+    }
+    shared.reset();
+    before = bytes_read();
+    CHECK(shared_vmlinux_btf().get() == kept);  // the same parse, not a new one
+    CHECK(bytes_read() - before < static_cast<uint64_t>(st.st_size) / 10);
+    btf__free(kept);
+    before = bytes_read();
+    CHECK(shared_vmlinux_btf() != nullptr);  // nobody held it any more: parsed anew
+    CHECK(bytes_read() - before >= static_cast<uint64_t>(st.st_size));
 }

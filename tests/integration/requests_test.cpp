@@ -366,12 +366,14 @@ TEST_CASE("attached mid-spike: connections, in flight and the connector queue vs
           std::max(1.0, 0.10 * static_cast<double>(unread)));
     CHECK(unread >= 8);
     // Requests read before the attach and still being served are in flight: all 4 workers at
-    // the window's peak. At its last tick a worker may sit between two requests (it wrote one
-    // response and has not yet read the next: microseconds, more on a loaded machine, where CI
-    // saw 3 against the server's 4 read later), so the moment's count may be one short.
+    // the window's peak. At any instant a worker may sit between two requests (it wrote one
+    // response and has not yet read the next: microseconds, more on a loaded machine). Either
+    // sample can land there: qscope's last tick (CI: 3 against the server's 4 read later) or
+    // the server's own count read after it (CI: qscope's 4 against the server's 3), so the
+    // two moments may be one apart either way, and neither ever exceeds the 4 workers.
     CHECK(r["in_flight_max"].get<int64_t>() == c["in_flight_max"].get<int64_t>());
-    CHECK(r["in_flight"].get<int64_t>() <= c["in_flight"].get<int64_t>());
-    CHECK(r["in_flight"].get<int64_t>() >= c["in_flight"].get<int64_t>() - 1);
+    CHECK(r["in_flight"].get<int64_t>() <= c["in_flight_max"].get<int64_t>());
+    CHECK(std::abs(r["in_flight"].get<int64_t>() - c["in_flight"].get<int64_t>()) <= 1);
     CHECK(r["oldest_unread_seconds"].get<double>() > 0);
     load.kill_and_wait();
 }

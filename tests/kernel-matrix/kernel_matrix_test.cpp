@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <vector>
 #include <sstream>
@@ -42,10 +43,21 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 
 struct Guest {
     int rc = -1;
-    std::string log;
     std::map<std::string, std::string> blocks;  // "requests-auto.snapshot" -> text
     std::map<std::string, std::string> notes;   // "KM <key> <value>" lines
+    // For a guest that failed: the processes smoke.sh killed past their bound ("KM hung" lines,
+    // with their threads), the kernel's own reports, and the console's end (a truncated CI log
+    // keeps its start: the firmware and the first cases).
+    std::string hung, kernel_said;
+    std::deque<std::string> console_tail;
 };
+
+// The kernel's lines that say it is in trouble.
+bool kernel_report(const std::string& line) {
+    for (const char* mark : {"BUG:", "Oops", "RIP:", "Call Trace", "soft lockup", "rcu_sched", "hung_task", "Kernel panic"})
+        if (line.find(mark) != std::string::npos) return true;
+    return false;
+}
 
 // Boots the kernel with `script` as the guest's payload; lockdown: "" or a lockdown= mode.
 Guest boot(const std::string& script, const std::string& lockdown) {
@@ -59,12 +71,15 @@ Guest boot(const std::string& script, const std::string& lockdown) {
     std::printf("kernel-matrix: %s %s%s: vm.sh exit %d after %.0f s\n%s", kernel.c_str(), script.c_str(),
                 lockdown.empty() ? "" : (" lockdown=" + lockdown).c_str(), r.rc, now_s() - t0, r.err.c_str());
     g.rc = r.rc;
-    g.log = r.out;
     std::istringstream in(r.out);
     std::string line, name, body;
     bool inside = false;
     while (std::getline(in, line)) {
         if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (const auto at = line.find("KM hung"); at != std::string::npos) g.hung += line.substr(at) + "\n";
+        if (kernel_report(line)) g.kernel_said += line + "\n";
+        g.console_tail.push_back(line);
+        if (g.console_tail.size() > 60) g.console_tail.pop_front();
         // The firmware's terminal escapes can precede the first line the guest prints.
         if (!inside)
             if (const auto at = line.find("KM"); at != std::string::npos && at > 0 && line[at - 1] != ' ')
@@ -109,35 +124,13 @@ std::string block_text(const std::string& name) {
 }
 
 // What a guest that did not run to its end was doing: the step it reached, its watchdog's list of
-// stuck tasks, the kernel's own reports, and the console's end. The console's start is the
-// firmware and the first cases, which a reader of a truncated CI log would otherwise get.
+// stuck tasks, the kernel's own reports, and the console's end.
 std::string stopped_at(const Guest& g) {
     std::string out = "last step: " + (g.notes.count("step") ? g.notes.at("step") : "none (before the first case)");
     if (g.blocks.count("watchdog")) out += "\nthe guest's watchdog:\n" + g.blocks.at("watchdog");
-    std::vector<std::string> lines;
-    std::istringstream in(g.log);
-    std::string kernel;
-    for (std::string line; std::getline(in, line);) {
-        for (const char* mark : {"BUG:", "Oops", "RIP:", "Call Trace", "soft lockup", "rcu_sched", "hung_task", "Kernel panic"})
-            if (line.find(mark) != std::string::npos) {
-                kernel += line + "\n";
-                break;
-            }
-        lines.push_back(line);
-    }
-    if (!kernel.empty()) out += "\nthe kernel said:\n" + kernel;
-    const std::size_t tail = 60;
-    out += "\nthe console's last " + std::to_string(std::min(tail, lines.size())) + " lines:\n";
-    for (std::size_t i = lines.size() > tail ? lines.size() - tail : 0; i < lines.size(); ++i) out += lines[i] + "\n";
-    return out;
-}
-
-// The "KM hung" lines: a process smoke.sh killed when it outlived its bound, with its threads.
-std::string hung_lines(const Guest& g) {
-    std::string out;
-    std::istringstream in(g.log);
-    for (std::string line; std::getline(in, line);)
-        if (const auto at = line.find("KM hung"); at != std::string::npos) out += line.substr(at) + "\n";
+    if (!g.kernel_said.empty()) out += "\nthe kernel said:\n" + g.kernel_said;
+    out += "\nthe console's last " + std::to_string(g.console_tail.size()) + " lines:\n";
+    for (const auto& line : g.console_tail) out += line + "\n";
     return out;
 }
 
@@ -148,7 +141,7 @@ bool booted(const Guest& g = guest()) {
         return false;
     }
     if (g.notes.count("hung")) {
-        FAIL_CHECK("a process in the guest outlived its bound and was killed:\n" << hung_lines(g));
+        FAIL_CHECK("a process in the guest outlived its bound and was killed:\n" << g.hung);
         return false;
     }
     return true;

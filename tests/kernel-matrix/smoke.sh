@@ -54,12 +54,14 @@ running() {
 
 # Waits up to SECONDS for PID to exit, else names it with its threads' kernel waits ("KM hung",
 # which fails the host's test) and kills it: a process that hangs is named, where it would
-# otherwise hold the guest until vm.sh's limit. Returns PID's exit status.
+# otherwise hold the guest until vm.sh's limit. Looked at every 0.3 s, as attached() does: a
+# look is a `sleep` process, whose guest CPU the snapshot being waited for needs under TCG.
+# Returns PID's exit status.
 #   reap PID SECONDS
 reap() {
     i=0
     while running $1; do
-        i=$((i + 1))
+        i=$((i + 3))
         if [ $i -gt $(($2 * 10)) ]; then
             echo "KM hung $(cat /proc/$1/comm 2>/dev/null) $1 in $c after $2 s"
             for t in /proc/$1/task/*; do
@@ -68,7 +70,7 @@ reap() {
             kill -9 $1 2>/dev/null
             break
         fi
-        sleep 0.1
+        sleep 0.3
     done
     wait $1 2>/dev/null
 }

@@ -77,8 +77,9 @@ constexpr std::string_view kTokioSchedulerSymbol = "7runtime9scheduler12multi_th
 // At most this many blocked threads' stacks are read at attach to find renamed workers.
 constexpr int kTokioStackLooks = 32;
 // Past this many threads not yet named, a scan reads every name in one pass where the kernel
-// allows (Target::thread_names_one_pass: an iterator's link and its read) rather than a /proc comm file each (an open, a read and a close;
-// 10,002 of them took 120-190 ms of a start, the pass under 20 ms).
+// allows (Target::thread_names_one_pass: an iterator's link and its read) rather than a /proc
+// comm file each (an open, a read and a close; 10,002 of them took 120-190 ms of a start, the
+// pass under 20 ms).
 constexpr long kCommFilesAtMost = 64;
 
 class JvmSource final : public Source {

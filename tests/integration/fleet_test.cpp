@@ -42,12 +42,6 @@ bool both_up(double timeout) {
     return false;
 }
 
-double median(std::vector<double> v) {
-    if (v.empty()) return -1;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 }  // namespace
 
 TEST_CASE("fleet: concurrent calls to one provider summed over two instances, and the budget alert",

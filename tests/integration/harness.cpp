@@ -14,6 +14,7 @@
 
 #include "sys/proc_table.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -51,6 +52,12 @@ double now_s() {
 }
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+double median(std::vector<double> v) {
+    if (v.empty()) return -1;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
 
 namespace {
 // QSCOPE_TEST_CGROUP=1 (ctest's integration.<name>.cgroup): the test binary, and so every

@@ -104,6 +104,10 @@ bool wait_attached(pid_t qscope_pid, double timeout_seconds);
 bool holds_bpf_programs(pid_t pid);
 void sleep_s(double seconds);
 double now_s();  // monotonic seconds
+// The upper median (the middle of the sorted values, the higher one of an even count); -1 for
+// none. Of an instant's samples that dip below the steady value (a client between requests)
+// half may dip and it still reads the steady value.
+double median(std::vector<double> v);
 
 // ---- oracles ----------------------------------------------------------------------------
 struct SsSocket {

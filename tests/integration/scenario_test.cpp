@@ -41,12 +41,6 @@ json load_json(const std::string& path) {
     }
 }
 
-double median(std::vector<double> v) {
-    if (v.empty()) return -1;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 // Starts one PostgreSQL cluster for all scenarios; stopped when the test binary exits.
 struct Pg {
     std::string dir, app_build;

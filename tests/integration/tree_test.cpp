@@ -272,7 +272,7 @@ TEST_CASE("PostgreSQL postmaster PID: queries of every backend", "[tree][integra
         CHECK(roles["client backend"] >= 8);
         CHECK(roles["checkpointer"] == 1);
         // Paired samples of in flight against state = 'active'.
-        int agree = 0;
+        std::vector<double> ours, active_now;
         std::string pairs;
         for (int i = 0; i < 4; ++i) {
             auto mid = run_qscope({"snapshot", "--pid", std::to_string(pg.postmaster), "--duration", "0.3", "--json",
@@ -283,13 +283,21 @@ TEST_CASE("PostgreSQL postmaster PID: queries of every backend", "[tree][integra
             REQUIRE(bench.running());  // the load is live: a 0/0 pair would be the right answer
             const double in_flight = mid.json["requests"]["in_flight"].get<double>();
             pairs += std::to_string(static_cast<int>(in_flight)) + "/" + std::to_string(active) + " ";
-            if (std::abs(in_flight - active) <= 0.20 * active) ++agree;
+            ours.push_back(in_flight);
+            active_now.push_back(active);
         }
         REQUIRE(bench.wait(30) == 0);
         const double tps = pgbench_tps(bench.out());
         const double rate = s["requests"]["completed"].get<double>() / s["window_seconds"].get<double>();
         INFO("in flight / active: " << pairs << "; completed " << rate << "/s, pgbench " << tps << " tps");
-        CHECK(agree >= 3);
+        std::printf("tree_test: postgres in flight / active: %s\n", pairs.c_str());
+        // Each side is an instant, a second apart (qscope's last tick, then psql after its exit),
+        // and either can fall where clients sit between queries: pg_stat_activity (8/6, 8/4 here
+        // beside two CPU hogs) or qscope's tick (CI: 6/8 8/8 8/8 5/8). Such a dip only lowers a
+        // count, so the two sides' upper medians must agree; a qscope that miscounts misses in
+        // most samples.
+        CHECK(median(active_now) >= 6);  // the load was live
+        CHECK(std::abs(median(ours) - median(active_now)) <= std::max(1.0, 0.20 * median(active_now)));
         CHECK(rate == Approx(tps).epsilon(0.15));
         CHECK(s["requests"]["latency_seconds"]["p50"].get<double>() == Approx(0.050).epsilon(0.3));
     }

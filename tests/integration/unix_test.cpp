@@ -335,8 +335,7 @@ TEST_CASE("PostgreSQL postmaster PID, clients on its Unix socket: requests in fl
     // 20 s: four snapshots of a sanitized qscope take 5 s on a quiet machine and outlasted a
     // 10 s run on a busy one (the last found no clients left).
     sleep_s(1.5);
-    double in_flight = 0, active = 0;
-    int agree = 0;  // samples where the two agree within 20%
+    std::vector<double> ours, active_now;
     std::string pairs;
     for (int i = 0; i < 4; ++i) {
         auto r = run_qscope({"snapshot", "--pid", std::to_string(pg.postmaster), "--duration", "0.4", "--json",
@@ -354,19 +353,17 @@ TEST_CASE("PostgreSQL postmaster PID, clients on its Unix socket: requests in fl
         CHECK((*l)["protocols"]["http1"] == 0);
         CHECK((*l)["protocols"]["h2"] == 0);
         CHECK((*l)["protocols"]["tls"] == 0);
-        const double f = r.json["requests"]["in_flight"].get<double>();
-        in_flight += f;
-        active += a;
-        agree += std::abs(f - a) <= std::max(1.0, 0.20 * a);
+        ours.push_back(r.json["requests"]["in_flight"].get<double>());
+        active_now.push_back(a);
         pairs += r.json["requests"]["in_flight"].dump() + "/" + std::to_string(a) + " ";
     }
     INFO("in flight / active: " << pairs);
-    std::printf("unix_test: postgres in flight / active: %s(sums %g / %g)\n", pairs.c_str(), in_flight, active);
-    // The oracle reads pg_stat_activity after qscope's exit, a moment after its window's end: a
-    // sample may fall where pgbench's clients stalled in between (CI66: 8/1, then 8/8 three
-    // times). Three of the four agree; a qscope that miscounts misses in every one.
-    CHECK(active >= 17);
-    CHECK(agree >= 3);
+    std::printf("unix_test: postgres in flight / active: %s\n", pairs.c_str());
+    // The oracle reads pg_stat_activity after qscope's exit, a moment after its window's end;
+    // either instant may fall where pgbench's clients stalled between queries (CI66: 8/1, then
+    // 8/8 three times; here 6/8 once). A stall only lowers a count: the upper medians agree.
+    CHECK(median(active_now) >= 6);  // the load was live
+    CHECK(std::abs(median(ours) - median(active_now)) <= std::max(1.0, 0.20 * median(active_now)));
     REQUIRE(bench.wait(30) == 0);
 }
 

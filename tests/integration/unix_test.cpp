@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <regex>
 
 #include "harness.h"
@@ -362,7 +363,10 @@ TEST_CASE("PostgreSQL postmaster PID, clients on its Unix socket: requests in fl
     // The oracle reads pg_stat_activity after qscope's exit, a moment after its window's end;
     // either instant may fall where pgbench's clients stalled between queries (CI66: 8/1, then
     // 8/8 three times; here 6/8 once). A stall only lowers a count: the upper medians agree.
-    CHECK(median(active_now) >= 6);  // the load was live
+    // The load was live through the four windows, not only half of them (one stalled read
+    // in CI66 summed 25).
+    CHECK(std::accumulate(active_now.begin(), active_now.end(), 0.0) >= 17);
+    CHECK(median(active_now) >= 6);
     CHECK(std::abs(median(ours) - median(active_now)) <= std::max(1.0, 0.20 * median(active_now)));
     REQUIRE(bench.wait(30) == 0);
 }

@@ -387,6 +387,22 @@ MappedWords& MappedWords::operator=(MappedWords&& o) noexcept {
     return *this;
 }
 
+void make_empty_bss(bpf_map* bss, const std::string& what) {
+    // A name the kernel would cut short would not find this map again: libbpf's copy, then.
+    if (std::strlen(bpf_map__name(bss)) >= BPF_OBJ_NAME_LEN) return;
+    // BPF_F_MMAPABLE, as libbpf's own: the skeleton maps it after the load. No BTF: its layout
+    // is plain data (no lock, timer or kptr the kernel would need to know of).
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_MMAPABLE);
+    const int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, bpf_map__name(bss), sizeof(__u32), bpf_map__value_size(bss), 1,
+                                  &opts);
+    if (fd < 0) throw_bpf_error(what, errno);
+    // libbpf populates only the maps it makes; the object's copies (load_side) find this one by
+    // its name, which the kernel keeps as given.
+    const int err = bpf_map__reuse_fd(bss, fd);
+    close(fd);  // reuse_fd holds its own
+    bpf_check(err, what);
+}
+
 RingBuffer open_ring_buffer(bpf_map* map, ring_buffer_sample_fn on_record, void* ctx, const std::string& what) {
     RingBuffer rb(ring_buffer__new(bpf_map__fd(map), on_record, ctx, nullptr));
     if (!rb) throw_bpf_error(what, errno);

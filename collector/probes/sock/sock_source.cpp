@@ -126,6 +126,7 @@ public:
         cfg_ = cfg;
         skel_.reset(sock_bpf::open());
         if (!skel_) throw_bpf_error("sock: opening BPF object", errno ? errno : EINVAL);
+        make_empty_bss(skel_->maps.bss, "sock: making map .bss");
         share_tree_maps(skel_->obj, target, "sock");
         // The exporter's shared softirq hooks hand events here, and these programs hand them on
         // to the next target the socket concerns (bpf/port_owner.h).
@@ -155,6 +156,8 @@ public:
                                       skel_->progs.qs_ssl_write_ex_ret})
                 bpf_program__set_autoload(prog, false);
         load_split();
+        // Not before the load: the kernel's .bss was made empty (make_empty_bss).
+        skel_->bss->h2_walk_coming = !walk_twins_.empty() && walk_state_ != WalkState::failed;
         // Ports first, so children of the target's listeners are recognised from the first
         // handshake after attach.
         refresh_listeners();
@@ -621,7 +624,6 @@ private:
             if (h2_streams_ && bpf_program__autoload(light)) walk_twins_.push_back(bpf_program__name(twin));
             bpf_program__set_autoload(twin, false);
         }
-        skel_->bss->h2_walk_coming = !walk_twins_.empty();
         if (!walk_twins_.empty())
             walk_state_ = WalkState::loading;
         else if (h2_streams_)  // the syscall exits' programs: the walk is inline
